@@ -1,0 +1,29 @@
+# Two commands do all set-up on a fresh machine:  make demo   and   make test
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO ?= demo
+
+.PHONY: demo test install system-deps clean
+
+$(STAMP): pyproject.toml setup.py
+	@bash scripts/system_deps.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+# Synthetic cartpole recording -> every pipeline stage -> outputs in $(DEMO)/run
+demo: $(STAMP)
+	$(BIN)/vid2sim synth cartpole --out $(DEMO)/cartpole --frames 90 --size 320x240 --noise realistic --overwrite
+	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

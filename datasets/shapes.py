@@ -1,0 +1,120 @@
+"""The shape library of a recording (``shapes.json``), see docs/interfaces.md §1.
+
+Each shape is a primitive in its own body frame, centred at the shape's centre;
+capsule and cylinder axes lie along body z and ``length`` excludes the caps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vid2sim.datasets.errors import RecordingError
+
+SHAPE_TYPES = ("box", "capsule", "sphere", "cylinder", "mesh")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One library shape. Sizes in metres."""
+
+    name: str
+    type: str
+    size: tuple[float, float, float] | None = None  # box full extents (x, y, z)
+    radius: float | None = None  # capsule, sphere, cylinder
+    length: float | None = None  # capsule (without caps), cylinder
+    file: str | None = None  # mesh, relative to the recording
+
+    def extents(self) -> tuple[float, float, float]:
+        """Full axis-aligned extents of the shape in its body frame (m)."""
+        if self.type == "box":
+            return tuple(self.size)  # type: ignore[return-value]
+        if self.type == "sphere":
+            d = 2 * self.radius
+            return (d, d, d)
+        if self.type == "capsule":
+            d = 2 * self.radius
+            return (d, d, self.length + d)
+        if self.type == "cylinder":
+            d = 2 * self.radius
+            return (d, d, self.length)
+        raise ValueError(f"shape {self.name!r}: extents of a mesh need the mesh loaded")
+
+    def volume(self) -> float:
+        if self.type == "box":
+            return float(self.size[0] * self.size[1] * self.size[2])
+        if self.type == "sphere":
+            return 4.0 / 3.0 * math.pi * self.radius**3
+        if self.type == "capsule":
+            return math.pi * self.radius**2 * self.length + 4.0 / 3.0 * math.pi * self.radius**3
+        if self.type == "cylinder":
+            return math.pi * self.radius**2 * self.length
+        raise ValueError(f"shape {self.name!r}: volume of a mesh needs the mesh loaded")
+
+    def size_scalar(self) -> float:
+        """Largest extent: a body's 'size' in checks such as 'within the body's size'."""
+        return max(self.extents())
+
+    def to_json(self) -> dict:
+        d: dict = {"type": self.type}
+        if self.size is not None:
+            d["size"] = list(self.size)
+        if self.radius is not None:
+            d["radius"] = self.radius
+        if self.length is not None:
+            d["length"] = self.length
+        if self.file is not None:
+            d["file"] = self.file
+        return d
+
+
+def _positive(path: Path, name: str, key: str, v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise RecordingError(path, f"shape {name!r}: {key} must be a number, got {v!r}") from None
+    if not math.isfinite(f) or f <= 0:
+        raise RecordingError(path, f"shape {name!r}: {key} must be finite and > 0, got {v!r}")
+    return f
+
+
+def parse_shape(path: Path, name: str, d: dict) -> Shape:
+    if not isinstance(d, dict) or "type" not in d:
+        raise RecordingError(path, f"shape {name!r} needs a 'type' (one of {', '.join(SHAPE_TYPES)})")
+    t = d["type"]
+    if t not in SHAPE_TYPES:
+        raise RecordingError(path, f"shape {name!r} has unknown type {t!r}; known: {', '.join(SHAPE_TYPES)}")
+    if t == "box":
+        size = d.get("size")
+        if not isinstance(size, (list, tuple)) or len(size) != 3:
+            raise RecordingError(path, f"shape {name!r}: box needs 'size' [x, y, z]")
+        return Shape(name, t, size=tuple(_positive(path, name, "size", s) for s in size))
+    if t == "sphere":
+        return Shape(name, t, radius=_positive(path, name, "radius", d.get("radius")))
+    if t in ("capsule", "cylinder"):
+        return Shape(name, t, radius=_positive(path, name, "radius", d.get("radius")),
+                     length=_positive(path, name, "length", d.get("length")))
+    f = d.get("file")
+    if not isinstance(f, str):
+        raise RecordingError(path, f"shape {name!r}: mesh needs 'file'")
+    if not (path.parent / f).exists():
+        raise RecordingError(path, f"shape {name!r}: mesh file {f!r} does not exist")
+    return Shape(name, t, file=f)
+
+
+def load_shapes(path: str | Path) -> dict[str, Shape]:
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordingError(path, "shapes.json is missing") from None
+    except json.JSONDecodeError as e:
+        raise RecordingError(path, f"not valid JSON ({e})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise RecordingError(path, "must map shape names to shapes, and name at least one")
+    return {name: parse_shape(path, name, d) for name, d in raw.items()}
+
+
+def shapes_to_json(shapes: dict[str, Shape]) -> dict:
+    return {name: s.to_json() for name, s in shapes.items()}

@@ -1,0 +1,74 @@
+"""Atomic file writes: a stage's file is either complete or absent.
+
+Everything goes to a temporary name in the destination folder and is renamed over
+the target with ``os.replace`` (atomic on POSIX within one file system).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+
+class OutputError(RuntimeError):
+    """An output location cannot be written."""
+
+
+def _check_writable(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{folder}: output folder is not writable")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
+
+    ``suffix`` keeps the extension some writers insist on (np.savez appends .npz).
+    """
+    path = Path(path)
+    _check_writable(path.parent)
+    suffix = path.suffix if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def write_npz(path: str | os.PathLike, **arrays: Any) -> None:
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
