@@ -1,0 +1,179 @@
+"""The ``vid2sim`` command line.
+
+Stage subcommands are generated from each stage's frozen ``Config`` dataclass, so
+every setting has exactly one documented default, in the stage module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import logging
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from vid2sim.datasets.errors import RecordingError
+from vid2sim.pipeline import run as runner
+from vid2sim.pipeline.artifacts import ArtifactError
+from vid2sim.pipeline.atomic import OutputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Turn a video of a moving mechanism into a simulation of it (a URDF digital twin).")
+err = Console(stderr=True)
+USER_ERRORS = (RecordingError, ArtifactError, OutputError, runner.StageError, FileExistsError, PermissionError)
+
+
+@app.callback()
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
+                        handlers=[RichHandler(console=err, show_path=False, show_time=False)])
+
+
+def _parse_sets(sets: list[str] | None) -> dict[str, dict]:
+    """``--set stage.key=value`` (value parsed as JSON when it parses, else a string)."""
+    out: dict[str, dict] = {}
+    for s in sets or []:
+        if "=" not in s or "." not in s.split("=", 1)[0]:
+            raise runner.StageError(f"--set {s!r}: expected STAGE.KEY=VALUE, e.g. track.iterations=40")
+        k, v = s.split("=", 1)
+        stage, key = k.split(".", 1)
+        try:
+            val = json.loads(v)
+        except json.JSONDecodeError:
+            val = v
+        out.setdefault(stage, {})[key] = val
+    return out
+
+
+@app.command()
+def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, rott, tree5, cabinet, thrown, pushed."),
+          out: Path = typer.Option(..., "--out", help="Recording folder to write."),
+          seed: int = typer.Option(0, help="Random seed (initial state, noise)."),
+          frames: int = typer.Option(120, help="Number of frames."),
+          fps: float = typer.Option(30.0, help="Frames per second."),
+          size: str = typer.Option("320x240", help="Image size WxH."),
+          noise: str = typer.Option("none", help="Sensor model: none | realistic."),
+          overwrite: bool = typer.Option(False, help="Replace OUT if it exists.")) -> None:
+    """Make a synthetic recording with ground truth (PyBullet physics, independent renderer)."""
+    from vid2sim.datasets.synthetic import MECHANISMS, make_recording
+
+    if name not in MECHANISMS:
+        raise runner.StageError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
+    try:
+        w, h = (int(x) for x in size.lower().split("x"))
+    except ValueError:
+        raise runner.StageError(f"--size {size!r}: expected WxH, e.g. 320x240") from None
+    path = make_recording(name, out, seed=seed, frames=frames, fps=fps, size=(w, h), noise=noise, overwrite=overwrite)
+    err.print(f"[green]wrote[/] {path}")
+
+
+@app.command()
+def convert(src: Path = typer.Argument(..., help="RealSense .bag/.db3 or video file."),
+            dst: Path = typer.Argument(..., help="Recording folder to write."),
+            overwrite: bool = typer.Option(False, help="Replace DST if it exists.")) -> None:
+    """Convert a bag or video into the recording folder format."""
+    from vid2sim.datasets.convert import convert as do_convert
+
+    err.print(f"[green]wrote[/] {do_convert(src, dst, overwrite=overwrite)}")
+
+
+@app.command("inspect")
+def inspect_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or video)."),
+                sheet: Optional[Path] = typer.Option(None, help="Contact-sheet PNG (default: REC_contact.png beside it).")) -> None:
+    """Frame count, sizes, depth range and holes; writes a contact-sheet PNG."""
+    from vid2sim.datasets.inspect import contact_sheet, inspect as do_inspect
+    from vid2sim.datasets.recording import open_recording
+
+    r = open_recording(rec)
+    info = do_inspect(r)
+    print(json.dumps(info, indent=2, default=str))
+    sheet = sheet or rec.parent / f"{rec.name.rstrip('/')}_contact.png"
+    contact_sheet(r, sheet)
+    err.print(f"[green]contact sheet[/] {sheet}")
+
+
+def _progress_printer():
+    def on_stage(name: str, what: str) -> None:
+        colour = {"start": "cyan", "ran": "green", "cached": "blue", "not available": "yellow"}[what]
+        err.print(f"[{colour}]{name:>10}[/] {what if what != 'start' else '...'}")
+    return on_stage
+
+
+@app.command("run")
+def run_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or video)."),
+            out: Path = typer.Option(..., "--out", help="Run folder."),
+            settings: Optional[Path] = typer.Option(None, help="Settings JSON (as saved in a run's settings.json)."),
+            set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a setting: STAGE.KEY=VALUE (repeatable)."),
+            force: bool = typer.Option(False, help="Re-run stages even when cached.")) -> None:
+    """Run every stage in order, re-running only what changed."""
+    configs = runner.resolve_configs(_parse_sets(set_), settings)
+    status = runner.run_pipeline(rec, out, configs, force=force, on_stage=_progress_printer())
+    err.print(f"[bold]run folder[/] {out}")
+    if (out / "report.html").exists():
+        print(out / "report.html")
+    if "not available" in status.values():
+        missing = [k for k, v in status.items() if v == "not available"]
+        err.print(f"[yellow]stopped before {', '.join(missing)}: not implemented in this build (see README)[/]")
+
+
+def _stage_command(spec: runner.StageSpec) -> None:
+    """Register ``vid2sim <stage> REC --out RUN --<setting> ...`` built from the stage's Config."""
+
+    def command(**kwargs: Any) -> None:
+        rec, out, force, sets = kwargs.pop("rec"), kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("set_")
+        overrides = _parse_sets(sets)
+        overrides.setdefault(spec.name, {}).update({k: v for k, v in kwargs.items() if v is not None})
+        configs = runner.resolve_configs(overrides)
+        runner.run_pipeline(rec, out, configs, stages=[spec.name], force=force, on_stage=_progress_printer())
+
+    params = [
+        inspect.Parameter("rec", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                          default=typer.Argument(..., help="Recording (folder, bag or video).")),
+        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                          default=typer.Option(..., "--out", help="Run folder (inputs from earlier stages are read here).")),
+        inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                          default=typer.Option(False, help="Re-run even when cached.")),
+        inspect.Parameter("set_", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
+                          default=typer.Option(None, "--set", help="Override a setting: STAGE.KEY=VALUE.")),
+    ]
+    doc = "Run only this stage."
+    if spec.available():
+        mod = spec.module()
+        cls = getattr(mod, spec.config_class)
+        hints = typing.get_type_hints(cls)
+        doc = (mod.__doc__ or doc).strip().splitlines()[0]
+        for f in dataclasses.fields(cls):
+            t = hints.get(f.name)
+            if t not in (int, float, str, bool):
+                continue  # tuples and the like go through --set
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[t],
+                                            default=typer.Option(None, f"--{f.name.replace('_', '-')}",
+                                                                 help=f"(default {getattr(cls(), f.name)!r})")))
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__doc__ = doc
+    app.command(spec.name, help=doc)(command)
+
+
+for _spec in runner.STAGES:
+    _stage_command(_spec)
+
+
+def main() -> None:
+    try:
+        app()
+    except USER_ERRORS as e:
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

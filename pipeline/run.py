@@ -1,0 +1,240 @@
+"""String the stages together, cache their artifacts, write everything atomically.
+
+A stage runs again only when its inputs changed: its cache key is a hash of the
+stage's settings, the bytes of its input artifacts, the recording's fingerprint and
+the vid2sim version. The key is stored in ``RUN/.cache/<stage>.json`` *after* the
+stage's files were renamed into place, so a run killed mid-stage leaves either the
+old complete state or no cache record, and ``vid2sim run`` resumes from there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from vid2sim.datasets.errors import RecordingError
+from vid2sim.datasets.recording import Recording, open_recording
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
+from vid2sim.pipeline.atomic import write_json
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = "settings.json"
+
+
+class StageError(RuntimeError):
+    """A stage cannot run (missing input, stage not available in this build...)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    config_class: str  # attribute of vid2sim.pipeline.<name>
+    inputs: tuple[str, ...]  # artifact files in RUN this stage reads
+    outputs: tuple[str, ...]  # files in RUN this stage writes
+
+    @property
+    def module_name(self) -> str:
+        return f"vid2sim.pipeline.{self.name}"
+
+    def available(self) -> bool:
+        return importlib.util.find_spec(self.module_name) is not None
+
+    def module(self):
+        return importlib.import_module(self.module_name)
+
+    def default_config(self):
+        return getattr(self.module(), self.config_class)()
+
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec("segment", "SegmentConfig", (), ("segmentation.npz",)),
+    StageSpec("track", "TrackConfig", ("segmentation.npz",), ("poses.npz",)),
+    StageSpec("articulate", "ArticulateConfig", ("poses.npz",), ("articulation.json", "joint_positions.npz")),
+    StageSpec("identify", "IdentifyConfig", ("articulation.json", "joint_positions.npz", "poses.npz"), ("params.json",)),
+    StageSpec("export", "ExportConfig", ("articulation.json", "params.json", "poses.npz"), ("model.urdf",)),
+    StageSpec("forecast", "ForecastConfig", ("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "model.urdf"),
+              ("forecast.npz", "forecast.json")),
+    StageSpec("report", "ReportConfig", ("segmentation.npz",), ("report.html",)),
+)
+STAGE_BY_NAME = {s.name: s for s in STAGES}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("vid2sim")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def config_to_json(cfg: Any) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def config_from_json(cls: type, d: dict, source: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise StageError(f"{source}: unknown setting(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        default = getattr(cls(), k)
+        kwargs[k] = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def _load_inputs(run_dir: Path, spec: StageSpec) -> None:
+    missing = [f for f in spec.inputs if not (run_dir / f).exists()]
+    if missing:
+        raise StageError(f"{run_dir / missing[0]}: missing; stage '{spec.name}' needs {', '.join(spec.inputs)} "
+                         f"(run the earlier stages first, e.g. `vid2sim run`)")
+
+
+def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> None:
+    """Load the stage's inputs, run it, and save its artifacts atomically."""
+    mod = spec.module()
+    _load_inputs(run_dir, spec)
+    p = lambda f: run_dir / f  # noqa: E731
+    shapes = rec.shapes
+    if spec.name in ("segment", "identify", "export") and shapes is None:
+        raise RecordingError(rec.path / "shapes.json", "shapes.json is missing; the segment, identify and export stages need the shape library")
+    if spec.name == "segment":
+        mod.run(cfg, rec, run_dir).save(p("segmentation.npz"))
+    elif spec.name == "track":
+        mod.run(cfg, rec, Segmentation.load(p("segmentation.npz")), run_dir).save(p("poses.npz"))
+    elif spec.name == "articulate":
+        art, jp = mod.run(cfg, PoseTracks.load(p("poses.npz")), run_dir)
+        jp.save(p("joint_positions.npz"))
+        art.save(p("articulation.json"))
+    elif spec.name == "identify":
+        post = mod.run(cfg, Articulation.load(p("articulation.json")), JointPositions.load(p("joint_positions.npz")),
+                       PoseTracks.load(p("poses.npz")), shapes, run_dir)
+        post.save(p("params.json"))
+    elif spec.name == "export":
+        mod.run(cfg, Articulation.load(p("articulation.json")), Posterior.load(p("params.json")), shapes,
+                PoseTracks.load(p("poses.npz")), run_dir)
+    elif spec.name == "forecast":
+        fc = mod.run(cfg, rec, PoseTracks.load(p("poses.npz")), Articulation.load(p("articulation.json")),
+                     JointPositions.load(p("joint_positions.npz")), Posterior.load(p("params.json")), run_dir)
+        fc.save(run_dir)
+    elif spec.name == "report":
+        mod.run(cfg, rec, run_dir)
+    else:  # pragma: no cover - STAGES is closed
+        raise StageError(f"unknown stage {spec.name}")
+    for f in spec.outputs:
+        if not (run_dir / f).exists():
+            raise StageError(f"{run_dir / f}: stage '{spec.name}' finished without writing it")
+
+
+def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"stage": spec.name, "config": config_to_json(cfg), "version": _version(),
+                         "recording": rec.fingerprint()}, sort_keys=True).encode())
+    for f in spec.inputs:
+        h.update(f.encode() + _file_digest(run_dir / f).encode())
+    return h.hexdigest()
+
+
+def is_cached(spec: StageSpec, key: str, run_dir: Path) -> bool:
+    rec_file = run_dir / ".cache" / f"{spec.name}.json"
+    if not rec_file.exists() or not all((run_dir / f).exists() for f in spec.outputs):
+        return False
+    try:
+        stored = json.loads(rec_file.read_text())
+    except json.JSONDecodeError:
+        return False
+    if stored.get("key") != key:
+        return False
+    # An output edited (or damaged) after the stage wrote it invalidates the cache.
+    return all(stored.get("outputs", {}).get(f) == _file_digest(run_dir / f) for f in spec.outputs)
+
+
+def run_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, force: bool = False) -> bool:
+    """Run one stage unless cached. Returns True when it ran."""
+    _load_inputs(run_dir, spec)
+    key = cache_key(spec, cfg, rec, run_dir)
+    if not force and is_cached(spec, key, run_dir):
+        log.info("%s: up to date (cached)", spec.name)
+        return False
+    t0 = time.perf_counter()
+    _call_stage(spec, cfg, rec, run_dir)
+    outputs = {f: _file_digest(run_dir / f) for f in spec.outputs}
+    write_json(run_dir / ".cache" / f"{spec.name}.json",
+               {"key": key, "outputs": outputs, "seconds": round(time.perf_counter() - t0, 3)})
+    return True
+
+
+def resolve_configs(overrides: dict[str, dict] | None = None, settings_file: Path | None = None) -> dict[str, Any]:
+    """Default configs of the available stages, updated from a settings file and overrides."""
+    base: dict[str, dict] = {}
+    if settings_file is not None:
+        try:
+            base = json.loads(Path(settings_file).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise StageError(f"{settings_file}: cannot read settings ({e})") from None
+    for stage, d in (overrides or {}).items():
+        base.setdefault(stage, {}).update(d)
+    unknown = sorted(set(base) - set(STAGE_BY_NAME))
+    if unknown:
+        raise StageError(f"{settings_file or 'settings'}: unknown stage(s) {', '.join(unknown)}")
+    configs = {}
+    for spec in STAGES:
+        if not spec.available():
+            continue
+        cls = getattr(spec.module(), spec.config_class)
+        configs[spec.name] = config_from_json(cls, base.get(spec.name, {}), str(settings_file or "settings"))
+    return configs
+
+
+def run_pipeline(recording: str | Path, run_dir: str | Path, configs: dict[str, Any] | None = None,
+                 stages: list[str] | None = None, force: bool = False,
+                 on_stage: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """Run the stages in order; returns {stage: 'ran' | 'cached' | 'not available'}.
+
+    Stages missing from this build stop the chain (later stages need their files);
+    that is reported, never papered over.
+    """
+    rec = open_recording(recording)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    configs = configs if configs is not None else resolve_configs()
+    write_json(run_dir / SETTINGS_FILE, {name: config_to_json(c) for name, c in configs.items()})
+    wanted = stages or [s.name for s in STAGES]
+    status: dict[str, str] = {}
+    for spec in STAGES:
+        if spec.name not in wanted:
+            continue
+        if spec.name not in configs:
+            status[spec.name] = "not available"
+            if on_stage:
+                on_stage(spec.name, "not available")
+            log.warning("stage '%s' is not available in this build; stopping before it", spec.name)
+            # The report shows whatever exists, so it still runs when it can.
+            report = STAGE_BY_NAME["report"]
+            if "report" in wanted and "report" in configs and all((run_dir / f).exists() for f in report.inputs):
+                ran = run_stage(report, configs["report"], rec, run_dir, force=force)
+                status["report"] = "ran" if ran else "cached"
+            break
+        if on_stage:
+            on_stage(spec.name, "start")
+        ran = run_stage(spec, configs[spec.name], rec, run_dir, force=force)
+        status[spec.name] = "ran" if ran else "cached"
+        if on_stage:
+            on_stage(spec.name, status[spec.name])
+    return status
