@@ -98,6 +98,24 @@ def inspect_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or 
     err.print(f"[green]contact sheet[/] {sheet}")
 
 
+@app.command()
+def batch(recs: list[Path] = typer.Argument(..., help="Recordings (folders, bags or videos)."),
+          out: Path = typer.Option(..., "--out", help="Folder for one run folder per recording and the summary."),
+          ray_address: Optional[str] = typer.Option(None, help="Existing Ray cluster address (default: start a local one)."),
+          set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a setting: STAGE.KEY=VALUE."),
+          num_cpus: Optional[int] = typer.Option(None, help="CPUs of the local Ray cluster (default: all).")) -> None:
+    """Process many recordings on Ray; a failed recording does not stop the others."""
+    from vid2sim.pipeline.batch import run_batch
+
+    rows = run_batch(recs, out, ray_address=ray_address, overrides=_parse_sets(set_), num_cpus=num_cpus)
+    for r in rows:
+        colour = {"ok": "green", "partial": "yellow"}.get(r["status"], "red")
+        err.print(f"[{colour}]{r['status']:>8}[/] {r['recording']}  {r['error']}", highlight=False)
+    print(out / "summary.html")
+    if any(r["status"] == "failed" for r in rows):
+        sys.exit(1)
+
+
 def _progress_printer():
     def on_stage(name: str, what: str) -> None:
         colour = {"start": "cyan", "ran": "green", "cached": "blue", "not available": "yellow"}[what]
