@@ -1,0 +1,490 @@
+"""Export stage: the digital twin as ``model.urdf`` (and ``model.xml``, MJCF).
+
+One link per tracked body, one URDF joint per inferred joint, in world coordinates
+at frame 0 (docs/interfaces.md §2):
+
+* Link frames. A body's link frame has the body's orientation at frame 0; its origin
+  is the point of the joint axis closest to the body's centre for a revolute joint
+  (a URDF revolute joint rotates about its child link's origin) and the body's
+  centre at frame 0 otherwise. Every joint coordinate is therefore 0 at frame 0:
+  revolute q = rotation angle about ``axis`` (right hand), prismatic q = displacement
+  along ``axis`` (m), both measured from frame 0. ``joint_coordinates`` computes
+  q(t) from pose tracks under this convention (used for the limits, and by forecast).
+* Fixed base: a link named ``world`` (no inertial) is the root, and every tree hangs
+  from it. Floating base (one tree whose root joint is ``free``): the root body is
+  the URDF root and its world pose is ``root_pose`` in joint_positions.npz. A free
+  body beside world-attached trees gets a URDF ``floating`` joint.
+* Planar joints (normal ``axis``) become three URDF joints through two tiny dummy
+  links: ``<joint>_x``, ``<joint>_y`` (prismatic, in-plane directions chosen from the
+  normal by ``plane_basis``) and ``<joint>_theta`` (revolute about the normal), since
+  PyBullet and MuJoCo read no URDF ``planar`` joint.
+* Mass from ``<body>.mass`` when identified, else shape volume x ``density``; centre of
+  mass from ``<body>.com_x|y|z`` (body frame, m) else the shape centre; inertia from
+  ``<body>.ixx|iyy|izz|ixy|ixz|iyz`` (body frame, about the COM) else the uniform-
+  density inertia of the shape scaled to the mass. Inertias are made physically valid
+  (symmetric, principal moments > 0 and obeying the triangle inequality).
+* Geometry from the shape library, visual and collision alike. A capsule is written
+  as a cylinder plus two spheres (every URDF reader understands those; MJCF gets a
+  native capsule). Meshes keep their file name, relative to the recording.
+* Joint limits: the range observed in the tracks plus ``limit_margin`` of it each
+  side (at least ``min_margin_rad``/``min_margin_m``); a revolute joint seen turning
+  through more than ``continuous_above_rad`` becomes ``continuous``.
+  ``<dynamics damping friction>`` from ``<joint>.damping`` / ``<joint>.friction``.
+
+It deliberately does not simulate or check the model; tests load it in PyBullet,
+MuJoCo, Pinocchio and yourdfpy.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from vid2sim.datasets.shapes import Shape
+from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
+from vid2sim.pipeline.atomic import write_text
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.urdf"
+MJCF_FILE = "model.xml"
+DUMMY_MASS = 1e-4  # kg, the planar joint's intermediate links
+DUMMY_INERTIA = 1e-8  # kg m^2
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Settings of the export stage."""
+
+    density: float = 500.0  # kg/m^3: mass = volume x density for bodies without an identified mass
+    limit_margin: float = 0.1  # joint limits: observed range widened by this fraction of it on each side
+    min_margin_rad: float = 0.1  # ... but by at least this much (rad) for revolute joints
+    min_margin_m: float = 0.02  # ... and at least this much (m) for prismatic joints
+    continuous_above_rad: float = 6.0  # revolute joints observed turning further become 'continuous'
+    effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
+    velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
+    mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def _rpy(R: np.ndarray) -> np.ndarray:
+    """URDF roll-pitch-yaw (fixed axes x, y, z: R = Rz(y) Ry(p) Rx(r))."""
+    return Rotation.from_matrix(R).as_euler("xyz")
+
+
+def _fmt(v) -> str:
+    return " ".join(f"{float(x):.9g}" for x in np.atleast_1d(v))
+
+
+def _inv(T: np.ndarray) -> np.ndarray:
+    Ti = np.eye(4)
+    Ti[:3, :3] = T[:3, :3].T
+    Ti[:3, 3] = -T[:3, :3].T @ T[:3, 3]
+    return Ti
+
+
+def plane_basis(normal) -> tuple[np.ndarray, np.ndarray]:
+    """Two in-plane unit vectors (u, v) with u x v = normal, u as close to world x as possible."""
+    n = np.asarray(normal, float) / np.linalg.norm(normal)
+    ref = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
+    u = ref - n * (ref @ n)
+    u /= np.linalg.norm(u)
+    return u, np.cross(n, u)
+
+
+def shape_inertia(shape: Shape, mass: float) -> np.ndarray:
+    """(3, 3) inertia about the shape centre in its body frame, uniform density (kg m^2)."""
+    m = mass
+    if shape.type == "box":
+        a, b, c = shape.size
+        return np.diag([m * (b * b + c * c), m * (a * a + c * c), m * (a * a + b * b)]) / 12.0
+    if shape.type == "sphere":
+        return np.eye(3) * 0.4 * m * shape.radius**2
+    r = shape.radius if shape.radius is not None else 0.05
+    if shape.type == "cylinder":
+        L = shape.length
+        ixx = m * (3 * r * r + L * L) / 12.0
+        return np.diag([ixx, ixx, 0.5 * m * r * r])
+    if shape.type == "capsule":
+        L = shape.length
+        v_cyl, v_sph = math.pi * r * r * L, 4.0 / 3.0 * math.pi * r**3
+        m_cyl, m_hemi = m * v_cyl / (v_cyl + v_sph), 0.5 * m * v_sph / (v_cyl + v_sph)
+        # hemisphere COM sits 3r/8 from its flat face (standard capsule inertia)
+        ixx = m_cyl * (L * L / 12 + r * r / 4) + 2 * m_hemi * (0.4 * r * r + L * L / 4 + 3 * L * r / 8)
+        izz = 0.5 * m_cyl * r * r + 2 * 0.4 * m_hemi * r * r
+        return np.diag([ixx, ixx, izz])
+    return np.eye(3) * 0.4 * m * 0.05**2  # mesh without a loaded mesh: a 5 cm sphere
+
+
+def shape_volume(shape: Shape) -> float:
+    try:
+        return shape.volume()
+    except ValueError:
+        return 4.0 / 3.0 * math.pi * 0.05**3
+
+
+def valid_inertia(I: np.ndarray, mass: float) -> np.ndarray:
+    """Nearest physically valid inertia: symmetric, positive definite, triangle inequality."""
+    I = 0.5 * (np.asarray(I, float) + np.asarray(I, float).T)
+    w, V = np.linalg.eigh(I)
+    floor = max(1e-9, 1e-6 * mass * 1e-4, 1e-6 * float(np.max(np.abs(w))))
+    w = np.maximum(w, floor)
+    for _ in range(3):  # the largest principal moment may not exceed the sum of the other two
+        k = int(np.argmax(w))
+        others = w.sum() - w[k]
+        if w[k] > others:
+            w[k] = others
+    return V @ np.diag(w) @ V.T
+
+
+# ----------------------------------------------------------------------------- conventions
+
+
+def _body_index(poses: PoseTracks) -> dict[str, int]:
+    return {b: i for i, b in enumerate(poses.body_names)}
+
+
+def link_frames(art: Articulation, poses: PoseTracks) -> dict[str, np.ndarray]:
+    """T_world_link (4, 4) at frame 0 for every body, under the convention in the module docstring."""
+    idx = _body_index(poses)
+    frames = {}
+    for b in art.bodies:
+        T = poses.world_from_body[0, idx[b]].copy()
+        j = art.joint_of(b)
+        if j is not None and j.type == "revolute":
+            a = np.asarray(j.axis, float) / np.linalg.norm(j.axis)
+            p = np.asarray(j.pivot, float)
+            c = T[:3, 3]
+            T[:3, 3] = p + a * ((c - p) @ a)
+        frames[b] = T
+    return frames
+
+
+def _axis_angle_about(R: np.ndarray, axis_local: np.ndarray) -> float:
+    """Rotation angle of R about a given unit axis (robust to small off-axis noise)."""
+    v = 0.5 * np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    return math.atan2(float(axis_local @ v), 0.5 * (np.trace(R) - 1.0))
+
+
+def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], np.ndarray]:
+    """(names, q (T, dofs)): the URDF joint coordinates of the tracked poses (free joints excluded).
+
+    Revolute angles are unwrapped over time; planar joints give ``_x, _y, _theta``.
+    """
+    idx = _body_index(poses)
+    frames = link_frames(art, poses)
+    W = poses.world_from_body
+    T_n = W.shape[0]
+    names, cols = [], []
+    for j in art.joints:
+        if j.type in ("fixed", "free"):
+            continue
+        c = idx[j.child]
+        T_bl = _inv(W[0, c]) @ frames[j.child]  # link in body, constant
+        T_wl = W[:, c] @ T_bl  # (T, 4, 4) child link over time
+        if j.parent == "world":
+            T_wp = np.broadcast_to(np.eye(4), (T_n, 4, 4))
+            T_pl0 = frames[j.child]
+        else:
+            p = idx[j.parent]
+            T_wp = W[:, p] @ (_inv(W[0, p]) @ frames[j.parent])
+            T_pl0 = _inv(frames[j.parent]) @ frames[j.child]
+        # motion of the child link relative to its frame-0 placement on the parent, in link axes
+        D = np.einsum("ij,tjk,tkl->til", _inv(T_pl0), np.linalg.inv(T_wp), T_wl)
+        a_link = frames[j.child][:3, :3].T @ np.asarray(j.axis, float)
+        if j.type == "revolute":
+            q = np.unwrap([_axis_angle_about(Dt[:3, :3], a_link) for Dt in D])
+            names.append(j.name)
+            cols.append(q)
+        elif j.type == "prismatic":
+            names.append(j.name)
+            cols.append(D[:, :3, 3] @ a_link)
+        elif j.type == "planar":
+            u, v = plane_basis(j.axis)
+            R0 = frames[j.child][:3, :3]
+            d_world = np.einsum("ij,tj->ti", R0, D[:, :3, 3])
+            names += [f"{j.name}_x", f"{j.name}_y", f"{j.name}_theta"]
+            cols += [d_world @ u, d_world @ v, np.unwrap([_axis_angle_about(Dt[:3, :3], a_link) for Dt in D])]
+    q = np.stack(cols, axis=1) if cols else np.zeros((T_n, 0))
+    return names, q
+
+
+def is_floating(art: Articulation) -> bool:
+    """True when the mechanism is one tree whose root joint is free (URDF root = that body)."""
+    roots = [j for j in art.joints if j.parent == "world"]
+    return len(roots) == 1 and roots[0].type == "free"
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class BodyInertial:
+    mass: float
+    com_body: np.ndarray  # (3,) in the body (shape) frame
+    inertia_body: np.ndarray  # (3, 3) about the COM in body axes
+
+
+def body_inertial(body: str, shape: Shape, estimate: dict[str, float], density: float) -> BodyInertial:
+    mass = estimate.get(f"{body}.mass", shape_volume(shape) * density)
+    mass = max(float(mass), 1e-6)
+    com = np.array([estimate.get(f"{body}.com_{k}", 0.0) for k in "xyz"], float)
+    I = shape_inertia(shape, mass)
+    keys = {"ixx": (0, 0), "iyy": (1, 1), "izz": (2, 2), "ixy": (0, 1), "ixz": (0, 2), "iyz": (1, 2)}
+    for k, (r, c) in keys.items():
+        if f"{body}.{k}" in estimate:
+            I[r, c] = I[c, r] = estimate[f"{body}.{k}"]
+    return BodyInertial(mass, com, valid_inertia(I, mass))
+
+
+# ----------------------------------------------------------------------------- URDF
+
+
+def _origin(parent: ET.Element, T: np.ndarray) -> None:
+    ET.SubElement(parent, "origin", xyz=_fmt(T[:3, 3]), rpy=_fmt(_rpy(T[:3, :3])))
+
+
+def _geometry(parent: ET.Element, kind: str, name: str, shape: Shape, T_link_body: np.ndarray) -> None:
+    """Visual or collision element(s) of one shape; a capsule is a cylinder + two spheres."""
+    parts: list[tuple[np.ndarray, str, dict]] = []
+    if shape.type == "box":
+        parts.append((np.eye(4), "box", {"size": _fmt(shape.size)}))
+    elif shape.type == "sphere":
+        parts.append((np.eye(4), "sphere", {"radius": _fmt(shape.radius)}))
+    elif shape.type == "cylinder":
+        parts.append((np.eye(4), "cylinder", {"radius": _fmt(shape.radius), "length": _fmt(shape.length)}))
+    elif shape.type == "capsule":
+        parts.append((np.eye(4), "cylinder", {"radius": _fmt(shape.radius), "length": _fmt(shape.length)}))
+        for s in (-1, 1):
+            T = np.eye(4)
+            T[2, 3] = s * shape.length / 2
+            parts.append((T, "sphere", {"radius": _fmt(shape.radius)}))
+    else:
+        parts.append((np.eye(4), "mesh", {"filename": str(shape.file)}))
+    for i, (T, geom, attrs) in enumerate(parts):
+        el = ET.SubElement(parent, kind, name=f"{name}_{kind}{i}")
+        _origin(el, T_link_body @ T)
+        g = ET.SubElement(el, "geometry")
+        ET.SubElement(g, geom, **attrs)
+        if kind == "visual":
+            ET.SubElement(el, "material", name=f"{name}_color")
+
+
+def _inertial(parent: ET.Element, mass: float, com: np.ndarray, R: np.ndarray, I: np.ndarray) -> None:
+    el = ET.SubElement(parent, "inertial")
+    ET.SubElement(el, "origin", xyz=_fmt(com), rpy=_fmt(_rpy(R)))
+    ET.SubElement(el, "mass", value=_fmt(mass))
+    ET.SubElement(el, "inertia", ixx=_fmt(I[0, 0]), ixy=_fmt(I[0, 1]), ixz=_fmt(I[0, 2]),
+                  iyy=_fmt(I[1, 1]), iyz=_fmt(I[1, 2]), izz=_fmt(I[2, 2]))
+
+
+def _dummy_link(robot: ET.Element, name: str) -> None:
+    link = ET.SubElement(robot, "link", name=name)
+    _inertial(link, DUMMY_MASS, np.zeros(3), np.eye(3), np.eye(3) * DUMMY_INERTIA)
+
+
+def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits, damping, friction, cfg) -> None:
+    el = ET.SubElement(robot, "joint", name=name, type=jtype)
+    _origin(el, T_parent_joint)
+    ET.SubElement(el, "parent", link=parent)
+    ET.SubElement(el, "child", link=child)
+    if jtype in ("revolute", "prismatic", "continuous"):
+        ET.SubElement(el, "axis", xyz=_fmt(axis))
+        attrs = {"effort": _fmt(cfg.effort_limit), "velocity": _fmt(cfg.velocity_limit)}
+        if jtype != "continuous":
+            attrs.update(lower=_fmt(limits[0]), upper=_fmt(limits[1]))
+        ET.SubElement(el, "limit", **attrs)
+        ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
+
+
+def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, float, bool]:
+    lo, hi = (float(q.min()), float(q.max())) if q.size else (0.0, 0.0)
+    margin = max(cfg.limit_margin * (hi - lo), cfg.min_margin_rad if revolute else cfg.min_margin_m)
+    continuous = revolute and (hi - lo) > cfg.continuous_above_rad
+    return lo - margin, hi + margin, continuous
+
+
+def _tree_order(art: Articulation) -> list[Joint]:
+    """Joints ordered parents-first."""
+    done, order, pending = {"world"}, [], list(art.joints)
+    while pending:
+        ready = [j for j in pending if j.parent in done]
+        if not ready:
+            raise ValueError(f"articulation has a cycle or dangling parent among {[j.name for j in pending]}")
+        for j in ready:
+            order.append(j)
+            done.add(j.child)
+            pending.remove(j)
+    return order
+
+
+def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],
+               poses: PoseTracks, name: str = "vid2sim_twin") -> str:
+    """The URDF text of the twin (see the module docstring for every convention)."""
+    estimate = dict(post.estimate) if post is not None else {}
+    idx = _body_index(poses)
+    frames = link_frames(art, poses)
+    qnames, qs = joint_coordinates(art, poses)
+    qcol = {n: qs[:, i] for i, n in enumerate(qnames)}
+    floating = is_floating(art)
+    joints = _tree_order(art)
+    # bodies without a joint float (a URDF needs every link connected)
+    for b in art.bodies:
+        if art.joint_of(b) is None:
+            joints.append(Joint(f"{b}_free", "free", "world", b, pivot=tuple(frames[b][:3, 3])))
+
+    robot = ET.Element("robot", name=name)
+    colors = [(0.85, 0.33, 0.1), (0.0, 0.45, 0.74), (0.47, 0.67, 0.19), (0.49, 0.18, 0.56), (0.93, 0.69, 0.13), (0.3, 0.75, 0.93)]
+    for i, b in enumerate(art.bodies):
+        mat = ET.SubElement(robot, "material", name=f"{b}_color")
+        ET.SubElement(mat, "color", rgba=_fmt((*colors[i % len(colors)], 1.0)))
+    if not floating:
+        ET.SubElement(robot, "link", name="world")
+    for b in art.bodies:
+        shape = shapes[poses.shape_names[idx[b]]]
+        T_link_body = _inv(frames[b]) @ poses.world_from_body[0, idx[b]]
+        bi = body_inertial(b, shape, estimate, cfg.density)
+        link = ET.SubElement(robot, "link", name=b)
+        R_lb = T_link_body[:3, :3]
+        _inertial(link, bi.mass, T_link_body[:3, :3] @ bi.com_body + T_link_body[:3, 3], R_lb, bi.inertia_body)
+        _geometry(link, "visual", b, shape, T_link_body)
+        _geometry(link, "collision", b, shape, T_link_body)
+
+    for j in joints:
+        if floating and j.parent == "world":
+            continue  # the floating root is the URDF root; root_pose places it
+        T_wp = np.eye(4) if j.parent == "world" else frames[j.parent]
+        T_pj = _inv(T_wp) @ frames[j.child]
+        a_link = frames[j.child][:3, :3].T @ np.asarray(j.axis, float)
+        damping = estimate.get(f"{j.name}.damping", 0.0)
+        friction = estimate.get(f"{j.name}.friction", 0.0)
+        if j.type in ("revolute", "prismatic"):
+            lo, hi, cont = _limits(qcol[j.name], j.type == "revolute", cfg)
+            jtype = "continuous" if cont else j.type
+            _urdf_joint(robot, j.name, jtype, j.parent, j.child, T_pj, a_link, (lo, hi), damping, friction, cfg)
+        elif j.type == "fixed":
+            _urdf_joint(robot, j.name, "fixed", j.parent, j.child, T_pj, None, None, 0, 0, cfg)
+        elif j.type == "free":
+            _urdf_joint(robot, j.name, "floating", j.parent, j.child, T_pj, None, None, 0, 0, cfg)
+        elif j.type == "planar":
+            u, v = plane_basis(j.axis)
+            R_link = frames[j.child][:3, :3]
+            dx, dy = f"{j.child}__{j.name}_x", f"{j.child}__{j.name}_y"
+            _dummy_link(robot, dx)
+            _dummy_link(robot, dy)
+            for nm, par, ch, T, ax in ((f"{j.name}_x", j.parent, dx, T_pj, R_link.T @ u),
+                                       (f"{j.name}_y", dx, dy, np.eye(4), R_link.T @ v)):
+                lo, hi, _ = _limits(qcol[nm], False, cfg)
+                _urdf_joint(robot, nm, "prismatic", par, ch, T, ax, (lo, hi), damping, friction, cfg)
+            lo, hi, cont = _limits(qcol[f"{j.name}_theta"], True, cfg)
+            _urdf_joint(robot, f"{j.name}_theta", "continuous" if cont else "revolute", dy, j.child, np.eye(4),
+                        a_link, (lo, hi), damping, friction, cfg)
+    ET.indent(robot)
+    return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
+
+
+# ----------------------------------------------------------------------------- MJCF
+
+
+def build_mjcf(urdf_text: str, name: str = "vid2sim_twin") -> str:
+    """MJCF of the same model, converted from our own URDF (native capsules lost: the URDF
+    parts are kept, which MuJoCo reads equally well). Free joints become ``<freejoint>``."""
+    root = ET.fromstring(urdf_text)
+    links = {l.get("name"): l for l in root.findall("link")}
+    children: dict[str, list[ET.Element]] = {}
+    child_of = set()
+    for j in root.findall("joint"):
+        children.setdefault(j.find("parent").get("link"), []).append(j)
+        child_of.add(j.find("child").get("link"))
+    mj = ET.Element("mujoco", model=name)
+    ET.SubElement(mj, "compiler", angle="radian", autolimits="true")
+    ET.SubElement(mj, "option", gravity="0 0 -9.81", timestep="0.002")
+    world = ET.SubElement(mj, "worldbody")
+    ET.SubElement(world, "light", pos="0 0 3", dir="0 0 -1")
+
+    def quat(rpy: str) -> str:
+        x, y, z, w = Rotation.from_euler("xyz", [float(s) for s in rpy.split()]).as_quat()
+        return _fmt((w, x, y, z))
+
+    def fill(body: ET.Element, link: ET.Element) -> None:
+        ine = link.find("inertial")
+        if ine is not None:
+            o, I = ine.find("origin"), ine.find("inertia")
+            Ib = np.array([[I.get("ixx"), I.get("ixy"), I.get("ixz")], [I.get("ixy"), I.get("iyy"), I.get("iyz")],
+                           [I.get("ixz"), I.get("iyz"), I.get("izz")]], float)
+            R = Rotation.from_euler("xyz", [float(s) for s in o.get("rpy").split()]).as_matrix()
+            Il = R @ Ib @ R.T  # MJCF: fullinertia is in the body frame and excludes quat
+            ET.SubElement(body, "inertial", pos=o.get("xyz"), mass=ine.find("mass").get("value"),
+                          fullinertia=_fmt([Il[0, 0], Il[1, 1], Il[2, 2], Il[0, 1], Il[0, 2], Il[1, 2]]))
+        for kind, group in (("visual", "1"), ("collision", "0")):
+            for el in link.findall(kind):
+                o, g = el.find("origin"), el.find("geometry")[0]
+                attrs = {"pos": o.get("xyz"), "quat": quat(o.get("rpy")), "group": group}
+                if kind == "visual":
+                    attrs.update(contype="0", conaffinity="0")
+                if g.tag == "box":
+                    attrs.update(type="box", size=_fmt(np.array(g.get("size").split(), float) / 2))
+                elif g.tag == "sphere":
+                    attrs.update(type="sphere", size=g.get("radius"))
+                elif g.tag == "cylinder":
+                    attrs.update(type="cylinder", size=_fmt((float(g.get("radius")), float(g.get("length")) / 2)))
+                else:
+                    continue  # meshes: MJCF needs an <asset>; the URDF carries them
+                ET.SubElement(body, "geom", **attrs)
+
+    def add(parent_el: ET.Element, link_name: str) -> None:
+        for j in children.get(link_name, []):
+            ch = j.find("child").get("link")
+            o = j.find("origin")
+            b = ET.SubElement(parent_el, "body", name=ch, pos=o.get("xyz"), quat=quat(o.get("rpy")))
+            t = j.get("type")
+            if t == "floating":
+                ET.SubElement(b, "freejoint", name=j.get("name"))
+            elif t != "fixed":
+                d = j.find("dynamics")
+                attrs = {"name": j.get("name"), "type": "slide" if t == "prismatic" else "hinge",
+                         "axis": j.find("axis").get("xyz"), "damping": d.get("damping"), "frictionloss": d.get("friction")}
+                lim = j.find("limit")
+                if lim is not None and lim.get("lower") is not None:
+                    attrs["range"] = f"{lim.get('lower')} {lim.get('upper')}"
+                ET.SubElement(b, "joint", **attrs)
+            fill(b, links[ch])
+            add(b, ch)
+
+    roots = [n for n in links if n not in child_of]
+    for r in roots:
+        if r == "world":
+            add(world, "world")
+        else:  # floating base
+            b = ET.SubElement(world, "body", name=r)
+            ET.SubElement(b, "freejoint", name=f"{r}_root")
+            fill(b, links[r])
+            add(b, r)
+    ET.indent(mj)
+    return ET.tostring(mj, encoding="unicode") + "\n"
+
+
+# ----------------------------------------------------------------------------- stage
+
+
+def run(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],
+        poses: PoseTracks, out_dir: Path) -> Path:
+    """Write ``out_dir/model.urdf`` (and ``model.xml`` when ``cfg.mjcf``); return the URDF path."""
+    out_dir = Path(out_dir)
+    missing = [s for s in poses.shape_names if s not in shapes]
+    if missing:
+        raise ValueError(f"export: shapes {missing} of the pose tracks are not in the shape library")
+    urdf = build_urdf(cfg, art, post, shapes, poses)
+    path = out_dir / MODEL_FILE
+    write_text(path, urdf)
+    if cfg.mjcf:
+        write_text(out_dir / MJCF_FILE, build_mjcf(urdf))
+    log.info("export: wrote %s (%d links, %d joints)", path, len(art.bodies), len(art.joints))
+    return path
