@@ -1,0 +1,319 @@
+"""Ground-truth motion of a synthetic mechanism, simulated by PyBullet.
+
+The dynamics deliberately come from PyBullet (Coumans & Bai), never from
+``vid2sim.models.dynamics``, so that our identification is judged against physics it
+did not make. A ``Mechanism`` becomes a URDF in world coordinates (fixed-base ones
+hang from a link named ``world``; a floating one has its root body as base), loaded
+in DIRECT mode with default motors off, PyBullet's default link damping off, joint
+damping set explicitly, stepped at ``SIM_HZ`` or faster with whole substeps per frame.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from vid2sim.datasets.recording import Camera
+from vid2sim.datasets.shapes import Shape
+from vid2sim.datasets.synthetic.mechanisms import GRAVITY, Mechanism, Tip
+
+SIM_HZ = 960.0
+
+
+@dataclass(frozen=True)
+class SyntheticTruth:
+    """Everything known about one simulated clip.
+
+    truth: the truth.json dict (docs/interfaces.md); world_from_body: (T, M, 4, 4)
+    shape-centre poses, bodies in truth order; q: (T, dofs) URDF joint positions of the
+    non-fixed URDF joints ``joint_names``; root_pose: (T, 7) x, y, z, qx, qy, qz, qw of
+    the floating root (None for fixed-base); tip_position: (T, 3) or None.
+    """
+
+    name: str
+    truth: dict
+    world_from_body: np.ndarray
+    shapes: dict[str, Shape]
+    urdf: str
+    q: np.ndarray
+    joint_names: list[str]
+    camera: Camera
+    fps: float
+    colours: dict[str, tuple[float, float, float]]
+    root_pose: np.ndarray | None = None
+    tip_position: np.ndarray | None = None
+
+    @property
+    def body_names(self) -> list[str]:
+        return [b["name"] for b in self.truth["bodies"]]
+
+
+# ---------------------------------------------------------------- inertia and URDF
+
+def inertia_diag(shape: Shape, mass: float) -> tuple[float, float, float]:
+    """Principal moments (Ixx, Iyy, Izz) about the shape centre, uniform density."""
+    if shape.type == "box":
+        x, y, z = shape.size
+        return (mass * (y * y + z * z) / 12, mass * (x * x + z * z) / 12, mass * (x * x + y * y) / 12)
+    r = shape.radius
+    if shape.type == "sphere":
+        i = 0.4 * mass * r * r
+        return (i, i, i)
+    L = shape.length
+    if shape.type == "cylinder":
+        ixx = mass * (3 * r * r + L * L) / 12
+        return (ixx, ixx, 0.5 * mass * r * r)
+    if shape.type == "capsule":
+        vc, vs = math.pi * r * r * L, 4.0 / 3.0 * math.pi * r**3
+        mc = mass * vc / (vc + vs)
+        ms = mass - mc
+        izz = 0.5 * mc * r * r + 0.4 * ms * r * r
+        # Two hemispheres: own moment 83/320 m r^2 about their centroid, which sits
+        # 3r/8 beyond the cylinder end (parallel-axis theorem).
+        ixx = mc * (3 * r * r + L * L) / 12 + ms * (83.0 / 320.0 * r * r + (L / 2 + 3 * r / 8) ** 2)
+        return (ixx, ixx, izz)
+    raise ValueError(f"no inertia for shape type {shape.type!r}")
+
+
+def _geometry_xml(shape: Shape) -> str:
+    if shape.type == "box":
+        return '<box size="%.9g %.9g %.9g"/>' % tuple(shape.size)
+    if shape.type == "sphere":
+        return f'<sphere radius="{shape.radius:.9g}"/>'
+    return f'<{shape.type} radius="{shape.radius:.9g}" length="{shape.length:.9g}"/>'
+
+
+def _origin_xml(T: np.ndarray) -> str:
+    rpy = Rotation.from_matrix(T[:3, :3]).as_euler("xyz")  # URDF: R = Rz(y) Ry(p) Rx(r)
+    return '<origin xyz="%.12g %.12g %.12g" rpy="%.12g %.12g %.12g"/>' % (*T[:3, 3], *rpy)
+
+
+def link_frames(mech: Mechanism) -> dict[str, np.ndarray]:
+    """URDF link frame of each body at the nominal configuration (world coordinates).
+
+    A link's frame is its joint frame: at the pivot, oriented like the body. The root
+    body of a floating mechanism (and ``world``) has its frame at the shape centre.
+    """
+    frames = {"world": np.eye(4)}
+    for b in mech.bodies:
+        frames[b.name] = b.T_world_body.copy()
+    for j in mech.joints:
+        if j.type in ("revolute", "prismatic", "fixed") and j.pivot is not None:
+            frames[j.child][:3, 3] = j.pivot
+    return frames
+
+
+def build_urdf(mech: Mechanism) -> str:
+    """The URDF PyBullet simulates, in world coordinates at the nominal configuration."""
+    frames = link_frames(mech)
+    parts = [f'<?xml version="1.0"?>\n<robot name="{escape(mech.name)}">']
+    if mech.root is None:
+        parts.append('  <link name="world"/>')
+    for b in mech.bodies:
+        c_link = frames[b.name][:3, :3].T @ (b.T_world_body[:3, 3] - frames[b.name][:3, 3])
+        T_off = np.eye(4)
+        T_off[:3, 3] = c_link
+        ixx, iyy, izz = inertia_diag(b.shape, b.mass)
+        geom = _geometry_xml(b.shape)
+        rgba = "%.3g %.3g %.3g 1" % b.colour
+        parts.append(
+            f'  <link name="{escape(b.name)}">\n'
+            f'    <inertial>{_origin_xml(T_off)}<mass value="{b.mass:.9g}"/>'
+            f'<inertia ixx="{ixx:.9g}" ixy="0" ixz="0" iyy="{iyy:.9g}" iyz="0" izz="{izz:.9g}"/></inertial>\n'
+            f'    <visual>{_origin_xml(T_off)}<geometry>{geom}</geometry>'
+            f'<material name="{escape(b.name)}_mat"><color rgba="{rgba}"/></material></visual>\n'
+            f'    <collision>{_origin_xml(T_off)}<geometry>{geom}</geometry></collision>\n'
+            f'  </link>')
+    for j in mech.joints:
+        if j.type in ("free", "planar"):
+            continue
+        T_pc = np.linalg.inv(frames[j.parent]) @ frames[j.child]
+        axis = frames[j.child][:3, :3].T @ np.asarray(j.axis, float)
+        axis = axis / np.linalg.norm(axis)
+        jtype = j.type
+        if j.type == "revolute" and j.limits is None:
+            jtype = "continuous"
+        lim = j.limits if j.limits is not None else (-10.0, 10.0)
+        xml = (f'  <joint name="{escape(j.name)}" type="{jtype}">\n'
+               f'    <parent link="{escape(j.parent)}"/><child link="{escape(j.child)}"/>{_origin_xml(T_pc)}\n')
+        if j.type != "fixed":
+            xml += ('    <axis xyz="%.12g %.12g %.12g"/>' % tuple(axis)
+                    + (f'<limit lower="{lim[0]:.9g}" upper="{lim[1]:.9g}" effort="1000" velocity="100"/>'
+                       if jtype != "continuous" else '<limit effort="1000" velocity="100"/>')
+                    + f'<dynamics damping="{j.damping:.9g}" friction="0"/>\n')
+        parts.append(xml + '  </joint>')
+    parts.append('</robot>\n')
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- simulation
+
+def _T_from_pq(pos, quat) -> np.ndarray:
+    T = np.eye(4)
+    T[:3, :3] = Rotation.from_quat(quat).as_matrix()
+    T[:3, 3] = pos
+    return T
+
+
+def _add_floor(p, cid: int, floor) -> int:
+    shape = p.createCollisionShape(p.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
+    body = p.createMultiBody(0, shape, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
+    p.changeDynamics(body, -1, lateralFriction=floor.friction, restitution=floor.restitution,
+                     physicsClientId=cid)
+    return body
+
+
+def _add_tip(p, cid: int, tip: Tip) -> int:
+    shape = p.createCollisionShape(p.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
+    body = p.createMultiBody(50.0, shape, basePosition=list(tip.start), physicsClientId=cid)
+    p.changeDynamics(body, -1, lateralFriction=tip.friction, linearDamping=0, angularDamping=0,
+                     physicsClientId=cid)
+    return body
+
+
+def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
+    """Simulate ``frames`` frames; returns raw arrays and the frame-0 joint frames."""
+    import pybullet as p
+
+    rng = np.random.default_rng(seed)
+    init = mech.initial(rng)
+    tip = mech.tip_factory(rng) if mech.tip_factory is not None else None
+    urdf = build_urdf(mech)
+    n_sub = max(1, math.ceil(SIM_HZ / fps))
+    dt = 1.0 / (fps * n_sub)
+    cid = p.connect(p.DIRECT)
+    try:
+        p.resetSimulation(physicsClientId=cid)
+        p.setGravity(*GRAVITY, physicsClientId=cid)
+        p.setTimeStep(dt, physicsClientId=cid)
+        p.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1,
+                                    physicsClientId=cid)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{mech.name}.urdf")
+            with open(path, "w") as f:
+                f.write(urdf)
+            floating = mech.root is not None
+            rid = p.loadURDF(path, useFixedBase=not floating, flags=p.URDF_USE_INERTIA_FROM_FILE,
+                             physicsClientId=cid)
+        nj = p.getNumJoints(rid, physicsClientId=cid)
+        info = [p.getJointInfo(rid, i, physicsClientId=cid) for i in range(nj)]
+        link_index = {inf[12].decode(): i for i, inf in enumerate(info)}
+        joint_index = {inf[1].decode(): i for i, inf in enumerate(info)}
+        movable = [i for i, inf in enumerate(info) if inf[2] != p.JOINT_FIXED]
+        spec = {j.name: j for j in mech.joints}
+        for i in range(-1, nj):
+            p.changeDynamics(rid, i, linearDamping=0.0, angularDamping=0.0, physicsClientId=cid)
+            if mech.floor is not None:
+                p.changeDynamics(rid, i, lateralFriction=mech.floor.friction,
+                                 restitution=mech.floor.restitution, physicsClientId=cid)
+        for i in movable:
+            name = info[i][1].decode()
+            p.changeDynamics(rid, i, jointDamping=spec[name].damping, physicsClientId=cid)
+            p.resetJointState(rid, i, init.q.get(name, 0.0), init.qd.get(name, 0.0), physicsClientId=cid)
+        if movable:
+            p.setJointMotorControlArray(rid, movable, p.VELOCITY_CONTROL, forces=[0.0] * len(movable),
+                                        physicsClientId=cid)
+        if floating:
+            T0 = init.T_world_root
+            p.resetBasePositionAndOrientation(rid, T0[:3, 3], Rotation.from_matrix(T0[:3, :3]).as_quat(),
+                                              physicsClientId=cid)
+            v, w = init.root_twist
+            p.resetBaseVelocity(rid, list(v), list(w), physicsClientId=cid)
+        if mech.floor is not None:
+            fid = _add_floor(p, cid, mech.floor)
+        tid = _add_tip(p, cid, tip) if tip is not None else None
+        if tid is not None and mech.floor is not None:
+            p.setCollisionFilterPair(tid, fid, -1, -1, 0, physicsClientId=cid)
+
+        names = [b.name for b in mech.bodies]
+        root_name = mech.root.child if floating else None
+        M = len(names)
+        poses = np.zeros((frames, M, 4, 4))
+        q = np.zeros((frames, len(movable)))
+        root_pose = np.zeros((frames, 7)) if floating else None
+        tip_pos = np.zeros((frames, 3)) if tip is not None else None
+
+        def set_tip(t: float) -> None:
+            pos = np.asarray(tip.start) + t * np.asarray(tip.velocity)
+            p.resetBasePositionAndOrientation(tid, pos, [0, 0, 0, 1], physicsClientId=cid)
+            p.resetBaseVelocity(tid, list(tip.velocity), [0, 0, 0], physicsClientId=cid)
+
+        joint_frames0 = {}
+        for k in range(frames):
+            states = p.getLinkStates(rid, list(range(nj)), computeForwardKinematics=1,
+                                     physicsClientId=cid) if nj else []
+            for m, name in enumerate(names):
+                if name == root_name:
+                    pos, orn = p.getBasePositionAndOrientation(rid, physicsClientId=cid)
+                    root_pose[k] = (*pos, *orn)
+                    poses[k, m] = _T_from_pq(pos, orn)
+                else:
+                    s = states[link_index[name]]
+                    poses[k, m] = _T_from_pq(s[0], s[1])  # inertial frame = shape centre
+            if movable:
+                js = p.getJointStates(rid, movable, physicsClientId=cid)
+                q[k] = [s[0] for s in js]
+            if k == 0:
+                for jname, i in joint_index.items():
+                    s = states[i]
+                    joint_frames0[jname] = _T_from_pq(s[4], s[5])  # URDF link frame = joint frame
+            if tip is not None:
+                tip_pos[k] = np.asarray(tip.start) + (k / fps) * np.asarray(tip.velocity)
+            if k == frames - 1:
+                break
+            for s in range(n_sub):
+                if tip is not None:
+                    set_tip((k + s / n_sub) / fps)
+                p.stepSimulation(physicsClientId=cid)
+        axes_local = {info[i][1].decode(): np.asarray(info[i][13], float) for i in range(nj)}
+    finally:
+        p.disconnect(cid)
+    return dict(urdf=urdf, poses=poses, q=q, joint_names=[info[i][1].decode() for i in movable],
+                root_pose=root_pose, tip=tip, tip_pos=tip_pos, joint_frames0=joint_frames0,
+                axes_local=axes_local, sim_hz=fps * n_sub)
+
+
+def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
+    """truth.json (docs/interfaces.md): joints' axis and pivot in world at frame 0."""
+    names = [b.name for b in mech.bodies]
+    poses0 = sim["poses"][0]
+    bodies = [{"name": b.name, "shape": b.shape.name, "mass": b.mass} for b in mech.bodies]
+    joints = []
+    for j in mech.joints:
+        if j.type in ("free", "planar"):
+            T0 = poses0[names.index(j.child)]
+            axis = np.asarray(j.axis, float) if j.type == "planar" else np.array([0.0, 0.0, 1.0])
+            pivot = T0[:3, 3]
+        else:
+            Tj = sim["joint_frames0"][j.name]
+            axis = Tj[:3, :3] @ sim["axes_local"][j.name] if j.type != "fixed" else np.asarray(j.axis, float)
+            pivot = Tj[:3, 3]
+        d = {"name": j.name, "type": j.type, "parent": j.parent, "child": j.child,
+             "axis": [float(v) for v in axis / np.linalg.norm(axis)], "pivot": [float(v) for v in pivot]}
+        if j.limits is not None:
+            d["limits"] = [float(v) for v in j.limits]
+        joints.append(d)
+    params = {f"{b.name}.mass": b.mass for b in mech.bodies}
+    for j in mech.joints:
+        if j.type in ("revolute", "prismatic"):
+            params[f"{j.name}.damping"] = j.damping
+            params[f"{j.name}.friction"] = 0.0
+    if mech.floor is not None:
+        params["floor.friction"] = mech.floor.friction
+        params["floor.restitution"] = mech.floor.restitution
+    params.update(mech.extra_params)
+    out = {"mechanism": mech.name, "bodies": bodies, "joints": joints, "params": params,
+           "gravity": list(GRAVITY), "fps": fps, "sim_hz": sim["sim_hz"], "engine": "pybullet"}
+    if mech.floor is not None:
+        out["floor"] = {"height": mech.floor.height, "friction": mech.floor.friction,
+                        "restitution": mech.floor.restitution}
+    tip = sim["tip"]
+    if tip is not None:
+        out["tip"] = {"radius": tip.radius, "height": tip.height, "start": list(tip.start),
+                      "velocity": list(tip.velocity), "friction": tip.friction}
+    return out
