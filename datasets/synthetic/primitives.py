@@ -185,19 +185,22 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
         meshes.append(m)
         labels.append(kind_i)
         dims.append(d)
-    bg = rng.choice(["none", "wall", "floor"], p=[0.5, 0.25, 0.25])
-    if bg != "none":
+    # Background as in a lab: nothing, a wall behind, a floor below, or both (a corner).
+    bg = str(rng.choice(["none", "wall", "floor", "both"], p=[0.3, 0.2, 0.2, 0.3]))
+    zmax = max(float(np.asarray(m.vertices)[:, 2].max()) for m in meshes)
+    if bg in ("wall", "both"):  # behind everything, slightly tilted
         plane = o3d.geometry.TriangleMesh.create_box(40, 40, 0.01)
         plane.translate((-20, -20, 0))
-        if bg == "wall":  # behind everything, slightly tilted
-            R = _random_rotation(rng) if rng.random() < 0.0 else np.eye(3)
-            tilt = o3d.geometry.get_rotation_matrix_from_xyz(rng.uniform(-0.4, 0.4, 3) * [1, 1, 0])
-            plane.rotate(tilt @ R, center=(0, 0, 0))
-            plane.translate((0, 0, 2.8 * scale + rng.uniform(0.2, 2)))
-        else:  # floor below the objects, seen obliquely
-            plane.rotate(o3d.geometry.get_rotation_matrix_from_xyz((np.pi / 2 + rng.uniform(-0.6, 0.3), 0, 0)),
-                         center=(0, 0, 0))
-            plane.translate((0, rng.uniform(0.35, 1.0) * scale, 0))
+        tilt = o3d.geometry.get_rotation_matrix_from_xyz(rng.uniform(-0.4, 0.4, 3) * [1, 1, 0])
+        plane.rotate(tilt, center=(0, 0, 0))
+        plane.translate((0, 0, zmax + rng.uniform(0.05, 1.5) * scale))
+        meshes.append(plane)
+    if bg in ("floor", "both"):  # below the objects, seen obliquely
+        plane = o3d.geometry.TriangleMesh.create_box(40, 40, 0.01)
+        plane.translate((-20, -20, 0))
+        plane.rotate(o3d.geometry.get_rotation_matrix_from_xyz((np.pi / 2 + rng.uniform(-0.6, 0.3), 0, 0)),
+                     center=(0, 0, 0))
+        plane.translate((0, rng.uniform(0.35, 1.0) * scale, 0))
         meshes.append(plane)
     depth, ids = render_depth(meshes, K, size)
     # Instance masks of the primitives only (the plane, if any, is background).
@@ -208,8 +211,7 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
             masks.append(mk)
             keep_labels.append(labels[i])
             keep_dims.append(dims[i])
-    if bg != "none":
-        ids = np.where(ids == n, -1, ids)
+    ids = np.where(ids >= n, -1, ids)
     # Shading from the exact normals would need the raycast normals; finite-difference
     # normals are good enough for a plausible colour image.
     from vid2sim.models.segmenter.normals import depth_to_normals
