@@ -74,15 +74,16 @@ def test_poses_land_on_rendered_depth(recording):
                 continue  # occluded or out of view
             checked += 1
             assert abs(depth[v, u] - z) < size, (name, b["name"], k, depth[v, u], z)
-            # The surface seen at the centre lies in front of it by at most half the size.
-            assert -0.002 <= z - depth[v, u] <= size / 2 + 0.002, (name, b["name"], k)
+            # The surface seen at the centre lies in front of it, within half the diagonal.
+            half_diag = np.linalg.norm(rec.shapes[b["shape"]].extents()) / 2
+            assert -0.002 <= z - depth[v, u] <= half_diag + 0.002, (name, b["name"], k)
     assert checked >= 0.5 * total, f"{name}: only {checked}/{total} body centres visible"
 
 
 def test_joints_consistent_with_poses():
     """Child motion relative to parent is a pure rotation / translation / nothing."""
     for name in MECHANISMS:
-        st = simulate(name, seed=3, frames=40)
+        st = simulate(name, seed=3, frames=90)
         names = st.body_names
         for j in st.truth["joints"]:
             Tc = st.world_from_body[:, names.index(j["child"])]

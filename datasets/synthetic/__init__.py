@@ -52,7 +52,8 @@ def _corners(shape: Shape) -> np.ndarray:
     return np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * e
 
 
-def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None, tip) -> np.ndarray:
+def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None, tip_height: float = 0.0
+                 ) -> np.ndarray:
     """World points that must stay in view: every body's box corners over the clip."""
     pts = []
     for m, b in enumerate(mech.bodies):
@@ -60,7 +61,7 @@ def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None,
         pts.append(np.einsum("tij,nj->tni", poses[:, m, :3, :3], c).reshape(-1, 3)
                    + np.repeat(poses[:, m, :3, 3], len(c), 0))
     if tip_pos is not None:
-        pts.append(tip_pos + np.array([0.0, 0.0, tip.height / 2]))
+        pts.append(tip_pos + np.array([0.0, 0.0, tip_height / 2]))
     return np.concatenate(pts)
 
 
@@ -72,7 +73,8 @@ def simulate(name: str, seed: int = 0, frames: int = 120, fps: float = 30.0,
     mech = mechanism(name)
     sim = run_pybullet(mech, seed, frames, fps)
     truth = truth_dict(mech, sim, fps)
-    camera = fit_camera(_view_points(mech, sim["poses"], sim["tip_pos"], sim["tip"]), mech.view, size, fps)
+    tip_height = sim["tip"].height if sim["tip"] is not None else 0.0
+    camera = fit_camera(_view_points(mech, sim["poses"], sim["tip_pos"], tip_height), mech.view, size, fps)
     return SyntheticTruth(
         name=name, truth=truth, world_from_body=sim["poses"],
         shapes={b.shape.name: b.shape for b in mech.bodies}, urdf=sim["urdf"], q=sim["q"],
@@ -85,10 +87,12 @@ def renderer_for(st: SyntheticTruth, camera: Camera | None = None) -> Renderer:
     """A Renderer of the clip's bodies (and tip) with its floor and back wall placed."""
     camera = camera or st.camera
     mech = mechanism(st.name)
-    pts = _view_points(mech, st.world_from_body, st.tip_position, None if st.tip_position is None else
-                       _tip_shape(st))
+    pts = _view_points(mech, st.world_from_body, st.tip_position,
+                       st.truth["tip"]["height"] if "tip" in st.truth else 0.0)
     if mech.floor is not None:
         floor_z = mech.floor.height
+    elif mech.ground is not None:
+        floor_z = mech.ground
     else:
         floor_z = float(pts[:, 2].min()) - 0.15
     fwd = camera.world_from_camera[:3, 2]

@@ -102,6 +102,7 @@ class Mechanism:
     floor: Floor | None = None  # None: no contacts (only a rendered background floor)
     tip_factory: Callable[[np.random.Generator], Tip] | None = None
     view: tuple[float, float] = (-20.0, 15.0)  # camera azimuth, elevation (deg)
+    ground: float | None = None  # rendered floor height when there is no physical floor
     extra_params: dict = field(default_factory=dict)
 
     @property
@@ -173,7 +174,161 @@ def double_pendulum() -> Mechanism:
     return Mechanism("double_pendulum", bodies, joints, initial, view=(-20.0, 12.0))
 
 
+ROTT_BOB_LENGTH = 0.30  # tuned so the two normal modes are close to 2:1 (see tests)
+
+
+def rott(bob_length: float = ROTT_BOB_LENGTH) -> Mechanism:
+    """Rott's pendulum: an L hinged at its corner, a pendulum hanging from the arm's end.
+
+    The L is two bodies welded by a fixed joint (a heavy leg hanging down, a light
+    horizontal arm); the nominal configuration is the static equilibrium, so the L is
+    tilted such that its centre of mass (with the bob's weight at the arm's end) is
+    below the pivot. Planar: both hinges turn about world y.
+    """
+    m_leg, m_arm, m_bob = 1.2, 0.2, 0.15
+    L_leg, L_arm = 0.4, 0.3
+    Mx = m_arm * L_arm / 2 + m_bob * L_arm  # gravity moments in the L's own frame
+    Mz = -m_leg * L_leg / 2
+    phi = math.atan2(Mx, -Mz)  # turning about y by phi puts the centre of mass under the pivot
+    R = rot("y", phi)
+    pivot = np.array([0.0, 0.0, 1.0])
+    leg_c = pivot + R @ [0, 0, -L_leg / 2]
+    arm_c = pivot + R @ [L_arm / 2, 0, 0]
+    bob_pivot = pivot + R @ [L_arm, 0, 0] + np.array([0, -0.05, 0])
+    bodies = (
+        BodySpec("leg", _capsule("leg", 0.025, L_leg), m_leg, PALETTE[0], pose(leg_c, R)),
+        BodySpec("arm", _capsule("arm", 0.02, L_arm), m_arm, PALETTE[3], pose(arm_c, R @ rot("y", math.pi / 2))),
+        BodySpec("bob", _capsule("bob", 0.02, bob_length), m_bob, PALETTE[1],
+                 pose(bob_pivot - [0, 0, bob_length / 2])),
+    )
+    joints = (
+        JointSpec("pivot", "revolute", "world", "leg", (0, 1, 0), tuple(pivot), damping=0.002),
+        JointSpec("weld", "fixed", "leg", "arm", pivot=tuple(pivot)),
+        JointSpec("bob_hinge", "revolute", "arm", "bob", (0, 1, 0), tuple(bob_pivot), damping=0.0005),
+    )
+
+    def initial(rng):
+        return InitialState(q={"pivot": _u(rng, 0.15, 0.45, True), "bob_hinge": _u(rng, -0.6, 0.6)},
+                            qd={"pivot": _u(rng, -0.5, 0.5), "bob_hinge": _u(rng, -1.0, 1.0)})
+
+    return Mechanism("rott", bodies, joints, initial, view=(-15.0, 10.0))
+
+
+def tree5() -> Mechanism:
+    """Five bodies, a tree: hub (welded to the world) - arm_a (hinge about y) with a fin
+    welded to it, and arm_b (hinge about x, so the motion is 3-D) with a ball welded on."""
+    hub_c = np.array([0.0, 0.0, 1.1])
+    pa = np.array([0.0, -0.09, 1.1])  # hinge a, on the hub's front face
+    La, Lb = 0.3, 0.25
+    pb = pa + [0, -0.05, -La]  # hinge b, at arm_a's lower end, in front of it
+    bodies = (
+        BodySpec("hub", _box("hub", 0.12, 0.12, 0.08), 1.0, PALETTE[6], pose(hub_c)),
+        BodySpec("arm_a", _capsule("arm_a", 0.02, La), 0.25, PALETTE[0], pose(pa - [0, 0, La / 2])),
+        BodySpec("fin_a", _box("fin_a", 0.14, 0.03, 0.06), 0.15, PALETTE[2], pose(pa + [0.09, 0, -La + 0.02])),
+        BodySpec("arm_b", _capsule("arm_b", 0.02, Lb), 0.2, PALETTE[1], pose(pb - [0, 0, Lb / 2])),
+        BodySpec("ball_b", Shape("ball_b", "sphere", radius=0.045), 0.3, PALETTE[4], pose(pb - [0, 0, Lb + 0.02])),
+    )
+    joints = (
+        JointSpec("mount", "fixed", "world", "hub"),
+        JointSpec("hinge_a", "revolute", "hub", "arm_a", (0, 1, 0), tuple(pa), damping=0.003),
+        JointSpec("fin_weld", "fixed", "arm_a", "fin_a"),
+        JointSpec("hinge_b", "revolute", "arm_a", "arm_b", (1, 0, 0), tuple(pb), damping=0.002),
+        JointSpec("ball_weld", "fixed", "arm_b", "ball_b"),
+    )
+
+    def initial(rng):
+        return InitialState(q={"hinge_a": _u(rng, 0.5, 1.2, True), "hinge_b": _u(rng, 0.4, 1.0, True)},
+                            qd={"hinge_a": _u(rng, -1.0, 1.0), "hinge_b": _u(rng, -1.5, 1.5)})
+
+    return Mechanism("tree5", bodies, joints, initial, view=(-35.0, 15.0))
+
+
+def cabinet() -> Mechanism:
+    """A carcass welded to the world, a drawer sliding out (prismatic) and a door
+    swinging open (revolute about its left edge), both started with a push."""
+    bodies = (
+        BodySpec("carcass", _box("carcass", 0.5, 0.4, 0.6), 8.0, (0.7, 0.55, 0.4), pose((0, 0, 0.3))),
+        BodySpec("drawer", _box("drawer", 0.4, 0.36, 0.12), 0.8, PALETTE[1], pose((0, -0.03, 0.5))),
+        BodySpec("door", _box("door", 0.46, 0.02, 0.36), 0.6, PALETTE[0], pose((0, -0.212, 0.22))),
+    )
+    joints = (
+        JointSpec("mount", "fixed", "world", "carcass"),
+        JointSpec("slide", "prismatic", "carcass", "drawer", (0, -1, 0), (0, -0.03, 0.5), damping=1.0,
+                  limits=(0.0, 0.3)),
+        JointSpec("door_hinge", "revolute", "carcass", "door", (0, 0, -1), (-0.23, -0.212, 0.22),
+                  damping=0.04, limits=(0.0, 1.7)),
+    )
+
+    def initial(rng):
+        return InitialState(q={"slide": _u(rng, 0.0, 0.04), "door_hinge": _u(rng, 0.0, 0.2)},
+                            qd={"slide": _u(rng, 0.15, 0.28), "door_hinge": _u(rng, 0.6, 1.2)})
+
+    return Mechanism("cabinet", bodies, joints, initial, view=(25.0, 25.0), ground=0.0)
+
+
+def thrown() -> Mechanism:
+    """A box and a capsule hinged together, thrown up (free-flying root), landing on a floor."""
+    z0 = 0.4
+    pivot = np.array([0.12, -0.075, z0])
+    bodies = (
+        BodySpec("body_a", _box("body_a", 0.2, 0.1, 0.06), 0.5, PALETTE[0], pose((0, 0, z0))),
+        BodySpec("body_b", _capsule("body_b", 0.025, 0.2), 0.15, PALETTE[1],
+                 pose(pivot + [0.1, 0, 0], rot("y", math.pi / 2))),
+    )
+    joints = (
+        JointSpec("root", "free", "world", "body_a"),
+        JointSpec("hinge", "revolute", "body_a", "body_b", (0, 1, 0), tuple(pivot), damping=0.002),
+    )
+
+    def initial(rng):
+        from scipy.spatial.transform import Rotation
+
+        T = pose((_u(rng, -0.1, 0.1), _u(rng, -0.1, 0.1), z0),
+                 Rotation.from_rotvec(rng.uniform(-0.4, 0.4, 3)).as_matrix())
+        v = (_u(rng, -0.3, 0.3), _u(rng, -0.2, 0.2), _u(rng, 3.5, 4.2))
+        w = tuple(rng.uniform(-4.0, 4.0, 3))
+        return InitialState(q={"hinge": _u(rng, -1.0, 1.0)}, qd={"hinge": _u(rng, -4.0, 4.0)},
+                            T_world_root=T, root_twist=(v, w))
+
+    return Mechanism("thrown", bodies, joints, initial, floor=Floor(0.0, friction=0.6, restitution=0.3),
+                     view=(-20.0, 8.0))
+
+
+def pushed() -> Mechanism:
+    """Three flat links hinged in a row (vertical axes) lying on a floor, pushed sideways
+    by a vertical cylinder tip at constant velocity (Craftsman set-up). The middle link
+    is the root; its joint to the world is ``planar`` (it slides and turns on the floor)."""
+    h = 0.03
+    size = (0.16, 0.05, h)
+    bodies = tuple(BodySpec(f"link{i + 1}", _box(f"link{i + 1}", *size), 0.2, PALETTE[i], pose((x, 0, h / 2)))
+                   for i, x in enumerate((-0.18, 0.0, 0.18)))
+    joints = (
+        JointSpec("root", "planar", "world", "link2", (0, 0, 1)),
+        JointSpec("hinge_1", "revolute", "link2", "link1", (0, 0, 1), (-0.09, 0, h / 2), damping=0.002),
+        JointSpec("hinge_3", "revolute", "link2", "link3", (0, 0, 1), (0.09, 0, h / 2), damping=0.002),
+    )
+
+    def initial(rng):
+        from scipy.spatial.transform import Rotation
+
+        T = pose((_u(rng, -0.03, 0.03), _u(rng, -0.03, 0.03), h / 2), Rotation.from_euler("z", _u(rng, -0.3, 0.3)).as_matrix())
+        return InitialState(q={"hinge_1": _u(rng, -0.5, 0.5), "hinge_3": _u(rng, -0.5, 0.5)},
+                            qd={}, T_world_root=T, root_twist=((0, 0, 0), (0, 0, 0)))
+
+    def tip(rng):
+        return Tip(radius=0.015, height=0.06, start=(_u(rng, -0.15, 0.15), -0.22, 0.032),
+                   velocity=(0.0, 0.12, 0.0), friction=0.3)
+
+    return Mechanism("pushed", bodies, joints, initial, floor=Floor(0.0, friction=0.5), tip_factory=tip,
+                     view=(-15.0, 50.0))
+
+
 FACTORIES: dict[str, Callable[[], Mechanism]] = {
     "cartpole": cartpole,
     "double_pendulum": double_pendulum,
+    "rott": rott,
+    "tree5": tree5,
+    "cabinet": cabinet,
+    "thrown": thrown,
+    "pushed": pushed,
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -89,7 +90,9 @@ def _geometry_xml(shape: Shape) -> str:
 
 
 def _origin_xml(T: np.ndarray) -> str:
-    rpy = Rotation.from_matrix(T[:3, :3]).as_euler("xyz")  # URDF: R = Rz(y) Ry(p) Rx(r)
+    with warnings.catch_warnings():  # gimbal lock (pitch +-90 deg) still gives an exact R
+        warnings.simplefilter("ignore", UserWarning)
+        rpy = Rotation.from_matrix(T[:3, :3]).as_euler("xyz")  # URDF: R = Rz(y) Ry(p) Rx(r)
     return '<origin xyz="%.12g %.12g %.12g" rpy="%.12g %.12g %.12g"/>' % (*T[:3, 3], *rpy)
 
 
@@ -163,15 +166,16 @@ def _T_from_pq(pos, quat) -> np.ndarray:
 def _add_floor(p, cid: int, floor) -> int:
     shape = p.createCollisionShape(p.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
     body = p.createMultiBody(0, shape, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
-    p.changeDynamics(body, -1, lateralFriction=floor.friction, restitution=floor.restitution,
-                     physicsClientId=cid)
+    # Bullet multiplies the two bodies' coefficients (btManifoldResult::calculateCombined*):
+    # the floor gets 1 so that the parts' own values are the effective ones.
+    p.changeDynamics(body, -1, lateralFriction=1.0, restitution=1.0, physicsClientId=cid)
     return body
 
 
-def _add_tip(p, cid: int, tip: Tip) -> int:
+def _add_tip(p, cid: int, tip: Tip, part_friction: float) -> int:
     shape = p.createCollisionShape(p.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
     body = p.createMultiBody(50.0, shape, basePosition=list(tip.start), physicsClientId=cid)
-    p.changeDynamics(body, -1, lateralFriction=tip.friction, linearDamping=0, angularDamping=0,
+    p.changeDynamics(body, -1, lateralFriction=tip.friction / part_friction, linearDamping=0, angularDamping=0,
                      physicsClientId=cid)
     return body
 
@@ -226,7 +230,8 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
             p.resetBaseVelocity(rid, list(v), list(w), physicsClientId=cid)
         if mech.floor is not None:
             fid = _add_floor(p, cid, mech.floor)
-        tid = _add_tip(p, cid, tip) if tip is not None else None
+        part_friction = mech.floor.friction if mech.floor is not None else 1.0
+        tid = _add_tip(p, cid, tip, part_friction) if tip is not None else None
         if tid is not None and mech.floor is not None:
             p.setCollisionFilterPair(tid, fid, -1, -1, 0, physicsClientId=cid)
 
@@ -303,7 +308,7 @@ def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
         if j.type in ("revolute", "prismatic"):
             params[f"{j.name}.damping"] = j.damping
             params[f"{j.name}.friction"] = 0.0
-    if mech.floor is not None:
+    if mech.floor is not None:  # effective coefficients between the parts and the floor
         params["floor.friction"] = mech.floor.friction
         params["floor.restitution"] = mech.floor.restitution
     params.update(mech.extra_params)
