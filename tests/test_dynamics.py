@@ -1,0 +1,190 @@
+"""Forward/inverse dynamics and mass matrix against Pinocchio on random trees.
+
+Pinocchio builds its own model from the same URDF text (``buildModelFromXML``, with a
+``JointModelFreeFlyer`` root for floating trees), so the URDF loader is checked too.
+"""
+import numpy as np
+import pytest
+import torch
+
+from vid2sim.models.dynamics import (Control, State, forward_dynamics, forward_kinematics, inverse_dynamics,
+                                     mass_matrix, model_from_urdf, model_to_urdf, rollout, step)
+
+pin = pytest.importorskip("pinocchio")
+
+
+def random_tree_urdf(rng: np.random.Generator, n_bodies: int, floating: bool) -> str:
+    """A URDF with every joint type: revolute, prismatic, fixed, planar, floating."""
+    types = ["revolute", "prismatic", "fixed", "planar", "revolute", "floating"]
+    links, joints = [], []
+    names = [] if floating else ["world"]
+    if not floating:
+        links.append('<link name="world"/>')
+    for i in range(n_bodies):
+        name = f"b{i}"
+        A = rng.normal(size=(3, 3))
+        I = A @ A.T * 0.05 + 0.01 * np.eye(3)
+        c = rng.normal(size=3) * 0.2
+        rpy = rng.uniform(-np.pi, np.pi, 3)
+        links.append(
+            f'<link name="{name}"><inertial><origin xyz="{c[0]} {c[1]} {c[2]}" rpy="{rpy[0]} {rpy[1]} {rpy[2]}"/>'
+            f'<mass value="{rng.uniform(0.3, 2.0)}"/><inertia ixx="{I[0, 0]}" iyy="{I[1, 1]}" izz="{I[2, 2]}" '
+            f'ixy="{I[0, 1]}" ixz="{I[0, 2]}" iyz="{I[1, 2]}"/></inertial></link>')
+        if floating and i == 0:
+            names = [name]
+            continue
+        parent = names[rng.integers(len(names))]
+        t = types[(i + rng.integers(2)) % len(types)] if n_bodies > 1 else "revolute"
+        if t == "fixed" and parent == "world":
+            t = "revolute"
+        o, r = rng.normal(size=3) * 0.3, rng.uniform(-np.pi, np.pi, 3)
+        ax = rng.normal(size=3)
+        ax = ax / np.linalg.norm(ax) if t != "planar" else np.array([0.0, 0.0, 1.0])  # Pinocchio: planar in xy
+        lim = '<limit lower="-3" upper="3" effort="10" velocity="10"/>' if t in ("revolute", "prismatic") else ""
+        joints.append(
+            f'<joint name="j{i}" type="{t}"><parent link="{parent}"/><child link="{name}"/>'
+            f'<origin xyz="{o[0]} {o[1]} {o[2]}" rpy="{r[0]} {r[1]} {r[2]}"/><axis xyz="{ax[0]} {ax[1]} {ax[2]}"/>{lim}</joint>')
+        names.append(name)
+    return '<robot name="random">' + "".join(links) + "".join(joints) + "</robot>"
+
+
+def pin_model(urdf: str, floating: bool):
+    if floating:
+        return pin.buildModelFromXML(urdf, pin.JointModelFreeFlyer())
+    return pin.buildModelFromXML(urdf)
+
+
+def random_state(model, rng, B):
+    q = torch.tensor(rng.normal(size=(B, model.nq)))
+    for i, t in enumerate(model.joint_types):
+        if t == "free":
+            s = model.q_slice(i)
+            quat = q[:, s.start + 3:s.stop]
+            q[:, s.start + 3:s.stop] = quat / quat.norm(dim=-1, keepdim=True)
+    return q, torch.tensor(rng.normal(size=(B, model.nv))), torch.tensor(rng.normal(size=(B, model.nv)))
+
+
+def dof_permutation(model, pm):
+    """Index of each Pinocchio velocity dof in our qd (both order joints by tree traversal, maybe differently)."""
+    perm_q, perm_v = [], []
+    ours = {n: i for i, n in enumerate(model.joint_names)}
+    for jid in range(1, pm.njoints):
+        name = pm.names[jid]
+        i = 0 if name == "root_joint" else ours[name]
+        vs = model.v_slice(i)
+        perm_v += list(range(vs.start, vs.stop))
+        perm_q.append(i)
+    return perm_q, np.array(perm_v)
+
+
+def pin_q(model, pm, q: np.ndarray) -> np.ndarray:
+    order, _ = dof_permutation(model, pm)
+    parts = []
+    for i in order:
+        qi = q[model.q_slice(i)]
+        parts.append(np.array([qi[0], qi[1], np.cos(qi[2]), np.sin(qi[2])]) if model.joint_types[i] == "planar" else qi)
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_aba_rnea_crba_match_pinocchio_on_random_trees(seed):
+    rng = np.random.default_rng(seed)
+    floating = seed % 3 == 0
+    n = int(rng.integers(1, 9))
+    urdf = random_tree_urdf(rng, n, floating)
+    model = model_from_urdf(urdf, batch=4)
+    pm = pin_model(urdf, floating)
+    pd = pm.createData()
+    assert pm.nv == model.nv
+    _, perm = dof_permutation(model, pm)
+    q, qd, tau = random_state(model, rng, 4)
+    qdd = forward_dynamics(model, q, qd, tau)
+    tau_id = inverse_dynamics(model, q, qd, qdd)
+    H = mass_matrix(model, q)
+    for b in range(4):
+        qp = pin_q(model, pm, q[b].numpy())
+        ref = pin.aba(pm, pd, qp, qd[b].numpy()[perm], tau[b].numpy()[perm])
+        np.testing.assert_allclose(qdd[b].numpy()[perm], ref, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(tau_id[b].numpy(), tau[b].numpy(), rtol=0, atol=1e-9)
+        M = pin.crba(pm, pd, qp)
+        M = np.triu(M) + np.triu(M, 1).T
+        np.testing.assert_allclose(H[b].numpy()[np.ix_(perm, perm)], M, rtol=0, atol=1e-9)
+        ref_rnea = pin.rnea(pm, pd, qp, qd[b].numpy()[perm], qdd[b].numpy()[perm])
+        np.testing.assert_allclose(ref_rnea, tau[b].numpy()[perm], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_forward_kinematics_matches_pinocchio(seed):
+    rng = np.random.default_rng(seed)
+    floating = seed == 3
+    urdf = random_tree_urdf(rng, 6, floating)
+    model = model_from_urdf(urdf, batch=2)
+    pm = pin_model(urdf, floating)
+    pd = pm.createData()
+    q, _, _ = random_state(model, rng, 2)
+    T = forward_kinematics(model, q)
+    for b in range(2):
+        pin.framesForwardKinematics(pm, pd, pin_q(model, pm, q[b].numpy()))
+        for i, name in enumerate(model.body_names):
+            fid = pm.getFrameId(name)
+            np.testing.assert_allclose(T[b, i].numpy(), pd.oMf[fid].homogeneous, atol=1e-12)
+
+
+def test_float32_close_to_float64():
+    rng = np.random.default_rng(7)
+    urdf = random_tree_urdf(rng, 6, True)
+    m64 = model_from_urdf(urdf, batch=3)
+    m32 = model_from_urdf(urdf, batch=3, dtype=torch.float32)
+    q, qd, tau = random_state(m64, rng, 3)
+    a64 = forward_dynamics(m64, q, qd, tau)
+    a32 = forward_dynamics(m32, q.float(), qd.float(), tau.float())
+    assert a32.dtype == torch.float32
+    np.testing.assert_allclose(a32.double().numpy(), a64.numpy(), rtol=1e-3, atol=1e-3 * a64.abs().max().item())
+
+
+def test_batch_of_one_equals_row_of_batch():
+    rng = np.random.default_rng(11)
+    urdf = random_tree_urdf(rng, 5, True)
+    model = model_from_urdf(urdf, batch=4, contact_points=0)
+    # each particle its own parameters
+    model = model.replace(mass=model.mass * torch.linspace(0.5, 2.0, 4, dtype=torch.float64)[:, None],
+                          damping=torch.rand(4, model.nv, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    q, qd, tau = random_state(model, rng, 4)
+    full = rollout(model, State(q, qd), 20, dt=1e-3, controls=Control(tau=tau.expand(20, 4, -1)))
+    for b in range(4):
+        one = rollout(model.select(b), State(q[b:b + 1], qd[b:b + 1]), 20, dt=1e-3,
+                      controls=Control(tau=tau[b:b + 1].expand(20, 1, -1)))
+        np.testing.assert_allclose(one.q[:, 0].numpy(), full.q[:, b].numpy(), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(one.qd[:, 0].numpy(), full.qd[:, b].numpy(), rtol=0, atol=1e-13)
+
+
+def test_urdf_round_trip_same_dynamics_here_and_in_pinocchio():
+    rng = np.random.default_rng(5)
+    for floating in (False, True):
+        urdf = random_tree_urdf(rng, 7, floating)
+        model = model_from_urdf(urdf, batch=2)
+        text = model_to_urdf(model)
+        again = model_from_urdf(text, batch=2)
+        assert again.joint_types == model.joint_types and again.parents == model.parents
+        q, qd, tau = random_state(model, rng, 2)
+        np.testing.assert_allclose(forward_dynamics(again, q, qd, tau).numpy(),
+                                   forward_dynamics(model, q, qd, tau).numpy(), atol=1e-9)
+        pm = pin_model(text, floating)
+        pd = pm.createData()
+        _, perm = dof_permutation(again, pm)
+        a = forward_dynamics(model, q, qd, tau)
+        ref = pin.aba(pm, pd, pin_q(again, pm, q[0].numpy()), qd[0].numpy()[perm], tau[0].numpy()[perm])
+        np.testing.assert_allclose(a[0].numpy()[perm], ref, atol=1e-9)
+
+
+def test_named_parameters_and_free_fall():
+    urdf = random_tree_urdf(np.random.default_rng(2), 1, True)
+    model = model_from_urdf(urdf, batch=2).with_params({"b0.mass": torch.tensor([1.0, 3.0], dtype=torch.float64)})
+    assert model.get("b0.mass").tolist() == [1.0, 3.0]
+    # a free body with no joint forces falls with g whatever its mass: z(t) = -g t^2 / 2 (Euler: exact up to O(dt))
+    s0 = model.zero_state()
+    s = rollout(model, s0, 100, dt=1e-3, integrator="rk4")
+    T = forward_kinematics(model, s.q[-1])
+    np.testing.assert_allclose(T[:, 0, 2, 3].numpy(), [-9.81 * 0.1 ** 2 / 2] * 2, atol=1e-9)
+    s1 = step(model, s0, None, dt=1e-3)
+    np.testing.assert_allclose(s1.qd[:, 2].numpy(), [-9.81e-3] * 2, atol=1e-12)
