@@ -174,18 +174,21 @@ def double_pendulum() -> Mechanism:
     return Mechanism("double_pendulum", bodies, joints, initial, view=(-20.0, 12.0))
 
 
-ROTT_BOB_LENGTH = 0.30  # tuned so the two normal modes are close to 2:1 (see tests)
+ROTT_BOB_LENGTH = 0.13  # with a 0.7 kg leg: normal modes 0.81 and 1.63 Hz, 2:1 (tests check it)
 
 
-def rott(bob_length: float = ROTT_BOB_LENGTH) -> Mechanism:
+def rott(bob_length: float = ROTT_BOB_LENGTH, leg_mass: float = 0.7) -> Mechanism:
     """Rott's pendulum: an L hinged at its corner, a pendulum hanging from the arm's end.
 
     The L is two bodies welded by a fixed joint (a heavy leg hanging down, a light
     horizontal arm); the nominal configuration is the static equilibrium, so the L is
     tilted such that its centre of mass (with the bob's weight at the arm's end) is
-    below the pivot. Planar: both hinges turn about world y.
+    below the pivot. Planar: both hinges turn about world y. The bob's length is tuned
+    so that the two normal modes are in the 2:1 internal resonance that makes Rott's
+    pendulum trade energy between its modes (Rott 1970; Cushman, Dynamics of
+    Dissipative Mechanical Systems, ch. on Rott's pendulum).
     """
-    m_leg, m_arm, m_bob = 1.2, 0.2, 0.15
+    m_leg, m_arm, m_bob = leg_mass, 0.2, 0.15
     L_leg, L_arm = 0.4, 0.3
     Mx = m_arm * L_arm / 2 + m_bob * L_arm  # gravity moments in the L's own frame
     Mz = -m_leg * L_leg / 2
@@ -269,11 +272,11 @@ def cabinet() -> Mechanism:
 def thrown() -> Mechanism:
     """A box and a capsule hinged together, thrown up (free-flying root), landing on a floor."""
     z0 = 0.4
-    pivot = np.array([0.12, -0.075, z0])
+    pivot = np.array([0.16, -0.1, z0])
     bodies = (
-        BodySpec("body_a", _box("body_a", 0.2, 0.1, 0.06), 0.5, PALETTE[0], pose((0, 0, z0))),
-        BodySpec("body_b", _capsule("body_b", 0.025, 0.2), 0.15, PALETTE[1],
-                 pose(pivot + [0.1, 0, 0], rot("y", math.pi / 2))),
+        BodySpec("body_a", _box("body_a", 0.28, 0.14, 0.08), 0.8, PALETTE[0], pose((0, 0, z0))),
+        BodySpec("body_b", _capsule("body_b", 0.03, 0.25), 0.25, PALETTE[1],
+                 pose(pivot + [0.125, 0, 0], rot("y", math.pi / 2))),
     )
     joints = (
         JointSpec("root", "free", "world", "body_a"),
@@ -285,13 +288,13 @@ def thrown() -> Mechanism:
 
         T = pose((_u(rng, -0.1, 0.1), _u(rng, -0.1, 0.1), z0),
                  Rotation.from_rotvec(rng.uniform(-0.4, 0.4, 3)).as_matrix())
-        v = (_u(rng, -0.3, 0.3), _u(rng, -0.2, 0.2), _u(rng, 3.5, 4.2))
+        v = (_u(rng, -0.3, 0.3), _u(rng, -0.2, 0.2), _u(rng, 2.8, 3.4))
         w = tuple(rng.uniform(-4.0, 4.0, 3))
         return InitialState(q={"hinge": _u(rng, -1.0, 1.0)}, qd={"hinge": _u(rng, -4.0, 4.0)},
                             T_world_root=T, root_twist=(v, w))
 
     return Mechanism("thrown", bodies, joints, initial, floor=Floor(0.0, friction=0.6, restitution=0.3),
-                     view=(-20.0, 8.0))
+                     view=(-20.0, 12.0))
 
 
 def pushed() -> Mechanism:

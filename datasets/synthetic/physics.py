@@ -21,7 +21,7 @@ from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.recording import Camera
 from vid2sim.datasets.shapes import Shape
-from vid2sim.datasets.synthetic.mechanisms import GRAVITY, Mechanism, Tip
+from vid2sim.datasets.synthetic.mechanisms import GRAVITY, Mechanism, Tip, pose
 
 SIM_HZ = 960.0
 
@@ -81,12 +81,22 @@ def inertia_diag(shape: Shape, mass: float) -> tuple[float, float, float]:
     raise ValueError(f"no inertia for shape type {shape.type!r}")
 
 
-def _geometry_xml(shape: Shape) -> str:
+def _geometry_parts(shape: Shape) -> list[tuple[np.ndarray, str]]:
+    """(offset in the shape frame, URDF <geometry> body) pieces of a primitive.
+
+    Standard URDF has no capsule, so a capsule is written as its exact decomposition,
+    a cylinder plus two end spheres (for visual and collision; inertia is explicit),
+    which every URDF reader understands and which Bullet collides identically.
+    """
     if shape.type == "box":
-        return '<box size="%.9g %.9g %.9g"/>' % tuple(shape.size)
+        return [(np.zeros(3), '<box size="%.9g %.9g %.9g"/>' % tuple(shape.size))]
     if shape.type == "sphere":
-        return f'<sphere radius="{shape.radius:.9g}"/>'
-    return f'<{shape.type} radius="{shape.radius:.9g}" length="{shape.length:.9g}"/>'
+        return [(np.zeros(3), f'<sphere radius="{shape.radius:.9g}"/>')]
+    cyl = (np.zeros(3), f'<cylinder radius="{shape.radius:.9g}" length="{shape.length:.9g}"/>')
+    if shape.type == "cylinder":
+        return [cyl]
+    cap = f'<sphere radius="{shape.radius:.9g}"/>'
+    return [cyl, (np.array([0, 0, shape.length / 2]), cap), (np.array([0, 0, -shape.length / 2]), cap)]
 
 
 def _origin_xml(T: np.ndarray) -> str:
@@ -122,16 +132,16 @@ def build_urdf(mech: Mechanism) -> str:
         T_off = np.eye(4)
         T_off[:3, 3] = c_link
         ixx, iyy, izz = inertia_diag(b.shape, b.mass)
-        geom = _geometry_xml(b.shape)
         rgba = "%.3g %.3g %.3g 1" % b.colour
-        parts.append(
-            f'  <link name="{escape(b.name)}">\n'
-            f'    <inertial>{_origin_xml(T_off)}<mass value="{b.mass:.9g}"/>'
-            f'<inertia ixx="{ixx:.9g}" ixy="0" ixz="0" iyy="{iyy:.9g}" iyz="0" izz="{izz:.9g}"/></inertial>\n'
-            f'    <visual>{_origin_xml(T_off)}<geometry>{geom}</geometry>'
-            f'<material name="{escape(b.name)}_mat"><color rgba="{rgba}"/></material></visual>\n'
-            f'    <collision>{_origin_xml(T_off)}<geometry>{geom}</geometry></collision>\n'
-            f'  </link>')
+        xml = (f'  <link name="{escape(b.name)}">\n'
+               f'    <inertial>{_origin_xml(T_off)}<mass value="{b.mass:.9g}"/>'
+               f'<inertia ixx="{ixx:.9g}" ixy="0" ixz="0" iyy="{iyy:.9g}" iyz="0" izz="{izz:.9g}"/></inertial>\n')
+        for offset, geom in _geometry_parts(b.shape):
+            T_geom = T_off @ pose(offset, b.T_world_body[:3, :3].T @ frames[b.name][:3, :3])
+            xml += (f'    <visual>{_origin_xml(T_geom)}<geometry>{geom}</geometry>'
+                    f'<material name="{escape(b.name)}_mat"><color rgba="{rgba}"/></material></visual>\n'
+                    f'    <collision>{_origin_xml(T_geom)}<geometry>{geom}</geometry></collision>\n')
+        parts.append(xml + '  </link>')
     for j in mech.joints:
         if j.type in ("free", "planar"):
             continue
@@ -322,3 +332,33 @@ def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
         out["tip"] = {"radius": tip.radius, "height": tip.height, "start": list(tip.start),
                       "velocity": list(tip.velocity), "friction": tip.friction}
     return out
+
+
+def normal_mode_frequencies(mech: Mechanism) -> np.ndarray:
+    """(dofs,) small-oscillation frequencies (Hz) about the nominal configuration of a
+    fixed-base mechanism: eigenvalues of M^-1 K, K = dG/dq by central differences of
+    PyBullet's gravity torques, M its joint-space mass matrix."""
+    import pybullet as p
+
+    cid = p.connect(p.DIRECT)
+    try:
+        p.setGravity(*GRAVITY, physicsClientId=cid)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.urdf")
+            with open(path, "w") as f:
+                f.write(build_urdf(mech))
+            rid = p.loadURDF(path, useFixedBase=True, flags=p.URDF_USE_INERTIA_FROM_FILE, physicsClientId=cid)
+        n = sum(p.getJointInfo(rid, i, physicsClientId=cid)[2] != p.JOINT_FIXED
+                for i in range(p.getNumJoints(rid, physicsClientId=cid)))
+        zero = [0.0] * n
+        M = np.array(p.calculateMassMatrix(rid, zero, physicsClientId=cid))
+
+        def G(q):
+            return np.array(p.calculateInverseDynamics(rid, list(q), zero, zero, physicsClientId=cid))
+
+        eps = 1e-5
+        K = np.stack([(G(eps * e) - G(-eps * e)) / (2 * eps) for e in np.eye(n)], 1)
+    finally:
+        p.disconnect(cid)
+    w2 = np.sort(np.linalg.eigvals(np.linalg.solve(M, K)).real)
+    return np.sqrt(np.maximum(w2, 0.0)) / (2 * np.pi)
