@@ -57,7 +57,7 @@ def build_model(num_classes: int = len(CLASSES) + 1, in_channels: int = 3) -> Ma
         rpn_batch_size_per_image=128,
         box_roi_pool=box_pool, box_head=TwoMLPHead(FPN_CHANNELS * 49, rep),
         box_predictor=FastRCNNPredictor(rep, num_classes),
-        box_batch_size_per_image=128, box_detections_per_img=30,
+        box_batch_size_per_image=64, box_detections_per_img=30,
         mask_roi_pool=mask_pool, mask_head=mask_head,
         mask_predictor=MaskRCNNPredictor(128, 128, num_classes),
     )

@@ -44,8 +44,13 @@ def make_target(masks: np.ndarray, labels: np.ndarray) -> dict[str, torch.Tensor
 def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list[dict]]], iters: int,
         lr: float = 1e-3, warmup: int = 200, log_path: Path | None = None, checkpoint: Path | None = None,
         save_every: int = 200, start_iter: int = 0, meta: dict | None = None,
-        optimizer_state: dict | None = None, state_path: Path | None = None) -> list[dict]:
-    """AdamW with linear warm-up and cosine decay over ``iters``; one JSON line per iteration in ``log_path``.
+        optimizer_state: dict | None = None, state_path: Path | None = None,
+        time_budget_s: float | None = None) -> list[dict]:
+    """AdamW with linear warm-up and cosine decay; one JSON line per iteration in ``log_path``.
+
+    The schedule's progress is ``it / iters`` or, when ``time_budget_s`` is given, the larger
+    of that and elapsed / budget, and training stops at progress 1: on a shared CPU whose
+    speed is unknown in advance the run still ends on time with a fully decayed rate.
 
     Saves the model to ``checkpoint`` every ``save_every`` iterations and at the end
     (optimizer state beside it in ``state_path`` so a killed run can resume).
@@ -55,17 +60,24 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
     if optimizer_state is not None:
         opt.load_state_dict(optimizer_state)
 
+    def progress(it: int) -> float:
+        p = it / max(1, iters)
+        if time_budget_s:
+            p = max(p, (time.time() - t0) / time_budget_s)
+        return min(1.0, p)
+
     def lr_at(it: int) -> float:
         if it < warmup:
             return lr * (0.05 + 0.95 * it / warmup)
-        return lr * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(1.0, (it - warmup) / max(1, iters - warmup)))))
+        return lr * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * progress(it))))
 
     history = []
-    model.train()
     t0 = time.time()
+    model.train()
     logf = open(log_path, "a") if log_path else None
     try:
         for it in range(start_iter, iters):
+            last = progress(it) >= 1.0 or it + 1 == iters
             images, targets = next(batches)
             for g in opt.param_groups:
                 g["lr"] = lr_at(it)
@@ -75,7 +87,7 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 10.0)
             opt.step()
-            rec = {"iter": it + 1, "time_s": round(time.time() - t0, 2), "lr": lr_at(it), "loss": round(loss.item(), 5),
+            rec = {"iter": it + 1, "time_s": round(time.time() - t0, 2), "lr": round(lr_at(it), 8), "loss": round(loss.item(), 5),
                    **{k: round(v.item(), 5) for k, v in losses.items()}}
             history.append(rec)
             if logf:
@@ -83,10 +95,12 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
                 logf.flush()
             if (it + 1) % 20 == 0:
                 log.info("iter %d/%d loss %.3f (%.1f s)", it + 1, iters, loss.item(), time.time() - t0)
-            if checkpoint and ((it + 1) % save_every == 0 or it + 1 == iters):
+            if checkpoint and ((it + 1) % save_every == 0 or last):
                 save_checkpoint(model, checkpoint, {**(meta or {}), "iters": it + 1})
                 if state_path:
                     torch.save({"optimizer": opt.state_dict(), "iter": it + 1}, state_path)
+            if last:
+                break
     finally:
         if logf:
             logf.close()
