@@ -9,7 +9,7 @@ was measured as the alternative: slower and its depth buffer is nonlinear
 (report in the package docstring).
 
 A floor (checkerboard) and a back wall give every pixel a background reading, as
-in a room. Shading is Lambertian with a light near the camera, plus ambient.
+in a room; they are intersected analytically. Shading is Lambertian with a light near the camera, plus ambient.
 """
 from __future__ import annotations
 
@@ -91,16 +91,15 @@ def shape_mesh(shape: Shape, resolution: int = 40) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(V), np.concatenate(F).astype(np.uint32)
 
 
-def _quad(corner: np.ndarray, e1: np.ndarray, e2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    V = np.stack([corner, corner + e1, corner + e1 + e2, corner + e2])
-    return V, np.array([[0, 1, 2], [0, 2, 3]], np.uint32)
-
-
 class Renderer:
     """Renders (depth z in metres, RGB uint8, body mask uint8) of one camera.
 
     meshes: body-frame meshes in body order (mask value i + 1); colours: RGB in [0, 1];
-    floor_z: height of the background floor; tip: optional (Shape, colour).
+    floor_z: height of the background floor; wall_distance: horizontal distance of the
+    back wall from the camera; tip: optional (Shape, colour).
+
+    The static background (floor, wall) is intersected analytically once; per frame
+    only the rays inside the bounding rectangle of the projected bodies are cast.
     """
 
     def __init__(self, camera: Camera, meshes: list[tuple[np.ndarray, np.ndarray]],
@@ -114,59 +113,78 @@ class Renderer:
         u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))
         d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u, float)], -1)
         self.d_world = d_cam @ T[:3, :3].T  # (H, W, 3), unit z-component in camera frame
-        rays = np.concatenate([np.broadcast_to(self.eye, self.d_world.shape), self.d_world], -1)
-        self.rays = o3d.core.Tensor(rays.astype(np.float32))
         fwd = T[:3, 2].copy()
         fwd_h = np.array([fwd[0], fwd[1], 0.0])
         fwd_h = fwd_h / np.linalg.norm(fwd_h) if np.linalg.norm(fwd_h) > 1e-6 else np.array([0.0, 1.0, 0.0])
         side = np.cross(fwd_h, [0.0, 0.0, 1.0])
-        self.floor_z = floor_z
-        c = np.array([self.eye[0], self.eye[1], floor_z])
-        self.floor = _quad(c - 30 * fwd_h - 30 * side, 60 * side, 60 * fwd_h)
-        wall_c = np.array([self.eye[0], self.eye[1], floor_z]) + wall_distance * fwd_h
-        self.wall = _quad(wall_c - 30 * side, 60 * side, np.array([0.0, 0.0, 30.0]))
         # Palette: index 0 floor, 1 wall, 2.. bodies, last tip.
         self.albedo = np.array([(0.6, 0.6, 0.6), (0.78, 0.78, 0.82), *colours, (0.25, 0.25, 0.28)], np.float32)
-        self.light = (-fwd + np.array([0.0, 0.0, 1.0]) + 0.3 * side)
+        self.light = -fwd + np.array([0.0, 0.0, 1.0]) + 0.3 * side
         self.light /= np.linalg.norm(self.light)
+
+        # Background: the nearer of the floor plane z = floor_z and the wall plane
+        # (normal fwd_h, wall_distance ahead of the camera); t is the z-depth.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_floor = (floor_z - self.eye[2]) / self.d_world[..., 2]
+            t_wall = wall_distance / (self.d_world @ fwd_h)
+        t_floor = np.where(t_floor > 0, t_floor, np.inf)
+        t_wall = np.where(t_wall > 0, t_wall, np.inf)
+        floor = t_floor <= t_wall
+        t_bg = np.minimum(t_floor, t_wall)
+        self.bg_depth = np.where(np.isfinite(t_bg), t_bg, 0.0).astype(np.float32)
+        self.bg_pal = np.where(floor, 0, 1)
+        n_bg = np.where(floor[..., None], np.array([0.0, 0.0, 1.0]), -fwd_h)
+        albedo = self.albedo[self.bg_pal]
+        p = self.eye + self.d_world * self.bg_depth[..., None]
+        check = (np.floor(p[..., 0] / 0.1) + np.floor(p[..., 1] / 0.1)) % 2  # texture for flow and the eye
+        albedo = np.where(floor[..., None], albedo * (0.8 + 0.3 * check)[..., None], albedo)
+        self.bg_rgb = self._shade(albedo, n_bg)
+
+    def _shade(self, albedo: np.ndarray, n: np.ndarray) -> np.ndarray:
+        lambert = np.clip(n @ self.light, 0.0, 1.0)
+        return albedo * (0.35 + 0.65 * lambert)[..., None]
 
     def render(self, world_from_body: np.ndarray, T_world_tip: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """world_from_body: (M, 4, 4) -> depth (H, W) float32 m, rgb (H, W, 3) uint8, mask (H, W) uint8."""
+        cam = self.camera
         scene = o3d.t.geometry.RaycastingScene(nthreads=1)
-        owner = []  # geometry id -> palette index
-        for V, F in (self.floor, self.wall):
-            scene.add_triangles(V.astype(np.float32), F)
-        owner += [0, 1]
-        for m, (V, F) in enumerate(self.meshes):
-            T = world_from_body[m]
-            scene.add_triangles((V @ T[:3, :3].T + T[:3, 3]).astype(np.float32), F)
-            owner.append(2 + m)
+        owner, verts = [], []  # geometry id -> palette index; world vertices
+        items = [(V, F, world_from_body[m], 2 + m) for m, (V, F) in enumerate(self.meshes)]
         if self.tip_mesh is not None and T_world_tip is not None:
-            V, F = self.tip_mesh
-            scene.add_triangles((V @ T_world_tip[:3, :3].T + T_world_tip[:3, 3]).astype(np.float32), F)
-            owner.append(len(self.albedo) - 1)
-        hit = scene.cast_rays(self.rays, nthreads=1)
+            items.append((*self.tip_mesh, T_world_tip, len(self.albedo) - 1))
+        for V, F, T, pal in items:
+            Vw = V @ T[:3, :3].T + T[:3, 3]
+            scene.add_triangles(Vw.astype(np.float32), F)
+            owner.append(pal)
+            verts.append(Vw)
+        owner = np.asarray(owner)
+        depth, pal = self.bg_depth.copy(), self.bg_pal.copy()
+        rgb = self.bg_rgb.copy()
+        uv, z = cam.project(np.concatenate(verts))
+        if (z > 1e-3).all():  # cast only inside the bodies' projected bounding rectangle
+            u0, v0 = np.maximum(np.floor(uv.min(0)).astype(int) - 1, 0)
+            u1 = min(int(np.ceil(uv[:, 0].max())) + 2, cam.width)
+            v1 = min(int(np.ceil(uv[:, 1].max())) + 2, cam.height)
+        else:
+            u0, v0, u1, v1 = 0, 0, cam.width, cam.height
+        if u1 <= u0 or v1 <= v0:
+            return depth, np.clip(rgb * 255.0 + 0.5, 0, 255).astype(np.uint8), np.zeros(depth.shape, np.uint8)
+        d = self.d_world[v0:v1, u0:u1]
+        rays = np.concatenate([np.broadcast_to(self.eye, d.shape), d], -1).astype(np.float32)
+        hit = scene.cast_rays(o3d.core.Tensor(rays), nthreads=1)
         t = hit["t_hit"].numpy()
         gid = hit["geometry_ids"].numpy().astype(np.int64)
-        valid = np.isfinite(t) & (gid < len(owner))
-        owner = np.asarray(owner)
-        pal = np.where(valid, owner[np.where(valid, gid, 0)], 1)
-        depth = np.where(valid, t, 0.0).astype(np.float32)
-
+        bg = self.bg_depth[v0:v1, u0:u1]
+        front = np.isfinite(t) & (gid < len(owner)) & ((bg == 0) | (t < bg))
         n = hit["primitive_normals"].numpy()
-        flip = np.sum(n * self.d_world, -1) > 0
-        n[flip] *= -1
-        lambert = np.clip(n @ self.light, 0.0, 1.0)
-        albedo = self.albedo[pal]
-        floor = pal == 0
-        if floor.any():  # checkerboard: texture for optical flow and for the eye
-            p = self.eye + self.d_world[floor] * depth[floor, None]
-            check = (np.floor(p[:, 0] / 0.1) + np.floor(p[:, 1] / 0.1)) % 2
-            albedo[floor] *= (0.8 + 0.3 * check)[:, None].astype(np.float32)
-        rgb = albedo * (0.35 + 0.65 * lambert)[..., None]
+        n[np.sum(n * d, -1) > 0] *= -1  # face the camera
+        p_sub = owner[np.where(front, gid, 0)]
+        sub = (slice(v0, v1), slice(u0, u1))
+        depth[sub] = np.where(front, t, depth[sub])
+        pal[sub] = np.where(front, p_sub, pal[sub])
+        rgb[sub] = np.where(front[..., None], self._shade(self.albedo[p_sub], n), rgb[sub])
         rgb = np.clip(rgb * 255.0 + 0.5, 0, 255).astype(np.uint8)
-
         mask = np.zeros(pal.shape, np.uint8)
         body = (pal >= 2) & (pal < len(self.albedo) - 1)
         mask[body] = (pal[body] - 1).astype(np.uint8)
