@@ -1,0 +1,55 @@
+"""Small rigid-transform helpers the renderer's users need (torch, batched, differentiable)."""
+from __future__ import annotations
+
+import torch
+
+
+def skew(w: torch.Tensor) -> torch.Tensor:
+    """w: (..., 3) -> (..., 3, 3) cross-product matrix."""
+    z = torch.zeros_like(w[..., 0])
+    return torch.stack([torch.stack([z, -w[..., 2], w[..., 1]], -1),
+                        torch.stack([w[..., 2], z, -w[..., 0]], -1),
+                        torch.stack([-w[..., 1], w[..., 0], z], -1)], -2)
+
+
+def so3_exp(w: torch.Tensor) -> torch.Tensor:
+    """w: (..., 3) rotation vector -> (..., 3, 3) rotation (Rodrigues; series near 0 keeps gradients finite)."""
+    th2 = (w * w).sum(-1, keepdim=True).unsqueeze(-1)
+    th = th2.clamp(min=1e-24).sqrt()
+    small = th2 < 1e-8
+    a = torch.where(small, 1 - th2 / 6, torch.sin(th) / th)
+    b = torch.where(small, 0.5 - th2 / 24, (1 - torch.cos(th)) / th2.clamp(min=1e-24))
+    K = skew(w)
+    eye = torch.eye(3, dtype=w.dtype).expand(K.shape)
+    return eye + a * K + b * (K @ K)
+
+
+def compose(R: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """R: (..., 3, 3), t: (..., 3) -> (..., 4, 4)."""
+    T = torch.zeros(*R.shape[:-2], 4, 4, dtype=R.dtype)
+    T = T.clone()
+    top = torch.cat([R, t.unsqueeze(-1)], -1)
+    bottom = torch.zeros(*R.shape[:-2], 1, 4, dtype=R.dtype)
+    bottom[..., 0, 3] = 1.0
+    return torch.cat([top, bottom], -2)
+
+
+def perturb(T0: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+    """T0: (..., 4, 4), xi: (..., 6) = (v, w) world-frame twist -> exp(w) R0, t0 + v.
+
+    Rotation about the body's own origin, expressed in world axes (left perturbation of R).
+    """
+    R = so3_exp(xi[..., 3:]) @ T0[..., :3, :3]
+    return compose(R, T0[..., :3, 3] + xi[..., :3])
+
+
+def orthonormalize(R: torch.Tensor) -> torch.Tensor:
+    """Nearest rotation (polar decomposition by SVD) of (..., 3, 3) near-rotations.
+
+    Composing predicted rotations frame after frame (R_t R_{t-1}^T R_t) amplifies
+    rounding off SO(3) geometrically; projecting each prediction keeps it at 1e-16.
+    """
+    U, _, Vh = torch.linalg.svd(R)
+    D = torch.ones(*R.shape[:-2], 3, dtype=R.dtype)
+    D[..., 2] = torch.sign(torch.linalg.det(U @ Vh))
+    return U @ (D.unsqueeze(-1) * Vh)

@@ -1,0 +1,355 @@
+"""Track stage: the 6-D world pose of every segmented part in every frame.
+
+Analysis by synthesis (paper §4.3.3.1-2, on the CPU): the known primitives are
+rendered in the recording's camera (``vid2sim.models.render``, closed-form ray casting,
+all bodies together so occlusions are right) and, frame by frame, their poses are
+moved by damped Gauss-Newton until the render explains the observed depth:
+point-to-surface residuals of the back-projected depth plus silhouette (free-space)
+residuals, Huber-weighted (``models/render/align.py``).
+
+- Initial poses (segmentation frame): each mask's point cloud is fitted by its
+  primitive from several orientation hypotheses (PCA axes; for a box every
+  assignment of its edges to the axes), keeping the best; a sphere needs no
+  orientation, a capsule/cylinder only its axis (roll is unobservable and stays).
+- Later frames start from the previous pose plus a constant-velocity prediction and
+  run forward, then backward from the segmentation frame to frame 0.
+- A body whose visible pixels vanish (left the view, fully occluded) or whose render is
+  no longer supported by the depth is flagged ``lost`` and held at its last good pose
+  instead of being dragged by its neighbours' points; the per-frame ``residual``
+  counts a lost body at the full gate.
+- ``planar`` restricts every body to world x, z translation and rotation about world y.
+
+Deliberately not here: RGB-only recordings (needs silhouettes from colour and an
+initial depth; raises a clear error), meshes (need a rasteriser backend).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from vid2sim.datasets.recording import Recording
+from vid2sim.datasets.shapes import Shape
+from vid2sim.models.render import Primitive
+from vid2sim.models.render.align import Observation, gauss_newton_step
+from vid2sim.models.render.poses import orthonormalize, so3_exp
+from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
+from vid2sim.pipeline.atomic import atomic_path, write_bytes
+
+log = logging.getLogger(__name__)
+DT = torch.float64
+OVERLAY_FILE = "track_overlay.mp4"
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """Settings of the track stage (lengths in metres)."""
+
+    iterations: int = 6  # Gauss-Newton steps per frame (stops earlier once converged)
+    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis
+    gate_m: float = 0.03  # a depth point farther than this from every body is not used (1st step)
+    gate_final_m: float = 0.012  # ... shrinking to this by the last step
+    huber_m: float = 0.004  # Huber scale of the residuals (about the depth noise)
+    freespace_tol_m: float = 0.02  # observed this far behind a rendered surface = "seen through it"
+    w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals
+    w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals
+    damping: float = 1e-3  # Levenberg-Marquardt damping (relative to the diagonal)
+    converged_step: float = 2e-5  # stop when no pose parameter moves more than this (m or rad)
+    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only
+    velocity: float = 1.0  # constant-velocity prediction factor (0: previous pose)
+    roi_pad_px: int = 10  # region of interest: projected bounding sphere plus this margin
+    background_tol_m: float = 0.02  # within this of the background depth = background
+    inlier_m: float = 0.01  # a depth point this close to its body supports it
+    lost_min_pixels: int = 20  # fewer visible rendered pixels than this: body lost
+    lost_min_support: float = 0.3  # fewer supporting points than this fraction of them: lost
+    overlay: bool = True  # write the side-by-side overlay video
+    max_overlay_frames: int = 600
+
+
+def body_names(shape_names: list[str]) -> list[str]:
+    """Library shape names, suffixed _0, _1 ... where a shape appears more than once."""
+    counts = {n: shape_names.count(n) for n in shape_names}
+    seen: dict[str, int] = {}
+    out = []
+    for n in shape_names:
+        if counts[n] > 1:
+            out.append(f"{n}_{seen.get(n, 0)}")
+            seen[n] = seen.get(n, 0) + 1
+        else:
+            out.append(n)
+    return out
+
+
+class _Scene:
+    """Camera rays, background model and region-of-interest logic of one recording."""
+
+    def __init__(self, rec: Recording, prims: list[Primitive], cfg: TrackConfig):
+        cam = rec.camera
+        self.cam, self.prims, self.cfg = cam, prims, cfg
+        T_wc = torch.as_tensor(cam.world_from_camera, dtype=DT)
+        self.origin = T_wc[:3, 3]
+        v, u = np.mgrid[0:cam.height, 0:cam.width]
+        d_cam = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones_like(u, float)], -1)
+        self.dirs = torch.as_tensor(d_cam.reshape(-1, 3), dtype=DT) @ T_wc[:3, :3].T
+        self.background = np.zeros((cam.height, cam.width), np.float32)
+
+    def set_background(self, depth: np.ndarray, masks: np.ndarray) -> None:
+        """Static background depth: the segmentation frame outside (dilated) part masks."""
+        fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
+        self.background = np.where(fg, 0.0, depth).astype(np.float32)
+
+    def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
+        """(H, W) bool: projected bounding spheres of ``bodies`` (default all) plus padding."""
+        cam = self.cam
+        out = np.zeros((cam.height, cam.width), bool)
+        for m in range(len(self.prims)) if bodies is None else bodies:
+            c = T[m, :3, 3].numpy()
+            uv, z = cam.project(c[None])
+            z = float(z[0])
+            if z <= 1e-3:
+                continue
+            r = self.prims[m].bounding_radius * max(cam.fx, cam.fy) / max(z - self.prims[m].bounding_radius, 1e-3)
+            r += self.cfg.roi_pad_px
+            u0, v0 = uv[0]
+            x0, x1 = int(max(math.floor(u0 - r), 0)), int(min(math.ceil(u0 + r) + 1, cam.width))
+            y0, y1 = int(max(math.floor(v0 - r), 0)), int(min(math.ceil(v0 + r) + 1, cam.height))
+            if x0 < x1 and y0 < y1:
+                out[y0:y1, x0:x1] = True
+        return out
+
+    def observe(self, depth: np.ndarray, roi: np.ndarray, foreground: np.ndarray | None = None) -> tuple[Observation, np.ndarray]:
+        """Observation of the rays in ``roi``; returns it and the flat pixel indices used."""
+        flat = np.flatnonzero(roi)
+        d = depth.reshape(-1)[flat]
+        if foreground is None:
+            bg = self.background.reshape(-1)[flat]
+            foreground = (bg <= 0) | (d < bg - self.cfg.background_tol_m)
+        else:
+            foreground = foreground.reshape(-1)[flat]
+        obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=DT),
+                          torch.as_tensor(foreground & (d > 0)))
+        return obs, flat
+
+
+def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
+    """Candidate body orientations (3, 3) from the principal axes of a point cloud."""
+    c = pts - pts.mean(0)
+    _, _, Vt = np.linalg.svd(c, full_matrices=False)
+    axes = Vt  # rows: principal directions, largest variance first
+    if prim.kind == "sphere":
+        return [np.eye(3)]
+    if prim.kind in ("capsule", "cylinder"):
+        z = axes[0]
+        x = axes[1] - axes[1] @ z * z
+        x /= np.linalg.norm(x)
+        return [np.stack([x, np.cross(z, x), z], 1)]
+    hyps = []
+    for perm in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
+        R = np.stack([axes[perm[0]], axes[perm[1]], axes[perm[2]]], 1)
+        if np.linalg.det(R) < 0:
+            R[:, 2] *= -1
+        hyps.append(R)
+    return hyps
+
+
+def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
+    """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud."""
+    cam = scene.cam
+    T_wc = np.asarray(cam.world_from_camera, float)
+    pts_cam = cam.backproject(depth)
+    poses = []
+    for k, prim in enumerate(scene.prims):
+        mask = cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        mask &= depth > 0
+        if mask.sum() < 10:
+            mask = (seg.masks[k] > 0) & (depth > 0)
+        if mask.sum() < 3:
+            raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
+        p = pts_cam[mask] @ T_wc[:3, :3].T + T_wc[:3, 3]
+        view = p.mean(0) - T_wc[:3, 3]
+        view /= np.linalg.norm(view)
+        depth_half = prim.radius if prim.kind != "box" else min(prim.half_size)
+        centre = p.mean(0) + view * depth_half
+        roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.roi_pad_px + 1,) * 2, np.uint8)) > 0
+        obs, _ = scene.observe(depth, roi, foreground=mask)
+        best = None
+        for R in _rot_hypotheses(prim, p):
+            T = torch.eye(4, dtype=DT)
+            T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
+            T = T[None]
+            for it in range(cfg.init_iterations):
+                res = gauss_newton_step([prim], T, obs, gate=prim.bounding_radius * 2, scale=cfg.huber_m,
+                                        freespace_tol=cfg.freespace_tol_m, w_depth=cfg.w_depth,
+                                        w_silhouette=cfg.w_silhouette, damping=cfg.damping)
+                T = res.T
+            res = gauss_newton_step([prim], T, obs, gate=prim.bounding_radius * 2, scale=cfg.huber_m,
+                                    freespace_tol=cfg.freespace_tol_m, damping=cfg.damping)
+            r = res.point_res[torch.isfinite(res.point_res)]
+            cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
+                res.freespace.sum()) / max(len(r), 1)
+            if best is None or cost < best[0]:
+                best = (cost, T[0])
+        poses.append(best[1])
+    return torch.stack(poses)
+
+
+def _predict(T_prev: torch.Tensor, T_prev2: torch.Tensor | None, factor: float) -> torch.Tensor:
+    """Constant-velocity prediction in world coordinates: T_t (T_{t-1})^-1 applied once more."""
+    if T_prev2 is None or factor == 0:
+        return T_prev.clone()
+    R1, R0 = T_prev[:, :3, :3], T_prev2[:, :3, :3]
+    dR = R1 @ R0.transpose(1, 2)
+    if factor != 1.0:
+        w = torch.as_tensor(np.stack([cv2.Rodrigues(r.numpy())[0][:, 0] for r in dR]), dtype=DT)
+        dR = so3_exp(w * factor)
+    T = T_prev.clone()
+    T[:, :3, :3] = orthonormalize(dR @ R1)
+    T[:, :3, 3] = T_prev[:, :3, 3] + factor * (T_prev[:, :3, 3] - T_prev2[:, :3, 3])
+    return T
+
+
+class _Tracker:
+    def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
+        self.cfg, self.scene, self.planar = cfg, scene, planar
+
+    def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+        """Align all bodies to one depth frame from ``T0``; lost bodies fall back to ``T_hold``."""
+        cfg, scene = self.cfg, self.scene
+        M = len(scene.prims)
+        roi = scene.roi(T0)
+        obs, flat = scene.observe(depth, roi)
+        T = T0
+        n = max(cfg.iterations, 1)
+        for it in range(n):
+            gate = cfg.gate_m + (cfg.gate_final_m - cfg.gate_m) * it / max(n - 1, 1)
+            res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
+                                    w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
+                                    planar=self.planar)
+            T = res.T
+            if res.step_norm < cfg.converged_step:
+                break
+        # Final render at the converged poses: support and visibility decide "lost".
+        res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
+                                freespace_tol=cfg.freespace_tol_m, damping=cfg.damping, planar=self.planar,
+                                active=torch.zeros(M, dtype=torch.bool))
+        lost = np.zeros(M, bool)
+        per_body = np.zeros(M)
+        for m in range(M):
+            visible = int((res.visible == m).sum())
+            mine = res.assigned == m
+            support = int((mine & (res.point_res < cfg.inlier_m)).sum())
+            lost[m] = visible < cfg.lost_min_pixels or support < cfg.lost_min_support * visible
+            r = res.point_res[mine]
+            per_body[m] = cfg.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
+        if lost.any():
+            T = T.clone()
+            T[torch.as_tensor(lost)] = T_hold[torch.as_tensor(lost)]
+        return T, lost, float(per_body.mean()), (flat, res.visible.numpy())
+
+
+def _overlay_frame(rec: Recording, i: int, depth: np.ndarray | None, flat: np.ndarray, visible: np.ndarray,
+                   lost: np.ndarray, names: list[str], colors: np.ndarray) -> np.ndarray:
+    if rec.has_color:
+        img = rec.color(i)
+    else:
+        d = np.clip(depth / max(float(depth.max()), 1e-6) * 255, 0, 255).astype(np.uint8)
+        img = cv2.cvtColor(cv2.applyColorMap(d, cv2.COLORMAP_VIRIDIS), cv2.COLOR_BGR2RGB)
+    over = img.copy().reshape(-1, 3)
+    hit = visible >= 0
+    over[flat[hit]] = (0.4 * over[flat[hit]] + 0.6 * colors[visible[hit]] * 255).astype(np.uint8)
+    over = over.reshape(img.shape)
+    y = 14
+    for m, name in enumerate(names):
+        if lost[m]:
+            cv2.putText(over, f"{name}: lost", (4, y), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 0, 0), 1)
+            y += 14
+    return np.concatenate([img, over], 1)
+
+
+def _write_overlay(frames: list[np.ndarray], fps: float, out_dir: Path) -> Path:
+    """mp4 through cv2.VideoWriter; a PNG strip of up to 8 frames if no mp4 codec is available."""
+    h, w = frames[0].shape[:2]
+    path = out_dir / OVERLAY_FILE
+    with atomic_path(path) as tmp:
+        vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+        ok = vw.isOpened()
+        if ok:
+            for f in frames:
+                vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+        vw.release()
+        ok = ok and tmp.stat().st_size > 0
+        if not ok:
+            raise_later = True
+        else:
+            raise_later = False
+    if raise_later:
+        path = out_dir / "track_overlay.png"
+        picks = frames[:: max(1, len(frames) // 8)][:8]
+        okp, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
+        write_bytes(path, buf.tobytes())
+    return path
+
+
+def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
+    """Track every segmented instance through ``rec``; writes the overlay video into ``out_dir``."""
+    out_dir = Path(out_dir)
+    if not rec.has_depth:
+        raise ValueError(f"{rec.path}: RGB-only tracking (planar silhouette mode) is not implemented yet; "
+                         "the track stage needs depth frames")
+    if rec.shapes is None:
+        raise ValueError(f"{rec.path}: the recording has no shapes.json, so there are no shapes to track")
+    missing = [n for n in seg.shape_names if n not in rec.shapes]
+    if missing:
+        raise ValueError(f"segmentation names shape(s) {missing} that are not in {rec.path}/shapes.json")
+    shapes: list[Shape] = [rec.shapes[n] for n in seg.shape_names]
+    prims = [Primitive.from_shape(s) for s in shapes]
+    names = body_names(list(seg.shape_names))
+    planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
+    torch_threads = torch.get_num_threads()
+    scene = _Scene(rec, prims, cfg)
+    d0 = rec.depth(seg.frame)
+    scene.set_background(d0, seg.masks)
+    T_init = _initial_poses(cfg, scene, d0, seg)
+    tracker = _Tracker(cfg, scene, planar)
+    Tn, M = rec.num_frames, len(prims)
+    poses = np.zeros((Tn, M, 4, 4))
+    lost = np.zeros((Tn, M), bool)
+    residual = np.zeros(Tn)
+    render_cache: dict[int, tuple] = {}
+    order = [list(range(seg.frame, Tn)), list(range(seg.frame - 1, -1, -1))]
+    with tqdm(total=Tn, desc="track", unit="frame", leave=False) as bar:
+        for frames in order:
+            T_prev, T_prev2 = (T_init, None) if frames and frames[0] == seg.frame else (
+                torch.as_tensor(poses[seg.frame]), None)
+            good = T_prev.clone()
+            for i in frames:
+                depth = rec.depth(i)
+                T0 = _predict(T_prev, T_prev2, cfg.velocity)
+                T, lost_i, r, vis = tracker.frame(depth, T0, good)
+                poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
+                if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
+                    render_cache[i] = vis
+                keep = torch.as_tensor(~lost_i)
+                good[keep] = T[keep]
+                T_prev2 = T_prev.clone()
+                T_prev2[~keep] = T[~keep]  # no velocity through a lost stretch
+                T_prev = T
+                bar.update(1)
+    torch.set_num_threads(torch_threads)
+    nlost = lost.sum(0)
+    for m in range(M):
+        if nlost[m]:
+            log.warning("track: %s lost in %d of %d frames (held at its last good pose there)", names[m], nlost[m], Tn)
+    if cfg.overlay and render_cache:
+        colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
+                           [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
+        frames = [_overlay_frame(rec, i, rec.depth(i), *render_cache[i], lost[i], names, colors)
+                  for i in sorted(render_cache)]
+        _write_overlay(frames, rec.fps, out_dir)
+    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost)
