@@ -300,15 +300,20 @@ def thrown() -> Mechanism:
 def pushed() -> Mechanism:
     """Three flat links hinged in a row (vertical axes) lying on a floor, pushed sideways
     by a vertical cylinder tip at constant velocity (Craftsman set-up). The middle link
-    is the root; its joint to the world is ``planar`` (it slides and turns on the floor)."""
+    is the root; its joint to the world is ``planar`` (it slides and turns on the floor).
+    The hinges stop at +-1 rad, just before neighbouring links (3 cm apart) would touch,
+    as the links of a real linkage would (self-collision is off in the simulation)."""
     h = 0.03
     size = (0.16, 0.05, h)
+    pitch = 0.19  # centre spacing: 3 cm between link ends
     bodies = tuple(BodySpec(f"link{i + 1}", _box(f"link{i + 1}", *size), 0.2, PALETTE[i], pose((x, 0, h / 2)))
-                   for i, x in enumerate((-0.18, 0.0, 0.18)))
+                   for i, x in enumerate((-pitch, 0.0, pitch)))
     joints = (
         JointSpec("root", "planar", "world", "link2", (0, 0, 1)),
-        JointSpec("hinge_1", "revolute", "link2", "link1", (0, 0, 1), (-0.09, 0, h / 2), damping=0.002),
-        JointSpec("hinge_3", "revolute", "link2", "link3", (0, 0, 1), (0.09, 0, h / 2), damping=0.002),
+        JointSpec("hinge_1", "revolute", "link2", "link1", (0, 0, 1), (-pitch / 2, 0, h / 2), damping=0.002,
+                  limits=(-1.0, 1.0)),
+        JointSpec("hinge_3", "revolute", "link2", "link3", (0, 0, 1), (pitch / 2, 0, h / 2), damping=0.002,
+                  limits=(-1.0, 1.0)),
     )
 
     def initial(rng):
