@@ -197,3 +197,28 @@ def test_truth_urdf_reproduces_poses():
             for m, b in enumerate(st.body_names):
                 T = T_root @ u.get_transform(frame_to=b, frame_from=u.base_link) @ u.link_map[b].inertial.origin
                 assert np.abs(T - st.world_from_body[t, m]).max() < 1e-6, (name, b, t)
+
+
+def test_thrown_centre_of_mass_falls_freely():
+    """In flight, the centre of mass of the two bodies accelerates at exactly g."""
+    st = simulate("thrown", seed=0, frames=12, fps=60.0)
+    m = np.array([b["mass"] for b in st.truth["bodies"]])
+    com = np.einsum("m,tmi->ti", m, st.world_from_body[:, :, :3, 3]) / m.sum()
+    assert com[:, 2].min() > 0.3  # still in the air
+    acc = (com[2:] - 2 * com[1:-1] + com[:-2]) * st.fps**2
+    assert np.abs(acc - np.asarray(st.truth["gravity"])).max() < 0.05
+
+
+def test_pushed_tip_moves_linkage_without_interpenetration():
+    st = simulate("pushed", seed=0, frames=120)
+    T, tip, r = st.world_from_body, st.tip_position, st.truth["tip"]["radius"]
+    assert np.allclose(T[:, :, 2, 3], T[0, 0, 2, 3], atol=1e-3)  # stays on the floor
+    assert np.linalg.norm(T[-1, :, :2, 3] - T[0, :, :2, 3], axis=1).max() > 0.1  # pushed along
+    for m, b in enumerate(st.body_names):
+        half = np.asarray(st.shapes[st.truth["bodies"][m]["shape"]].size[:2]) / 2
+        Tinv = np.linalg.inv(T[:, m])
+        p = np.einsum("tij,tj->ti", Tinv[:, :3, :3], tip) + Tinv[:, :3, 3]
+        gap = np.linalg.norm(np.maximum(np.abs(p[:, :2]) - half, 0), axis=1)
+        assert gap.min() > r - 0.002, b  # the tip touches, at most 2 mm deep
+    lo, hi = st.truth["joints"][1]["limits"]
+    assert st.q.min() > lo - 0.01 and st.q.max() < hi + 0.01  # hinge stops hold
