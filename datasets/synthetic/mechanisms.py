@@ -319,7 +319,8 @@ def pushed() -> Mechanism:
     def initial(rng):
         from scipy.spatial.transform import Rotation
 
-        T = pose((_u(rng, -0.03, 0.03), _u(rng, -0.03, 0.03), h / 2), Rotation.from_euler("z", _u(rng, -0.3, 0.3)).as_matrix())
+        yaw = Rotation.from_euler("z", _u(rng, -0.3, 0.3)).as_matrix()
+        T = pose((_u(rng, -0.03, 0.03), _u(rng, -0.03, 0.03), h / 2), yaw)
         return InitialState(q={"hinge_1": _u(rng, -0.5, 0.5), "hinge_3": _u(rng, -0.5, 0.5)},
                             qd={}, T_world_root=T, root_twist=((0, 0, 0), (0, 0, 0)))
 
