@@ -42,11 +42,43 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict]:
 
 @dataclass(frozen=True)
 class Detection:
-    """One instance: mask (H, W) bool, class index into CLASSES, score, and per-class probabilities."""
+    """One instance: mask (H, W) bool, class index into CLASSES, score in [0, 1].
+
+    class_scores: (len(CLASSES),) the best score the detector gave this instance under
+    each class (0 where it did not propose that class), so a caller can weigh a close
+    second class (capsule vs cylinder) against other evidence such as size.
+    """
 
     mask: np.ndarray
     label: int
     score: float
+    class_scores: np.ndarray | None = None
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    inter = np.logical_and(a, b).sum()
+    return float(inter / max(1, np.logical_or(a, b).sum()))
+
+
+def group_detections(masks: list[np.ndarray], labels: list[int], scores: list[float],
+                     iou: float = 0.5) -> list[Detection]:
+    """Merge per-class detections of the same object (mask IoU > ``iou``), best score first.
+
+    torchvision's Mask R-CNN suppresses duplicates per class only, so one part often
+    comes back once per plausible class.
+    """
+    order = np.argsort(-np.asarray(scores, float))
+    objs: list[tuple[np.ndarray, int, float, np.ndarray]] = []
+    for i in order:
+        for m, _, _, cs in objs:
+            if mask_iou(masks[i], m) > iou:
+                cs[labels[i]] = max(cs[labels[i]], scores[i])
+                break
+        else:
+            cs = np.zeros(len(CLASSES))
+            cs[labels[i]] = scores[i]
+            objs.append((masks[i], labels[i], float(scores[i]), cs))
+    return [Detection(m, l, s, cs) for m, l, s, cs in objs]
 
 
 class Segmenter:
@@ -54,13 +86,14 @@ class Segmenter:
 
     def __init__(self, checkpoint: str | Path = DEFAULT_CHECKPOINT):
         self.model, self.meta = load_checkpoint(checkpoint)
+        self.model.roi_heads.score_thresh = 0.05  # keep second-choice classes for grouping
 
     @torch.no_grad()
     def predict(self, normal_img: np.ndarray, score_threshold: float = 0.5) -> list[Detection]:
+        """normal_img: (H, W, 3) uint8 from ``normals.depth_to_normal_image`` -> detections, best first."""
         out = self.model([to_input(normal_img)])[0]
-        dets = []
-        for m, l, s in zip(out["masks"], out["labels"], out["scores"]):
-            if float(s) < score_threshold:
-                continue
-            dets.append(Detection(m[0].numpy() > 0.5, int(l) - 1, float(s)))
-        return dets
+        masks = [m[0].numpy() > 0.5 for m in out["masks"]]
+        keep = [i for i, m in enumerate(masks) if m.any()]
+        dets = group_detections([masks[i] for i in keep], [int(out["labels"][i]) - 1 for i in keep],
+                                [float(out["scores"][i]) for i in keep])
+        return [d for d in dets if d.score >= score_threshold]

@@ -1,0 +1,254 @@
+"""Training-free segmenter: depth discontinuities + normal clustering + primitive fitting.
+
+The baseline beside the learned segmenter, and a fallback the user selects explicitly
+(``SegmentConfig.method = "geometric"``). Steps, on one depth frame:
+
+1. large planes (floor, walls) are found by RANSAC on points *and* normals (Fischler &
+   Bolles 1981) and removed as background;
+2. the remaining pixels are split into connected regions at depth discontinuities
+   (``normals.discontinuities``), so parts in front of each other separate;
+3. each region is classified by fitting primitives: mostly flat faces in at most three
+   normal directions -> box; points on a sphere -> sphere; otherwise an axis from the
+   normals (the side normals of a cylinder or capsule are perpendicular to it) and the
+   normals at the ends decide: flat ends -> cylinder, rounded ends -> capsule.
+
+It does not split two parts that touch at the same depth (the learned segmenter can).
+"""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.models.segmenter.model import Detection
+from vid2sim.models.segmenter.normals import depth_to_normals, discontinuities, smooth_depth
+
+BOX, CAPSULE, SPHERE, CYLINDER = (CLASSES.index(c) for c in ("box", "capsule", "sphere", "cylinder"))
+
+
+def backproject(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """(H, W) metres -> (H, W, 3) camera-frame points."""
+    h, w = depth.shape
+    u, v = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    return np.stack([(u - K[0, 2]) / K[0, 0] * depth, (v - K[1, 2]) / K[1, 1] * depth, depth], -1)
+
+
+def _noise_tol(z: np.ndarray | float) -> np.ndarray | float:
+    """Distance tolerance (m) for a fit at depth z: quantisation plus ~3 sigma of sensor noise."""
+    return 0.004 + 0.005 * np.asarray(z) ** 2
+
+
+def find_background_planes(P: np.ndarray, N: np.ndarray, valid: np.ndarray, rng: np.random.Generator,
+                           max_planes: int = 3, min_fraction: float = 0.12, trials: int = 150) -> np.ndarray:
+    """(H, W) bool: pixels on large planes (floor, walls) that span most of the image."""
+    h, w = valid.shape
+    bg = np.zeros_like(valid)
+    for _ in range(max_planes):
+        idx = np.flatnonzero(valid & ~bg)
+        if len(idx) < min_fraction * h * w:
+            break
+        sub = rng.choice(idx, size=min(len(idx), 4000), replace=False)
+        p, n = P.reshape(-1, 3)[sub], N.reshape(-1, 3)[sub]
+        tol = _noise_tol(p[:, 2]) * 1.5
+        best, best_count = None, 0
+        for _ in range(trials):
+            i = rng.integers(len(sub))
+            nn = n[i]  # a point and its normal define a plane hypothesis
+            d = np.abs((p - p[i]) @ nn)
+            inl = (d < tol) & (np.abs(n @ nn) > 0.95)
+            c = int(inl.sum())
+            if c > best_count:
+                best, best_count = (p[i], nn), c
+        if best is None or best_count < min_fraction * h * w * len(sub) / len(idx):
+            break
+        p0, nn = best
+        allp, alln = P.reshape(-1, 3), N.reshape(-1, 3)
+        inl = ((np.abs((allp - p0) @ nn) < _noise_tol(allp[:, 2]) * 1.5) & (np.abs(alln @ nn) > 0.9)).reshape(h, w) & valid
+        ys, xs = np.nonzero(inl)
+        if len(xs) == 0 or max(np.ptp(xs) / w, np.ptp(ys) / h) < 0.7:
+            break  # a big face of a part, not the room
+        bg |= inl
+    # Close pin-holes in the background left by noisy normals.
+    bg = cv2.morphologyEx(bg.astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8)) > 0
+    return bg & valid
+
+
+def concave_creases(P: np.ndarray, N: np.ndarray, step: int = 2, thresh: float = 0.2) -> np.ndarray:
+    """(H, W) bool: pixels on a concave crease, where two parts meet at the same depth.
+
+    Between neighbours ``step`` pixels apart, the normal turns against the direction of
+    travel on a concave surface ((n_q - n_p) . (p_q - p_p) < 0) and with it on a convex one
+    (Stein et al. 2014, locally convex connected patches). Box edges are convex and stay
+    joined; a pole entering a cart, or a part resting on another, is cut.
+    """
+    crease = np.zeros(P.shape[:2], bool)
+    valid = np.any(N != 0, axis=-1)
+    for axis in (0, 1):
+        sl_a = [slice(None)] * 2
+        sl_b = [slice(None)] * 2
+        sl_a[axis] = slice(0, -step)
+        sl_b[axis] = slice(step, None)
+        dp = P[tuple(sl_b)] - P[tuple(sl_a)]
+        dn = N[tuple(sl_b)] - N[tuple(sl_a)]
+        dpn = dp / np.maximum(np.linalg.norm(dp, axis=-1, keepdims=True), 1e-9)
+        conc = ((dn * dpn).sum(-1) < -thresh) & valid[tuple(sl_a)] & valid[tuple(sl_b)]
+        crease[tuple(sl_a)] |= conc
+        crease[tuple(sl_b)] |= conc
+    return crease
+
+
+def _planar_fraction(n: np.ndarray, rng: np.random.Generator, cos_tol: float = np.cos(np.radians(12))) -> float:
+    """Fraction of normals within ``cos_tol`` of one of at most three dominant directions."""
+    left = np.ones(len(n), bool)
+    dirs: list[np.ndarray] = []
+    for _ in range(3):
+        if not left.any():
+            break
+        cand = n[rng.choice(np.flatnonzero(left), size=min(60, int(left.sum())), replace=False)]
+        hits = (n[left] @ cand.T) > cos_tol
+        best = hits.sum(0).argmax()
+        # Box faces meet at right angles: a cluster next to an earlier one is a curved surface.
+        if any(abs(float(cand[best] @ d0)) > 0.5 for d0 in dirs):
+            break
+        sel = np.flatnonzero(left)[hits[:, best]]
+        if len(sel) < 0.05 * len(n):
+            break
+        dirs.append(cand[best])
+        left[sel] = False
+    return 1.0 - left.mean()
+
+
+def _fit_sphere(p: np.ndarray) -> tuple[np.ndarray, float]:
+    A = np.concatenate([2 * p, np.ones((len(p), 1))], 1)
+    b = (p**2).sum(1)
+    x, *_ = np.linalg.lstsq(A, b, rcond=None)
+    c = x[:3]
+    r = float(np.sqrt(max(x[3] + c @ c, 1e-12)))
+    return c, r
+
+
+def classify_region(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
+    """p, n: (N, 3) points and normals of one region -> (class index, confidence in [0, 1])."""
+    planar = _planar_fraction(n, rng)
+    if planar > 0.75:
+        return BOX, planar
+    q = p - p.mean(0)
+    evals, evecs = np.linalg.eigh(q.T @ q / len(q))
+    elong = float(evals[2] / max(evals[1], 1e-12))
+    c, r = _fit_sphere(p)
+    res = np.abs(np.linalg.norm(p - c, axis=1) - r)
+    radial = (p - c) / np.maximum(np.linalg.norm(p - c, axis=1, keepdims=True), 1e-9)
+    sphere_inl = float(np.mean((res < np.maximum(0.05 * r, _noise_tol(p[:, 2]))) & ((radial * n).sum(1) > 0.85)))
+    if sphere_inl > 0.9 and elong < 4.0:
+        return SPHERE, sphere_inl
+    # Axis: the points' main direction when elongated; otherwise the direction the side
+    # normals are perpendicular to (smallest eigenvector of sum n n^T).
+    axis = evecs[:, 2]
+    if elong < 4.0:
+        axis = np.linalg.eigh(n.T @ n / len(n))[1][:, 0]
+    t = q @ axis
+    radius = 0.5 * float(np.ptp(q @ evecs[:, 1])) if elong >= 4.0 else 0.25 * float(np.ptp(t))
+    a_dot = np.abs(n @ axis)
+    # The ends decide: a capsule's hemispheres turn their normals smoothly towards the
+    # axis; a cylinder's end is its side (normals across the axis) or a flat cap (along it).
+    ends = (t < t.min() + radius) | (t > t.max() - radius)
+    if ends.sum() < 5:
+        return CYLINDER, 0.5
+    round_ = float(np.mean((a_dot[ends] > 0.35) & (a_dot[ends] < 0.92)))
+    flat = float(np.mean(a_dot[ends] >= 0.92))
+    if round_ > 0.25 and round_ > flat:
+        return CAPSULE, min(1.0, 0.5 + round_)
+    return CYLINDER, min(1.0, 1.0 - round_)
+
+
+def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_px: int = 30) -> np.ndarray:
+    """Join regions that are one part seen on both sides of a thinner part in front of it.
+
+    Two regions merge when the straight gap between their closest pixels crosses a
+    surface nearer the camera than both ends and nothing behind them, and the depths at
+    the two ends agree (within 8 %): a pole in front of a cart cuts the cart's image in two.
+    """
+    lab = lab.copy()
+    ids = list(ids)
+    changed = True
+    while changed:
+        changed = False
+        for ia in ids:
+            A = lab == ia
+            dist, _ = cv2.distanceTransformWithLabels((~A).astype(np.uint8), cv2.DIST_L2, 5,
+                                                      labelType=cv2.DIST_LABEL_PIXEL)
+            for ib in ids:
+                if ib == ia:
+                    continue
+                B = lab == ib
+                bv, bu = np.nonzero(B)
+                k = int(np.argmin(dist[bv, bu]))
+                if dist[bv[k], bu[k]] > max_gap_px:
+                    continue
+                av, au = np.nonzero(A)
+                j = int(np.argmin((av - bv[k]) ** 2 + (au - bu[k]) ** 2))
+                za, zb = float(depth[av[j], au[j]]), float(depth[bv[k], bu[k]])
+                if abs(za - zb) > 0.08 * min(za, zb):
+                    continue
+                n = int(max(abs(av[j] - bv[k]), abs(au[j] - bu[k]))) + 1
+                vs = np.round(np.linspace(av[j], bv[k], n)).astype(int)
+                us = np.round(np.linspace(au[j], bu[k], n)).astype(int)
+                between = ~(A[vs, us] | B[vs, us])
+                zs = depth[vs, us][between]
+                zfront = min(za, zb) - max(0.01, 0.02 * min(za, zb))
+                front = (zs > 0) & (zs < zfront)
+                behind = (zs <= 0) | (zs > max(za, zb) * 1.04 + 0.01)
+                if front.any() and not behind.any():
+                    lab[B] = ia
+                    ids.remove(ib)
+                    changed = True
+                    break
+            if changed:
+                break
+    return lab
+
+
+# The look-alikes of each class at low resolution: a thin capsule's rounded ends vanish
+# into the edge pixels, a short capsule seen along its axis is a sphere.
+_CONFUSABLE = {BOX: (CYLINDER,), CAPSULE: (CYLINDER, SPHERE), SPHERE: (CAPSULE,), CYLINDER: (CAPSULE, BOX)}
+
+
+def class_scores(cls: int, conf: float) -> np.ndarray:
+    """Soft per-class scores: the decision ``cls`` at ``conf``, its look-alikes lower."""
+    cs = np.zeros(len(CLASSES))
+    for other in _CONFUSABLE[cls]:
+        cs[other] = max(0.3, 0.9 * (1.0 - conf))
+    cs[cls] = conf
+    return cs
+
+
+def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, seed: int = 0) -> list[Detection]:
+    """depth: (H, W) metres (0 = none), K: (3, 3) -> detections (mask, class, confidence)."""
+    rng = np.random.default_rng(seed)
+    d = smooth_depth(depth)
+    N = depth_to_normals(depth, K)
+    valid = np.any(N != 0, axis=-1)
+    P = backproject(d, K)
+    bg = find_background_planes(P, N, valid, rng)
+    fg = (d > 0) & ~bg & ~discontinuities(d) & ~concave_creases(P, N)
+    fg[:2] = fg[-2:] = False  # border rows/columns have one-sided differences only
+    fg[:, :2] = fg[:, -2:] = False
+    count, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)
+    ids = [k for k in range(1, count) if (lab == k).sum() >= min_pixels]
+    lab = merge_occluded(lab, d, ids)
+    dets = []
+    for k in ids:
+        m = lab == k
+        if m.sum() < min_pixels:
+            continue
+        inner = cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        use = inner & valid if (inner & valid).sum() >= 20 else m & valid
+        if use.sum() < 10:
+            continue
+        cls, conf = classify_region(P[use], N[use], rng)
+        # Give back the edge pixels the discontinuity cut removed (one pixel around).
+        full = cv2.dilate(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        full &= (d > 0) & ~bg & (lab == 0) | m
+        cs = class_scores(cls, conf)
+        dets.append(Detection(full, cls, float(conf), cs))
+    return sorted(dets, key=lambda d: -d.score)

@@ -1,0 +1,218 @@
+"""Segment stage: every part in one frame, with its library shape.
+
+Heiden et al. 2022, §4.3.3.1: depth becomes a normal map (finite differences in pixel
+space; for RGB-only recordings a binarised and blurred pseudo-depth), an instance
+segmenter finds the parts and their primitive class, and each part is matched to the
+recording's ``shapes.json`` by class and by the size seen in the depth (back-projected
+extents). A part that fits no library shape is an error naming what was seen.
+
+Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
+``learned`` (Mask R-CNN, ``models/segmenter``, trained on synthetic primitives) and
+``geometric`` (training-free: discontinuities, normal clustering, primitive fitting).
+Several early frames can be looked at; the one with the most confident parts is kept.
+Writes ``segmentation_overlay.png`` beside the artifact.
+
+Not here: mesh shapes in the library are never matched (the segmenter knows only
+box, capsule, sphere and cylinder); tracking from the chosen frame is ``track``'s job.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from vid2sim.datasets.errors import RecordingError
+from vid2sim.datasets.recording import Recording
+from vid2sim.datasets.shapes import Shape
+from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
+from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb
+
+log = logging.getLogger(__name__)
+OVERLAY_FILE = "segmentation_overlay.png"
+METHODS = ("learned", "geometric")
+
+
+@dataclass(frozen=True)
+class SegmentConfig:
+    """Settings of the segment stage."""
+
+    method: str = "learned"  # "learned" (Mask R-CNN) or "geometric" (training-free baseline)
+    frames: tuple[int, ...] = (0, 3, 6)  # candidate frames; the one with the most confident parts is used
+    score_threshold: float = 0.5  # parts scored below this are dropped
+    checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
+    size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
+    min_pixels: int = 40  # smaller parts are ignored (noise, slivers)
+    overlay: bool = True  # write segmentation_overlay.png
+
+
+_SEGMENTERS: dict[str, Segmenter] = {}
+
+
+def _segmenter(path: str) -> Segmenter:
+    key = str(Path(path).resolve())
+    if key not in _SEGMENTERS:
+        _SEGMENTERS[key] = Segmenter(path)
+    return _SEGMENTERS[key]
+
+
+def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(depth or pseudo-depth (H, W) m, normal image (H, W, 3) uint8, metric?) of frame i."""
+    K = rec.camera.K
+    if rec.has_depth:
+        depth = rec.depth(i)
+        metric = True
+    else:
+        depth = pseudo_depth_from_rgb(rec.color(i))
+        metric = False
+    return depth, depth_to_normal_image(depth, K), metric
+
+
+def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
+           checkpoint: str = "", min_pixels: int = 40) -> list[Detection]:
+    """Instances in one frame with the chosen segmenter, best first."""
+    if method == "learned":
+        dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)
+    elif method == "geometric":
+        from vid2sim.models.segmenter.geometric import segment_geometric
+
+        dets = [d for d in segment_geometric(depth, K, min_pixels) if d.score >= score_threshold]
+    else:
+        raise ValueError(f"segment: unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return [d for d in dets if d.mask.sum() >= min_pixels]
+
+
+def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> tuple[float, float]:
+    """The two largest extents (m) of the part's back-projected visible surface (robust percentiles)."""
+    m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    if (m & (depth > 0)).sum() < 10:
+        m = mask
+    m = m & (depth > 0)
+    if m.sum() < 3:
+        return 0.0, 0.0
+    v, u = np.nonzero(m)
+    z = depth[m].astype(np.float64)
+    zm = float(np.median(z))
+    span2d = max(np.ptp(u), np.ptp(v)) * zm / K[0, 0]
+    keep = np.abs(z - zm) < max(span2d, 0.05)  # drop background that leaked into the mask
+    p = np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], 1)[keep]
+    q = p - p.mean(0)
+    _, vecs = np.linalg.eigh(q.T @ q)
+    ext = sorted((float(np.percentile(q @ vecs[:, k], 99) - np.percentile(q @ vecs[:, k], 1)) for k in range(3)),
+                 reverse=True)
+    return ext[0], ext[1]
+
+
+def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
+    """How badly ``shape`` explains the seen extents (inf: impossible)."""
+    E = sorted(shape.extents(), reverse=True)
+    e1, e2 = max(seen[0], 1e-6), max(seen[1], 1e-6)
+    if not metric:  # pseudo-depth has no scale: compare proportions only
+        return abs(math.log((e1 / e2) / (E[0] / E[1])))
+    if e1 > tol * E[0] or e2 > tol * E[1] * 1.5:
+        return math.inf  # larger than the shape can look; smaller is occlusion
+    return abs(math.log(e1 / E[0])) + 0.5 * abs(math.log(e2 / E[1]))
+
+
+def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
+                 metric: bool, tol: float, where: Path, frame: int) -> list[str]:
+    """Library shape name per detection: class evidence plus size; each library shape is
+    used once where possible (Hungarian), a surplus part takes its best fit."""
+    names = [n for n, s in shapes.items() if s.type in CLASSES]
+    cost = np.full((len(dets), len(names)), math.inf)
+    for i, (d, e) in enumerate(zip(dets, seen)):
+        cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
+        for j, n in enumerate(names):
+            p = cs[CLASSES.index(shapes[n].type)]
+            if p < 0.05 or (p < 0.25 * d.score and shapes[n].type != CLASSES[d.label]):
+                continue
+            cost[i, j] = -math.log(p / max(d.score, 1e-9)) + _size_cost(e, shapes[n], metric, tol)
+    for i, d in enumerate(dets):
+        if not np.isfinite(cost[i]).any():
+            e = seen[i]
+            lib = ", ".join(f"{n} ({s.type} {'x'.join(f'{x:.3g}' for x in s.extents())} m)" if s.type in CLASSES
+                            else f"{n} ({s.type})" for n, s in shapes.items())
+            raise RecordingError(where, f"frame {frame}: segment saw a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
+                                        f"{'' if metric else ' (proportions only, RGB-only recording)'} "
+                                        f"(score {d.score:.2f}) that matches no library shape; library: {lib}")
+    big = 1e6
+    c = np.where(np.isfinite(cost), cost, big)
+    rows, cols = linear_sum_assignment(c)
+    out: list[str | None] = [None] * len(dets)
+    for r, k in zip(rows, cols):
+        if c[r, k] < big:
+            out[r] = names[k]
+    for i in range(len(dets)):
+        if out[i] is None:
+            out[i] = names[int(np.argmin(cost[i]))]
+    return out  # type: ignore[return-value]
+
+
+def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:
+    kept: list[Detection] = []
+    for d in dets:
+        if all(mask_iou(d.mask, k.mask) <= iou for k in kept):
+            kept.append(d)
+    return kept
+
+
+def _overlay(normal_img: np.ndarray, rgb: np.ndarray | None, masks: np.ndarray, names: list[str],
+             scores: np.ndarray) -> np.ndarray:
+    base = rgb if rgb is not None else normal_img
+    img = base.astype(np.float32).copy()
+    rng = np.random.default_rng(3)
+    for m, n, s in zip(masks, names, scores):
+        col = rng.uniform(60, 255, 3)
+        img[m > 0] = 0.45 * img[m > 0] + 0.55 * col
+        cnts, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        cv2.drawContours(img, cnts, -1, (255, 255, 255), 1)
+        v, u = np.nonzero(m)
+        if len(u):
+            cv2.putText(img, f"{n} {s:.2f}", (int(u.mean()) - 20, int(v.mean())), cv2.FONT_HERSHEY_SIMPLEX, 0.35,
+                        (255, 255, 255), 1, cv2.LINE_AA)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
+    """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
+    from vid2sim.pipeline.artifacts import Segmentation
+    from vid2sim.pipeline.atomic import write_bytes
+
+    if cfg.method not in METHODS:
+        raise ValueError(f"segment: unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
+    shapes_path = Path(rec.path) / "shapes.json"
+    if not rec.shapes:
+        raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
+    frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
+    best = None
+    for i in frames:
+        depth, nimg, metric = frame_input(rec, i)
+        dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
+                              cfg.min_pixels))
+        total = sum(d.score for d in dets)
+        log.info("segment: frame %d: %d parts (%s), total score %.2f", i, len(dets),
+                 ", ".join(CLASSES[d.label] for d in dets), total)
+        if best is None or total > best[0] + 1e-9:
+            best = (total, i, depth, nimg, metric, dets)
+    _, i, depth, nimg, metric, dets = best
+    if not dets:
+        raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
+                                             f"(score threshold {cfg.score_threshold})")
+    seen = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
+    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i)
+    h, w = depth.shape
+    masks = np.stack([d.mask for d in dets]).astype(np.uint8) if dets else np.zeros((0, h, w), np.uint8)
+    scores = np.array([d.score for d in dets], np.float64)
+    for d, n, e in zip(dets, names, seen):
+        log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
+    if cfg.overlay:
+        img = _overlay(nimg, rec.color(i) if rec.has_color else None, masks, names, scores)
+        ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+        if ok:
+            write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
+    return Segmentation(masks, int(i), list(names), scores)
