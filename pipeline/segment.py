@@ -166,16 +166,17 @@ def _overlay(normal_img: np.ndarray, rgb: np.ndarray | None, masks: np.ndarray, 
     base = rgb if rgb is not None else normal_img
     img = base.astype(np.float32).copy()
     rng = np.random.default_rng(3)
+    for m in masks:
+        img[m > 0] = 0.45 * img[m > 0] + 0.55 * rng.uniform(60, 255, 3)
+    img = np.clip(img, 0, 255).astype(np.uint8)
     for m, n, s in zip(masks, names, scores):
-        col = rng.uniform(60, 255, 3)
-        img[m > 0] = 0.45 * img[m > 0] + 0.55 * col
         cnts, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
         cv2.drawContours(img, cnts, -1, (255, 255, 255), 1)
         v, u = np.nonzero(m)
         if len(u):
             cv2.putText(img, f"{n} {s:.2f}", (int(u.mean()) - 20, int(v.mean())), cv2.FONT_HERSHEY_SIMPLEX, 0.35,
                         (255, 255, 255), 1, cv2.LINE_AA)
-    return np.clip(img, 0, 255).astype(np.uint8)
+    return img
 
 
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
