@@ -1,0 +1,353 @@
+"""Joint models fitted to a sequence of relative rigid transforms, with model selection.
+
+Input: ``X: (T, 4, 4)`` the child's pose in the parent's frame over time (the parent
+may be the world), a validity mask and the noise of that relative pose (position
+sigma in metres, rotation sigma in radians). Each joint model explains ``X[t]`` as
+
+    fixed      X(q)       = ref
+    prismatic  X(q)       = [I, q s] ref                  q: displacement along s
+    revolute   X(q)       = [R(s, q), c - R(s, q) c] ref  q: angle about s through c
+    planar     X(x, y, t) = [R(n, t), p_ref - R(n, t) p_ref + x u + y v] ref
+                            (rotation about the normal n through the child origin of
+                            ``ref``, then translation in the plane; (u, v) =
+                            ``se3.perp_basis(n)``)
+
+Fitting follows Heiden et al. 2022, Alg. 6: closed-form hypotheses from two frames
+(revolute: s = rotation axis of X_j X_i^-1, pivot from (I - dR) c = dp; prismatic:
+s = dp / |dp|), scored by MSAC on a noise-normalised per-frame chi-square, then a
+least-squares refinement on the inliers with the joint positions eliminated in
+closed form (variable projection: for given geometry the best q of each frame is an
+``atan2`` / a dot product).
+
+Model selection (Sturm et al. 2011, BIC-like): cost = sum over frames of the
+truncated chi-square + ``latent_penalty`` per joint coordinate per frame +
+log(#observations) per geometric parameter. A model only *fits* when enough frames
+are inliers and its joint coordinate moves significantly beyond its own noise (so a
+body at rest is ``fixed``, never a revolute joint that happens to absorb noise). The
+caller compares costs of fitting models; ``free`` (6 coordinates a frame, zero
+residual) is the pipeline's fallback for roots and is not fitted here.
+
+Not here: which pairs to fit, the spanning forest, frames in world coordinates
+(``vid2sim.pipeline.articulate``), forward kinematics (``kinematics``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from vid2sim.models.joints import se3
+
+KINDS = ("fixed", "prismatic", "revolute", "planar")
+DOF = {"fixed": 0, "prismatic": 1, "revolute": 1, "planar": 3, "free": 6}
+K_GEOM = {"fixed": 6, "prismatic": 8, "revolute": 10, "planar": 8, "free": 0}
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """sigma_pos (m) / sigma_rot (rad): noise of one relative pose (per component)."""
+
+    sigma_pos: float
+    sigma_rot: float
+    iterations: int = 100          # RANSAC hypotheses per model
+    inlier_chi2: float = 45.0      # per-frame chi-square (6 components) for an inlier
+    min_inlier_ratio: float = 0.9  # fraction of valid frames that must be inliers
+    latent_penalty: float = 2.0    # cost per joint coordinate per frame (AIC-like)
+    min_motion_sigma: float = 6.0  # q's 5-95 % spread must exceed this many of its sigmas
+    seed: int = 0
+    parent_noisy: bool = False     # the parent is a tracked body (False: the world)
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """One fitted model. axis/pivot/ref in the parent frame; q: (T,) or (T, 3)."""
+
+    kind: str
+    axis: np.ndarray
+    pivot: np.ndarray
+    ref: np.ndarray
+    q: np.ndarray
+    chi2: np.ndarray
+    inliers: np.ndarray
+    cost: float
+    fits: bool
+    why: str = ""
+
+
+# ----------------------------------------------------------------- model algebra
+def _vee_asym(Rd: np.ndarray) -> np.ndarray:
+    return np.stack([Rd[..., 2, 1] - Rd[..., 1, 2], Rd[..., 0, 2] - Rd[..., 2, 0], Rd[..., 1, 0] - Rd[..., 0, 1]], -1)
+
+
+def _angle_terms(Rd: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """tr(R(s, q)^T Rd) = a cos q + b sin q + const."""
+    a = np.trace(Rd, axis1=-2, axis2=-1) - np.einsum("i,tij,j->t", s, Rd, s)
+    return a, _vee_asym(Rd) @ s
+
+
+def solve_q(kind: str, X: np.ndarray, axis, pivot, ref: np.ndarray, sp: float, sr: float) -> np.ndarray:
+    """Best joint coordinate per frame for fixed geometry (exact for the weighted
+    Frobenius-rotation + position objective). X: (T, 4, 4) -> (T,) or (T, 3)."""
+    s = np.asarray(axis, float)
+    if kind == "fixed":
+        return np.zeros((len(X), 0))
+    if kind == "prismatic":
+        return (X[:, :3, 3] - ref[:3, 3]) @ s
+    Rd = X[:, :3, :3] @ ref[:3, :3].T
+    a_r, b_r = _angle_terms(Rd, s)
+    if kind == "revolute":
+        c = np.asarray(pivot, float)
+        x = ref[:3, 3] - c
+        y = X[:, :3, 3] - c
+        a_p = y @ x - (y @ s) * (x @ s)
+        b_p = np.cross(x, y) @ s
+        return np.arctan2(b_r / sr**2 + 2 * b_p / sp**2, a_r / sr**2 + 2 * a_p / sp**2)
+    if kind == "planar":
+        u, v = se3.perp_basis(s)
+        d = X[:, :3, 3] - ref[:3, 3]
+        return np.stack([d @ u, d @ v, np.arctan2(b_r, a_r)], -1)
+    raise ValueError(f"unknown joint model {kind!r}")
+
+
+def predict(kind: str, axis, pivot, ref: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Child pose in the parent frame for joint coordinates q -> (T, 4, 4)."""
+    s = np.asarray(axis, float)
+    T = len(q)
+    out = np.broadcast_to(ref, (T, 4, 4)).copy()
+    if kind == "prismatic":
+        out[:, :3, 3] += q[:, None] * s
+    elif kind == "revolute":
+        c = np.asarray(pivot, float)
+        R = se3.rot_axis(s, q)
+        out[:, :3, :3] = R @ ref[:3, :3]
+        out[:, :3, 3] = c + (R @ (ref[:3, 3] - c))
+    elif kind == "planar":
+        u, v = se3.perp_basis(s)
+        out[:, :3, :3] = se3.rot_axis(s, q[:, 2]) @ ref[:3, :3]
+        out[:, :3, 3] += q[:, :1] * u + q[:, 1:2] * v
+    elif kind != "fixed":
+        raise ValueError(f"unknown joint model {kind!r}")
+    return out
+
+
+def whitening(X: np.ndarray, sp: float, sr: float, parent_noisy: bool) -> np.ndarray:
+    """(T, 6, 6) matrices L with L @ r ~ N(0, I) for the residual r of ``residuals``.
+
+    Noise model: each tracked pose has world position noise N(0, sp^2 I) and
+    orientation noise R exp(n), n ~ N(0, sr^2 I). For a relative pose X = W_P^-1 W_C
+    with a tracked parent, to first order dp = R_P^T (e_C - e_P) + p x n_P and
+    dtheta (left, parent frame) = -n_P + R n_C, so
+    cov = [[2 sp^2 I + sr^2 [p]x [p]x^T, -sr^2 [p]x], [sr^2 [p]x^T... , 2 sr^2 I]]
+    with p the child origin in the parent frame; the world as parent is noise-free.
+    """
+    T = len(X)
+    if not parent_noisy:
+        return np.broadcast_to(np.diag([1 / sp] * 3 + [1 / sr] * 3), (T, 6, 6))
+    p = X[:, :3, 3]
+    P = np.zeros((T, 3, 3))
+    P[:, 0, 1], P[:, 0, 2], P[:, 1, 2] = -p[:, 2], p[:, 1], -p[:, 0]
+    P[:, 1, 0], P[:, 2, 0], P[:, 2, 1] = p[:, 2], -p[:, 1], p[:, 0]
+    C = np.zeros((T, 6, 6))
+    C[:, :3, :3] = 2 * sp**2 * np.eye(3) + sr**2 * P @ np.swapaxes(P, 1, 2)
+    C[:, :3, 3:] = -(sr**2) * P
+    C[:, 3:, :3] = -(sr**2) * np.swapaxes(P, 1, 2)
+    C[:, 3:, 3:] = 2 * sr**2 * np.eye(3)
+    return np.linalg.inv(np.linalg.cholesky(C))
+
+
+def residuals(X: np.ndarray, Xhat: np.ndarray, Lw: np.ndarray) -> np.ndarray:
+    """(T, 6) whitened residual: child-origin position, then rotation (left, parent frame)."""
+    dp = X[:, :3, 3] - Xhat[:, :3, 3]
+    dr = se3.log_so3(X[:, :3, :3] @ np.swapaxes(Xhat[:, :3, :3], 1, 2))
+    return np.einsum("tij,tj->ti", Lw, np.concatenate([dp, dr], 1))
+
+
+def chi2(X, Xhat, Lw) -> np.ndarray:
+    return (residuals(X, Xhat, Lw) ** 2).sum(1)
+
+
+def q_sigma(kind: str, axis, pivot, ref, sp: float, sr: float) -> float:
+    """Standard deviation of one frame's joint coordinate (Fisher information)."""
+    if kind == "prismatic":
+        return sp
+    if kind == "revolute":
+        x = ref[:3, 3] - np.asarray(pivot)
+        r_perp2 = x @ x - (x @ axis) ** 2
+        return 1.0 / np.sqrt(1.0 / sr**2 + r_perp2 / sp**2)
+    return sp  # planar: translation coordinates
+
+
+# ----------------------------------------------------------------- hypotheses
+def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float, float]):
+    """Closed-form (axis, pivot, ref) from frames idx (2 or 3 of them), or None."""
+    i, j = idx[0], idx[1]
+    ref = X[i]
+    if kind == "fixed":
+        return np.array([0.0, 0.0, 1.0]), ref[:3, 3].copy(), ref
+    dR = X[j, :3, :3] @ X[i, :3, :3].T
+    dp = X[j, :3, 3] - dR @ X[i, :3, 3]
+    w = se3.log_so3(dR)
+    th = np.linalg.norm(w)
+    if kind == "prismatic":
+        d = X[j, :3, 3] - X[i, :3, 3]
+        n = np.linalg.norm(d)
+        return None if n < min_step[0] else (d / n, X[i, :3, 3].copy(), ref)
+    if kind == "revolute":
+        if th < min_step[1]:
+            return None
+        s = w / th
+        c = np.linalg.lstsq(np.eye(3) - dR, dp, rcond=None)[0]  # min-norm: c is perpendicular to s
+        return s, c, ref
+    if kind == "planar":
+        if th >= 3 * min_step[1]:
+            n = w / th
+        else:
+            k = idx[2]
+            n = np.cross(X[j, :3, 3] - X[i, :3, 3], X[k, :3, 3] - X[i, :3, 3])
+            if np.linalg.norm(n) < min_step[0] ** 2:
+                return None
+            n = n / np.linalg.norm(n)
+        return n, X[i, :3, 3].copy(), ref
+    raise ValueError(kind)
+
+
+# ----------------------------------------------------------------- refinement
+def _unpack(kind, x, s0, c0, ref0):
+    u, v = se3.perp_basis(s0)
+    s = s0 + x[0] * u + x[1] * v
+    s = s / np.linalg.norm(s)
+    k = 2
+    c = c0
+    if kind == "revolute":
+        c = c0 + x[2] * u + x[3] * v
+        k = 4
+    ref = se3.make(se3.exp_so3(x[k:k + 3]) @ ref0[:3, :3], ref0[:3, 3] + x[k + 3:k + 6])
+    return s, c, ref
+
+
+def _refine(kind, X, mask, s0, c0, ref0, sp, sr, Lw):
+    Xi, Li = X[mask], Lw[mask]
+    if kind == "fixed":
+        ref = se3.mean_pose(Xi)
+        return s0, ref[:3, 3].copy(), ref
+    n = (4 if kind == "revolute" else 2) + 6
+
+    def f(x):
+        s, c, ref = _unpack(kind, x, s0, c0, ref0)
+        q = solve_q(kind, Xi, s, c, ref, sp, sr)
+        return residuals(Xi, predict(kind, s, c, ref, q), Li).ravel()
+
+    sol = least_squares(f, np.zeros(n), method="trf", x_scale="jac", max_nfev=60, loss="soft_l1", f_scale=3.0)
+    return _unpack(kind, sol.x, s0, c0, ref0)
+
+
+def _canonical(kind, s, c, ref):
+    """Pivot of a revolute joint: the axis point closest to the child origin of ref."""
+    if kind == "revolute":
+        x = ref[:3, 3] - c
+        c = c + (x @ s) * s
+    return s, c
+
+
+# ----------------------------------------------------------------- RANSAC + selection
+def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator) -> JointFit:
+    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X."""
+    Lw = whitening(X, cfg.sigma_pos, cfg.sigma_rot, cfg.parent_noisy)
+    sp, sr = cfg.sigma_pos, cfg.sigma_rot
+    if cfg.parent_noisy:  # isotropic stand-ins, only to weight the closed-form q
+        d = float(np.median(np.linalg.norm(X[valid, :3, 3], axis=1))) if valid.any() else 0.0
+        sp, sr = float(np.sqrt(2 * sp**2 + (sr * d) ** 2)), float(np.sqrt(2) * sr)
+    idx_valid = np.flatnonzero(valid)
+    n_valid = len(idx_valid)
+    T = len(X)
+    thr = cfg.inlier_chi2
+    min_step = (6 * sp, 6 * sr)
+    best, best_score = None, np.inf
+    n_samples = 1 if kind == "fixed" else 3
+    iters = min(cfg.iterations, n_valid) if kind == "fixed" else cfg.iterations
+    for it in range(iters):
+        if n_valid < n_samples:
+            break
+        if kind == "fixed":
+            idx = idx_valid[[rng.integers(n_valid)]] if it else idx_valid[[n_valid // 2]]
+            idx = np.array([idx[0], idx[0]])
+        else:
+            idx = rng.choice(idx_valid, size=n_samples, replace=False)
+        hyp = _hypothesis(kind, X, idx, min_step)
+        if hyp is None:
+            continue
+        s, c, ref = hyp
+        q = solve_q(kind, X, s, c, ref, sp, sr)
+        e = chi2(X, predict(kind, s, c, ref, q), Lw)
+        score = np.minimum(e[valid], thr).sum()
+        if score < best_score:
+            best, best_score = hyp, score
+    empty = np.zeros((T,) if DOF[kind] == 1 else (T, DOF[kind]))
+    if best is None:
+        return JointFit(kind, np.array([0.0, 0.0, 1.0]), np.zeros(3), np.eye(4), empty, np.full(T, np.inf),
+                        np.zeros(T, bool), np.inf, False, "no hypothesis (no motion)")
+    s, c, ref = best
+    for _ in range(2):
+        q = solve_q(kind, X, s, c, ref, sp, sr)
+        inl = valid & (chi2(X, predict(kind, s, c, ref, q), Lw) <= thr)
+        if inl.sum() < max(n_samples, 3):
+            break
+        s, c, ref = _refine(kind, X, inl, s, c, ref, sp, sr, Lw)
+    s, c = _canonical(kind, s, c, ref)
+    q = solve_q(kind, X, s, c, ref, sp, sr)
+    e = chi2(X, predict(kind, s, c, ref, q), Lw)
+    inl = valid & (e <= thr)
+    cost = (np.minimum(e[valid], thr).sum() + cfg.latent_penalty * DOF[kind] * n_valid
+            + np.log(6 * max(n_valid, 1)) * K_GEOM[kind])
+    ratio = inl.sum() / max(n_valid, 1)
+    fits, why = ratio >= cfg.min_inlier_ratio, f"inlier ratio {ratio:.2f}"
+    if fits and DOF[kind] >= 1:
+        qq = q[inl] if q.ndim == 1 else q[inl][:, 2 if kind == "planar" else 0]
+        spread = np.percentile(qq, 95) - np.percentile(qq, 5)
+        sq = sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr)
+        if kind == "planar":
+            qt = q[inl][:, :2]
+            spread = max(spread / sq, np.ptp(np.percentile(qt, [5, 95], axis=0), axis=0).max() / sp)
+            sq = 1.0
+        if spread < cfg.min_motion_sigma * sq:
+            fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma)"
+    return JointFit(kind, s, c, ref, q, e, inl, float(cost), bool(fits), why)
+
+
+def select(X: np.ndarray, valid: np.ndarray, cfg: FitSettings, kinds=("fixed", "prismatic", "revolute")
+           ) -> tuple[JointFit | None, dict[str, JointFit]]:
+    """Fit every kind; the best is the fitting one of lowest cost (None if none fits)."""
+    rng = np.random.default_rng(cfg.seed)
+    fits = {k: fit_model(k, X, valid, cfg, rng) for k in kinds}
+    ok = [f for f in fits.values() if f.fits]
+    return (min(ok, key=lambda f: f.cost) if ok else None), fits
+
+
+def estimate_noise(world_from_body: np.ndarray, valid: np.ndarray | None = None) -> tuple[float, float]:
+    """Per-component noise (metres, radians) of tracked poses, from the data alone.
+
+    world_from_body: (T, M, 4, 4); valid: (T, M) bool. White noise of variance s^2
+    gives third differences of variance 20 s^2, while smooth motion sampled fast
+    enough contributes little, so s = 1.4826 MAD(third differences) / sqrt(20)
+    (median over all bodies and components: robust to a few fast frames). Rotations
+    use second differences of the body-frame increments log(R_t^T R_t+1).
+    """
+    W = np.asarray(world_from_body, float)
+    T, M = W.shape[:2]
+    valid = np.ones((T, M), bool) if valid is None else valid
+    dp, dr = [], []
+    for b in range(M):
+        ok = valid[:, b]
+        run = ok[3:] & ok[2:-1] & ok[1:-2] & ok[:-3]
+        if T < 4 or not run.any():
+            continue
+        p = W[:, b, :3, 3]
+        dp.append((p[3:] - 3 * p[2:-1] + 3 * p[1:-2] - p[:-3])[run].ravel())
+        R = W[:, b, :3, :3]
+        w = se3.log_so3(np.swapaxes(R[:-1], 1, 2) @ R[1:])
+        dr.append((w[2:] - 2 * w[1:-1] + w[:-2])[run].ravel())
+    if not dp:
+        return 0.0, 0.0
+    mad = lambda x: 1.4826 * np.median(np.abs(x - np.median(x)))  # noqa: E731
+    return float(mad(np.concatenate(dp)) / np.sqrt(20)), float(mad(np.concatenate(dr)) / np.sqrt(20))

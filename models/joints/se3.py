@@ -1,0 +1,100 @@
+"""Small batched SE(3)/SO(3) helpers for the joint models (numpy, float64).
+
+Homogeneous transforms are ``(..., 4, 4)`` arrays; rotations ``(..., 3, 3)``.
+Deliberately minimal: only what fitting joints to pose tracks needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+
+def inv(T: np.ndarray) -> np.ndarray:
+    """T: (..., 4, 4) rigid transforms -> their inverses."""
+    R = T[..., :3, :3]
+    out = np.zeros_like(T)
+    Rt = np.swapaxes(R, -1, -2)
+    out[..., :3, :3] = Rt
+    out[..., :3, 3] = -np.einsum("...ij,...j->...i", Rt, T[..., :3, 3])
+    out[..., 3, 3] = 1.0
+    return out
+
+
+def make(R: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """R: (..., 3, 3), p: (..., 3) -> (..., 4, 4)."""
+    R, p = np.asarray(R, float), np.asarray(p, float)
+    shape = np.broadcast_shapes(R.shape[:-2], p.shape[:-1])
+    T = np.zeros(shape + (4, 4))
+    T[..., :3, :3] = R
+    T[..., :3, 3] = p
+    T[..., 3, 3] = 1.0
+    return T
+
+
+def log_so3(R: np.ndarray) -> np.ndarray:
+    """R: (..., 3, 3) -> rotation vectors (..., 3) (angle in [0, pi])."""
+    R = np.asarray(R, float)
+    flat = R.reshape(-1, 3, 3)
+    return Rotation.from_matrix(flat).as_rotvec().reshape(R.shape[:-2] + (3,))
+
+
+def exp_so3(w: np.ndarray) -> np.ndarray:
+    """w: (..., 3) rotation vectors -> (..., 3, 3)."""
+    w = np.asarray(w, float)
+    return Rotation.from_rotvec(w.reshape(-1, 3)).as_matrix().reshape(w.shape[:-1] + (3, 3))
+
+
+def rot_axis(axis: np.ndarray, angle: np.ndarray) -> np.ndarray:
+    """Rodrigues: axis (3,) unit, angle (T,) -> (T, 3, 3)."""
+    s = np.asarray(axis, float)
+    a = np.asarray(angle, float)[..., None, None]
+    K = skew(s)
+    return np.eye(3) + np.sin(a) * K + (1 - np.cos(a)) * (K @ K)
+
+
+def skew(v: np.ndarray) -> np.ndarray:
+    x, y, z = v
+    return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]], float)
+
+
+def perp_basis(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two in-plane unit vectors (u, v), u x v = axis, u as close to world x as possible
+    (world y when the axis is within 25 deg of x). The planar joint's x/y coordinates
+    use this basis; it is the same rule as ``vid2sim.pipeline.export.plane_basis``."""
+    n = np.asarray(axis, float) / np.linalg.norm(axis)
+    ref = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
+    u = ref - n * (ref @ n)
+    u /= np.linalg.norm(u)
+    return u, np.cross(n, u)
+
+
+def chordal_mean(R: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """R: (N, 3, 3) -> the rotation closest (Frobenius) to their (weighted) mean."""
+    M = np.einsum("n,nij->ij", np.ones(len(R)) if w is None else w, R)
+    U, _, Vt = np.linalg.svd(M)
+    D = np.diag([1.0, 1.0, np.sign(np.linalg.det(U @ Vt))])
+    return U @ D @ Vt
+
+
+def mean_pose(T: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """T: (N, 4, 4) -> chordal-mean rotation and mean translation."""
+    w = np.ones(len(T)) if w is None else np.asarray(w, float)
+    p = (w[:, None] * T[:, :3, 3]).sum(0) / max(w.sum(), 1e-12)
+    return make(chordal_mean(T[:, :3, :3], w), p)
+
+
+def to_xyzquat(T: np.ndarray) -> np.ndarray:
+    """T: (N, 4, 4) -> (N, 7) x, y, z, qx, qy, qz, qw."""
+    q = Rotation.from_matrix(T[:, :3, :3]).as_quat()
+    return np.concatenate([T[:, :3, 3], q], axis=1)
+
+
+def from_xyzquat(x: np.ndarray) -> np.ndarray:
+    """x: (N, 7) x, y, z, qx, qy, qz, qw -> (N, 4, 4)."""
+    x = np.asarray(x, float)
+    return make(Rotation.from_quat(x[:, 3:]).as_matrix(), x[:, :3])
+
+
+def rotation_angle(R: np.ndarray) -> np.ndarray:
+    """R: (..., 3, 3) -> rotation angle (...,) in radians, numerically stable."""
+    return np.linalg.norm(log_so3(R), axis=-1)

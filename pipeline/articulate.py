@@ -1,0 +1,294 @@
+"""Articulate stage: joint types, kinematic tree and joint positions from pose tracks.
+
+Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
+
+1. noise of the tracks (``fit.estimate_noise`` unless given), propagated to each
+   pair's relative pose;
+2. for every body against the world and every pair of bodies, RANSAC + least
+   squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
+   the cheapest fitting model is the pair's cost (no edge when none fits);
+3. a minimum spanning forest (Prim, networkx) over the bodies *and the world*, so a
+   body attached to the world gets the joint RANSAC found for its world motion;
+   components without the world are rooted at their best-connected body, attached
+   with a ``planar`` joint if one fits its world motion, else ``free``;
+4. edges oriented away from the root and refitted in that direction; axes and
+   pivots mapped to world coordinates at frame 0 through the parent's denoised
+   frame-0 pose; joint positions solved root to leaf so that
+   ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks.
+
+Joint coordinates follow the convention in ``vid2sim.models.joints.kinematics``
+(frame 0 is q = 0; export realises it with ``urdf_frames``). Joint names are
+``<parent>_to_<child>``. Writes ``q_plot.png`` (q(t)), ``joints_3d.png`` (axes as
+arrows) and ``articulate_costs.json`` (the cost matrix) into out_dir.
+
+Not done here: closed kinematic loops (a spanning forest cannot express them),
+joint limits (export), dynamics (identify).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from vid2sim.models.joints import fit, se3
+from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, topological
+from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks
+from vid2sim.pipeline.atomic import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ArticulateConfig:
+    """Settings of the articulate stage (noise in per-component standard deviations)."""
+
+    position_noise_m: float = 0.0          # tracked position noise (m); 0 = estimate from the tracks
+    rotation_noise_deg: float = 0.0        # tracked orientation noise (deg); 0 = estimate from the tracks
+    min_position_noise_m: float = 0.0005   # floor for the (estimated) position noise
+    min_rotation_noise_deg: float = 0.2    # floor for the (estimated) orientation noise
+    ransac_iterations: int = 100           # hypotheses per joint model and body pair
+    inlier_chi2: float = 45.0              # per-frame chi-square (6 noise-normalised components) of an inlier
+    min_inlier_ratio: float = 0.9          # a model fits a pair if this fraction of frames are inliers
+    complexity_penalty: float = 2.0        # cost per joint coordinate per frame (AIC-like; + log(n) per parameter)
+    min_motion_sigma: float = 6.0          # a joint must move more than this many sigmas of q, else it is fixed
+    planar_roots: bool = True              # try a planar joint before a free one for floating roots
+    seed: int = 0                          # RANSAC random seed
+    plots: bool = True                     # write q_plot.png and joints_3d.png
+
+
+@dataclass(frozen=True)
+class _Edge:
+    parent: str
+    child: str
+    fit: fit.JointFit
+
+
+def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str) -> fit.FitSettings:
+    return fit.FitSettings(sp, sr, cfg.ransac_iterations, cfg.inlier_chi2, cfg.min_inlier_ratio,
+                           cfg.complexity_penalty, cfg.min_motion_sigma, cfg.seed, parent_noisy=parent != "world")
+
+
+def _relative(W: np.ndarray, names: list[str], parent: str, child: str) -> np.ndarray:
+    Wc = W[:, names.index(child)]
+    return Wc if parent == "world" else se3.inv(W[:, names.index(parent)]) @ Wc
+
+
+def _valid(valid: np.ndarray, names, parent, child) -> np.ndarray:
+    v = valid[:, names.index(child)]
+    return v if parent == "world" else v & valid[:, names.index(parent)]
+
+
+def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "prismatic", "revolute")):
+    X = _relative(W, names, parent, child)
+    return fit.select(X, _valid(valid, names, parent, child), _settings(cfg, sp, sr, parent), kinds)
+
+
+def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
+    """Graph over bodies + world with the cheapest fitting joint of every pair (a body's
+    joint to the world may also be planar: a root sliding on a floor)."""
+    G = nx.Graph()
+    G.add_nodes_from(["world", *names])
+    table = {}
+    pairs = [("world", b) for b in names] + [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    world_kinds = ("fixed", "prismatic", "revolute") + (("planar",) if cfg.planar_roots else ())
+    for a, b in pairs:
+        kinds = world_kinds if a == "world" else ("fixed", "prismatic", "revolute")
+        best, every = _fit_pair(cfg, W, valid, names, a, b, sp, sr, kinds)
+        table[(a, b)] = {k: {"cost": f.cost if np.isfinite(f.cost) else None, "fits": f.fits, "why": f.why}
+                         for k, f in every.items()}
+        if best is not None:
+            G.add_edge(a, b, weight=best.cost, kind=best.kind, fit=best, parent=a)
+            log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
+    return nx.minimum_spanning_tree(G, algorithm="prim"), table
+
+
+def _canonical_axis(a: np.ndarray) -> np.ndarray:
+    """Sign convention: the largest component of an axis is positive."""
+    return a if a[np.argmax(np.abs(a))] >= 0 else -a
+
+
+def _unwrap(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Continuous angle over valid frames, interpolated over invalid ones, q(0) near 0."""
+    t = np.arange(len(q))
+    if ok.sum() == 0:
+        return np.zeros_like(q)
+    qu = np.unwrap(q[ok])
+    qu -= 2 * np.pi * np.round(qu[0] / (2 * np.pi))
+    return np.interp(t, t[ok], qu)
+
+
+def _interp(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    t = np.arange(len(q))
+    return q if ok.all() or not ok.any() else np.interp(t, t[ok], q[ok])
+
+
+def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articulation, JointPositions]:
+    """poses -> (Articulation, JointPositions) per docs/interfaces.md §2."""
+    W = np.asarray(poses.world_from_body, float)
+    T, M = W.shape[:2]
+    names = list(poses.body_names)
+    valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
+    est_p, est_r = fit.estimate_noise(W, valid)
+    sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
+    sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
+    log.info("noise: position %.2f mm, rotation %.2f deg (estimated %.2f mm, %.2f deg)",
+             sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
+
+    tree, table = _forest(cfg, W, valid, names, sp, sr)
+    edges: list[_Edge] = []
+    roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
+    for comp in nx.connected_components(tree):
+        if "world" in comp:
+            root = "world"
+        else:  # nothing ties it to the world: a free body, the best-connected one as root
+            sub = tree.subgraph(comp)
+            root = max(sorted(comp, key=names.index), key=lambda b: sub.degree(b))
+            roots.append((root, "free", None))
+        for parent, child in nx.bfs_edges(tree, root):
+            attr = tree.edges[parent, child]
+            kind, f = attr["kind"], attr["fit"]
+            if kind == "planar":
+                roots.append((child, "planar", f))
+                continue
+            if attr["parent"] != parent:  # fitted the other way round: refit in this direction
+                f = fit.fit_model(kind, _relative(W, names, parent, child), _valid(valid, names, parent, child),
+                                  _settings(cfg, sp, sr, parent), np.random.default_rng(cfg.seed))
+            edges.append(_Edge(parent, child, f))
+    art, jp = _world_frame(W, valid, names, edges, roots, sp, sr)
+    if cfg.plots:
+        _plots(art, jp, W[0], names, poses.fps, Path(out_dir))
+    costs = {f"{a}|{b}": v for (a, b), v in table.items()}
+    write_json(Path(out_dir) / "articulate_costs.json",
+               {"noise": {"position_m": sp, "rotation_rad": sr, "estimated_position_m": est_p,
+                          "estimated_rotation_rad": est_r}, "pairs": costs})
+    for j in art.joints:
+        log.info("joint %s: %s %s -> %s axis %s pivot %s", j.name, j.type, j.parent, j.child,
+                 np.round(j.axis, 3).tolist(), np.round(j.pivot, 3).tolist())
+    return art, jp
+
+
+def _world_frame(W, valid, names, edges, roots, sp, sr) -> tuple[Articulation, JointPositions]:
+    """Map every fitted joint to world-frame-0 coordinates and solve q root to leaf."""
+    T = W.shape[0]
+    idx = {b: i for i, b in enumerate(names)}
+    W0 = W[0]
+    motion = {"world": np.broadcast_to(np.eye(4), (T, 4, 4))}
+    joints: list[Joint] = []
+    qcols: dict[str, np.ndarray] = {}
+    root_pose = None
+    sole = len(roots) == 1 and not any(e.parent == "world" for e in edges)
+    for body, kind, f in roots:
+        name = f"world_to_{body}"
+        ok = valid[:, idx[body]]
+        if sole:  # floating base: the root body's tracked pose is root_pose
+            root_pose = se3.to_xyzquat(W[:, idx[body]])
+            motion[body] = W[:, idx[body]] @ se3.inv(W0[idx[body]])
+            a = _canonical_axis(f.axis) if kind == "planar" else np.array([0.0, 0.0, 1.0])
+            joints.append(Joint(name, kind, "world", body, tuple(a), tuple(W0[idx[body], :3, 3]),
+                                f.cost if f is not None else 2.0 * 6 * int(ok.sum())))
+        elif kind == "planar":
+            n = _canonical_axis(f.axis)
+            p = W0[idx[body], :3, 3]
+            q = fit.solve_q("planar", W[:, idx[body]], n, p, W0[idx[body]], sp, sr)
+            q = np.stack([_interp(q[:, 0], ok), _interp(q[:, 1], ok), _unwrap(q[:, 2], ok)], 1)
+            for c, cn in zip(q.T, coordinate_names("planar", name)):
+                qcols[cn] = c
+            motion[body] = joint_motion("planar", n, p, q)
+            joints.append(Joint(name, "planar", "world", body, tuple(n), tuple(p), f.cost))
+        else:
+            pose = se3.to_xyzquat(W[:, idx[body]])
+            for c, cn in zip(pose.T, coordinate_names("free", name)):
+                qcols[cn] = c
+            motion[body] = W[:, idx[body]] @ se3.inv(W0[idx[body]])
+            joints.append(Joint(name, "free", "world", body, (0.0, 0.0, 1.0), tuple(W0[idx[body], :3, 3]),
+                                2.0 * 6 * int(ok.sum())))
+    for e in edges:  # BFS order: the parent's motion is known
+        f, P, C = e.fit, e.parent, e.child
+        Mp = motion[P]
+        if P == "world":
+            Wp0 = np.eye(4)
+            ok = valid[:, idx[C]]
+        else:
+            ok = valid[:, idx[C]] & valid[:, idx[P]]
+            Wp0 = se3.mean_pose((se3.inv(Mp) @ W[:, idx[P]])[ok])  # denoised parent pose at frame 0
+        a = _canonical_axis(Wp0[:3, :3] @ f.axis)
+        c = Wp0[:3, :3] @ f.pivot + Wp0[:3, 3]
+        oc = W0[idx[C], :3, 3]
+        p = c + ((oc - c) @ a) * a if f.kind == "revolute" else oc.copy()
+        X = se3.inv(Mp) @ W[:, idx[C]]
+        name = f"{P}_to_{C}"
+        if f.kind == "fixed":
+            q = np.zeros((T, 0))
+        else:
+            q1 = fit.solve_q(f.kind, X, a, p, W0[idx[C]], sp, sr)
+            q1 = _unwrap(q1, ok) if f.kind == "revolute" else _interp(q1, ok)
+            qcols[name] = q1
+            q = q1[:, None]
+        motion[C] = Mp @ joint_motion(f.kind, a, p, q)
+        joints.append(Joint(name, f.kind, P, C, tuple(a), tuple(p), f.cost))
+    art = Articulation(list(names), topological(Articulation(list(names), joints)))
+    cols = [n for j in art.joints for n in coordinate_names(j.type, j.name) if n in qcols]
+    q = np.stack([qcols[n] for n in cols], 1) if cols else np.zeros((T, 0))
+    return art, JointPositions(q, cols, root_pose)
+
+
+# ----------------------------------------------------------------- pictures
+_COLORS = {"revolute": "tab:red", "prismatic": "tab:blue", "fixed": "tab:gray", "planar": "tab:green",
+           "free": "tab:purple"}
+
+
+def _plots(art: Articulation, jp: JointPositions, W0: np.ndarray, names: list[str], fps: float, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = np.arange(jp.q.shape[0]) / fps
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for i, n in enumerate(jp.names):
+        ax.plot(t, jp.q[:, i], label=n)
+    if jp.root_pose is not None:
+        for i, n in enumerate("xyz"):
+            ax.plot(t, jp.root_pose[:, i] - jp.root_pose[0, i], "--", label=f"root {n} - {n}(0) (m)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("q (rad or m)")
+    ax.set_title("joint positions q(t)")
+    if jp.names or jp.root_pose is not None:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    with atomic_path(out / "q_plot.png") as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+
+    fig = plt.figure(figsize=(5.5, 5))
+    ax = fig.add_subplot(projection="3d")
+    o = W0[:, :3, 3]
+    span = max(float(np.ptp(o, axis=0).max()), 0.2)
+    ax.scatter(*o.T, color="k", s=12)
+    for i, b in enumerate(names):
+        ax.text(*o[i], f" {b}", fontsize=7)
+    for j in art.joints:
+        p = np.asarray(j.pivot)
+        if j.parent != "world":
+            ax.plot(*np.stack([o[names.index(j.parent)], o[names.index(j.child)]]).T, color="0.7", lw=1)
+        if j.type in ("revolute", "prismatic", "planar"):
+            a = np.asarray(j.axis) * 0.3 * span
+            ax.quiver(*(p - a / 2), *a, color=_COLORS[j.type], arrow_length_ratio=0.2, lw=2)
+        ax.scatter(*p, color=_COLORS[j.type], marker="o" if j.type != "fixed" else "s", s=20)
+    for k, c in _COLORS.items():
+        ax.plot([], [], color=c, label=k)
+    ax.legend(fontsize=7, loc="upper left")
+    lo, hi = o.min(0) - 0.3 * span, o.max(0) + 0.3 * span
+    mid, r = (lo + hi) / 2, (hi - lo).max() / 2
+    ax.set_xlim(mid[0] - r, mid[0] + r)
+    ax.set_ylim(mid[1] - r, mid[1] + r)
+    ax.set_zlim(mid[2] - r, mid[2] + r)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_zlabel("z")
+    ax.set_title("inferred joints (world, frame 0)")
+    with atomic_path(out / "joints_3d.png") as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
