@@ -31,11 +31,43 @@ def _penalty(depth, rate, normal, v_rel, k, d, mu, slip_velocity, extra_friction
     return fn[..., None] * normal + ft
 
 
+def point_forces(model, x, xdot, control: Control | None, friction_net=None) -> torch.Tensor:
+    """World forces (B, P, 3) on contact points at world positions x with velocities xdot (B, P, 3)."""
+    m = model
+    k, d, mu = m.contact_stiffness, m.contact_damping, m.contact_friction
+    F = torch.zeros_like(x)
+    if m.ground:
+        n = torch.zeros_like(x)
+        n[..., 2] = 1.0
+        F = F + _penalty(m.ground_height - x[..., 2], -xdot[..., 2], n, xdot, k, d, mu,
+                         m.slip_velocity, friction_net)
+    if has_tip(m, control):
+        a = torch.tensor(m.tip_axis, dtype=x.dtype, device=x.device)
+        a = a / a.norm()
+        rel = x - control.tip_pos[:, None, :]
+        along = (rel * a).sum(-1, keepdim=True)
+        radial = rel - along * a
+        dist = torch.sqrt((radial * radial).sum(-1) + 1e-12)
+        n = radial / dist[..., None]
+        v_rel = xdot - (control.tip_vel[:, None, :] if control.tip_vel is not None else 0.0)
+        inside = (along[..., 0].abs() <= m.tip_half_length).to(x.dtype)
+        depth = (m.tip_radius - dist) * inside - (1.0 - inside)
+        F = F + _penalty(depth, -(v_rel * n).sum(-1), n, v_rel, k, d, mu, m.slip_velocity, friction_net)
+    return F
+
+
+def has_tip(model, control) -> bool:
+    return control is not None and control.tip_pos is not None and model.tip_radius > 0
+
+
+def has_contact(model, control) -> bool:
+    return bool(model.contact_body) and (model.ground or has_tip(model, control))
+
+
 def contact_wrenches(prep, kin, control: Control | None, friction_net=None) -> torch.Tensor | None:
     """Spatial forces (B, N, 6) [torque; force] on bodies in body frames, or None without contact."""
     m = prep.model
-    tip = control is not None and control.tip_pos is not None and m.tip_radius > 0
-    if not m.contact_body or not (m.ground or tip):
+    if not has_contact(m, control):
         return None
     idx = list(m.contact_body)
     R = torch.stack(kin.R, 1)[:, idx]                  # (B, P, 3, 3)
@@ -45,25 +77,7 @@ def contact_wrenches(prep, kin, control: Control | None, friction_net=None) -> t
     p_world = p + (R @ cb[..., None])[..., 0]
     v_body = v[..., 3:] + torch.cross(v[..., :3], cb.expand_as(v[..., 3:]), dim=-1)
     v_world = (R @ v_body[..., None])[..., 0]
-    k, d, mu = m.contact_stiffness, m.contact_damping, m.contact_friction
-    F = torch.zeros_like(p_world)
-    if m.ground:
-        n = torch.zeros_like(p_world)
-        n[..., 2] = 1.0
-        F = F + _penalty(m.ground_height - p_world[..., 2], -v_world[..., 2], n, v_world, k, d, mu,
-                         m.slip_velocity, friction_net)
-    if tip:
-        a = torch.tensor(m.tip_axis, dtype=p.dtype, device=p.device)
-        a = a / a.norm()
-        rel = p_world - control.tip_pos[:, None, :]
-        along = (rel * a).sum(-1, keepdim=True)
-        radial = rel - along * a
-        dist = torch.sqrt((radial * radial).sum(-1) + 1e-12)
-        n = radial / dist[..., None]
-        v_rel = v_world - (control.tip_vel[:, None, :] if control.tip_vel is not None else 0.0)
-        inside = (along[..., 0].abs() <= m.tip_half_length).to(p.dtype)
-        depth = (m.tip_radius - dist) * inside - (1.0 - inside)
-        F = F + _penalty(depth, -(v_rel * n).sum(-1), n, v_rel, k, d, mu, m.slip_velocity, friction_net)
+    F = point_forces(m, p_world, v_world, control, friction_net)
     F_body = (R.transpose(-1, -2) @ F[..., None])[..., 0]
     torque = torch.cross(cb.expand_as(F_body), F_body, dim=-1)
     w = torch.cat([torque, F_body], -1)                 # (B, P, 6)

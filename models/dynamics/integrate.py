@@ -15,6 +15,7 @@ import torch
 from .algorithms import aba_from_kinematics, kinematics, prepare, Prepared
 from .augment import friction_function, joint_force
 from .contact import contact_wrenches
+from .fast import FastPrep, accel_fast, fast_prepare
 from .model import JOINT_NQ, JOINT_NV, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
 
@@ -28,7 +29,17 @@ def _spring_index(model: Model) -> list[int]:
     return idx
 
 
-def _accel(prep: Prepared, q, qd, control: Control | None) -> torch.Tensor:
+def _prepare(model: Model, algorithm: str):
+    if algorithm == "jsim":
+        return fast_prepare(model)
+    if algorithm == "aba":
+        return prepare(model)
+    raise ValueError(f"unknown algorithm {algorithm!r} (jsim, aba)")
+
+
+def _accel(prep, q, qd, control: Control | None) -> torch.Tensor:
+    if isinstance(prep, FastPrep):
+        return accel_fast(prep, q, qd, control)
     m = prep.model
     kin = kinematics(prep, q, qd)
     tau = -m.damping * qd - m.friction * torch.tanh(qd / m.friction_velocity)
@@ -46,9 +57,13 @@ def _accel(prep: Prepared, q, qd, control: Control | None) -> torch.Tensor:
     return aba_from_kinematics(prep, kin, tau, f_ext)
 
 
-def accelerations(model: Model, state: State, control: Control | None = None) -> torch.Tensor:
-    """qdd (B, nv) with joint forces, contact and augmentation (what ``step`` integrates)."""
-    return _accel(prepare(model), state.q, state.qd, control)
+def accelerations(model: Model, state: State, control: Control | None = None, algorithm: str = "jsim") -> torch.Tensor:
+    """qdd (B, nv) with joint forces, contact and augmentation (what ``step`` integrates).
+
+    algorithm: "jsim" (joint-space inertia method, ``fast.py``; default, fastest for small
+    trees) or "aba" (Featherstone's articulated-body algorithm, O(N)).
+    """
+    return _accel(_prepare(model, algorithm), state.q, state.qd, control)
 
 
 def qdot(model: Model, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor:
@@ -93,7 +108,7 @@ def integrate_q(model: Model, q: torch.Tensor, qd: torch.Tensor, dt: float) -> t
     return _normalize_quats(model, q + dt * qdot(model, q, qd))
 
 
-def _step_impl(prep: Prepared, q, qd, control, dt: float, integrator: str):
+def _step_impl(prep, q, qd, control, dt: float, integrator: str):
     m = prep.model
     if integrator == "euler":
         qd_new = qd + dt * _accel(prep, q, qd, control)
@@ -121,20 +136,20 @@ def _get_compiled():
 
 
 def step(model: Model, state: State, control: Control | None = None, dt: float = 1e-3,
-         integrator: str = "euler") -> State:
-    """One time step of length dt (s)."""
-    q, qd = _step_impl(prepare(model), state.q, state.qd, control, float(dt), integrator)
+         integrator: str = "euler", algorithm: str = "jsim") -> State:
+    """One time step of length dt (s); algorithm as in ``accelerations``."""
+    q, qd = _step_impl(_prepare(model, algorithm), state.q, state.qd, control, float(dt), integrator)
     return State(q, qd)
 
 
 def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=None,
-            integrator: str = "euler", compile: bool = False) -> State:
+            integrator: str = "euler", compile: bool = False, algorithm: str = "jsim") -> State:
     """States over time: q (steps+1, B, nq), qd (steps+1, B, nv); index 0 is state0.
 
     controls: None, a Control with a leading time dimension (steps, B, ...), or a
     callable (k, state) -> Control.
     """
-    prep = prepare(model)
+    prep = _prepare(model, algorithm)
     fn = _get_compiled() if compile else _step_impl
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
@@ -145,7 +160,9 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             ctrl = controls(k, State(q, qd))
         else:
             ctrl = controls.at(k)
-        q, qd = fn(prep, q, qd, ctrl, float(dt), integrator)
+        # the first step runs eagerly: its input q0 may not require grad while later ones do,
+        # which would otherwise cost a second compilation
+        q, qd = (_step_impl if k == 0 else fn)(prep, q, qd, ctrl, float(dt), integrator)
         qs.append(q)
         qds.append(qd)
     return State(torch.stack(qs), torch.stack(qds))
