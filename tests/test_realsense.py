@@ -1,0 +1,224 @@
+"""RealSense .db3 round trips: write with rs.software_device + rs.recorder, read back.
+
+No camera is needed: the software device plays the role of the sensor, and
+rs.recorder writes what it streams (pyrealsense2 2.59 writes ROS2 .db3 only).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rs = pytest.importorskip("pyrealsense2")
+
+from vid2sim.datasets.errors import RecordingError  # noqa: E402
+from vid2sim.datasets.realsense import BagRecording, pair_by_timestamp  # noqa: E402
+from vid2sim.datasets.recording import open_recording  # noqa: E402
+from vid2sim.datasets.video import T_WORLD_CAMERA_LEVEL  # noqa: E402
+
+
+def _intrinsics(w, h, fx, fy, cx, cy):
+    i = rs.intrinsics()
+    i.width, i.height, i.fx, i.fy, i.ppx, i.ppy = w, h, fx, fy, cx, cy
+    i.model, i.coeffs = rs.distortion.none, [0.0] * 5
+    return i
+
+
+def _stream(kind, uid, intr, fmt, bpp, fps):
+    s = rs.video_stream()
+    s.type, s.index, s.uid = kind, 0, uid
+    s.width, s.height, s.fps, s.bpp, s.fmt, s.intrinsics = intr.width, intr.height, fps, bpp, fmt, intr
+    return s
+
+
+def write_bag(path: Path, depth: list[np.ndarray | None], color: list[np.ndarray | None], *,
+              depth_k=(50.0, 51.0, 31.5, 23.25), color_k=None, color_size=None,
+              t_depth_color=(0.0, 0.0, 0.0), depth_units=0.001, fps=30, color_fmt="rgb8") -> Path:
+    """Record frames through a software device. depth[i] / color[i] None = no frame at tick i.
+
+    depth: (H, W) uint16; color: (Hc, Wc, 3) uint8 in ``color_fmt``. Frame i gets
+    timestamp i / fps on both streams.
+    """
+    h, w = next(d for d in depth if d is not None).shape if any(d is not None for d in depth) else (0, 0)
+    c0 = next((c for c in color if c is not None), None)
+    dev = rs.software_device()
+    sensors, profiles = [], []
+    if h:
+        ds = dev.add_sensor("Depth")
+        dp = ds.add_video_stream(_stream(rs.stream.depth, 0, _intrinsics(w, h, *depth_k), rs.format.z16, 2, fps))
+        ds.add_read_only_option(rs.option.depth_units, depth_units)
+        sensors.append(ds), profiles.append(dp)
+    if c0 is not None:
+        hc, wc = c0.shape[:2]
+        cs = dev.add_sensor("Color")
+        fmt = getattr(rs.format, color_fmt)
+        cp = cs.add_video_stream(_stream(rs.stream.color, 1, _intrinsics(wc, hc, *(color_k or depth_k)), fmt, 3, fps))
+        sensors.append(cs), profiles.append(cp)
+    if len(profiles) == 2:
+        ex = rs.extrinsics()
+        ex.rotation, ex.translation = [1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0], list(t_depth_color)
+        profiles[0].register_extrinsics_to(profiles[1], ex)
+    dev.create_matcher(rs.matchers.default)
+    recorder = rs.recorder(str(path), dev)
+    for s, p in zip(sensors, profiles):
+        s.open(p)
+        s.start(lambda f: None)
+    keep = []  # the device reads the numpy buffers asynchronously
+    streams = ([(sensors[0], profiles[0], depth, 2)] if h else []) + \
+              ([(sensors[-1], profiles[-1], color, 3)] if c0 is not None else [])
+    for i in range(max(len(depth), len(color))):
+        for s, p, frames, bpp in streams:
+            img = frames[i] if i < len(frames) else None
+            if img is None:
+                continue
+            img = np.ascontiguousarray(img)
+            keep.append(img)
+            f = rs.software_video_frame()
+            f.pixels, f.stride, f.bpp = img, img.shape[1] * bpp, bpp
+            f.timestamp, f.domain, f.frame_number = i * 1000.0 / fps, rs.timestamp_domain.hardware_clock, i
+            f.profile = p.as_video_stream_profile()
+            s.on_video_frame(f)
+    for s in sensors:
+        s.stop()
+        s.close()
+    del recorder, dev
+    return path
+
+
+def _frames(n=6, h=48, w=64, seed=0):
+    rng = np.random.default_rng(seed)
+    depth, color = [], []
+    for i in range(n):
+        d = rng.integers(300, 3000, (h, w)).astype(np.uint16)
+        d[:3, :5] = 0  # holes survive the round trip
+        d[-1, -1] = 1000 + i  # frame tag
+        depth.append(d)
+        color.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    return depth, color
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    depth, color = _frames()
+    path = write_bag(tmp_path_factory.mktemp("rs") / "rec.db3", depth, color)
+    return path, depth, color
+
+
+def test_db3_round_trip_exact(bag):
+    path, depth, color = bag
+    rec = open_recording(path)
+    assert isinstance(rec, BagRecording)
+    assert rec.num_frames == len(depth) and rec.has_depth and rec.has_color
+    cam = rec.camera
+    assert (cam.width, cam.height) == (64, 48)
+    assert (cam.fx, cam.fy, cam.cx, cam.cy) == pytest.approx((50.0, 51.0, 31.5, 23.25), abs=1e-5)
+    assert cam.depth_scale == pytest.approx(0.001, rel=1e-9) and cam.fps == 30.0
+    np.testing.assert_array_equal(cam.world_from_camera, T_WORLD_CAMERA_LEVEL)
+    for i, d, rgb in rec.frames():
+        np.testing.assert_array_equal(rec.depth_raw(i), depth[i])  # lossless PNG in the file: exact
+        np.testing.assert_allclose(d, depth[i] * np.float32(0.001), rtol=1e-6)
+        np.testing.assert_array_equal(rgb, color[i])
+    rec.close()
+
+
+def test_db3_random_access_backwards_and_skips(bag):
+    path, depth, color = bag
+    with BagRecording(path) as rec:
+        for i in (4, 1, 5, 0, 0, 3, 2):
+            np.testing.assert_array_equal(rec.depth_raw(i), depth[i])
+            np.testing.assert_array_equal(rec.color(i), color[i])
+        with pytest.raises(IndexError):
+            rec.color(6)
+
+
+def test_world_z_points_up():
+    """The level-camera convention: camera y (down) is world -z, optical axis world +y."""
+    R = T_WORLD_CAMERA_LEVEL[:3, :3]
+    np.testing.assert_allclose(R @ [0, 1, 0], [0, 0, -1])
+    np.testing.assert_allclose(R @ [0, 0, 1], [0, 1, 0])
+    assert np.linalg.det(R) == pytest.approx(1.0)
+
+
+def test_bgr_colour_and_sidecar_pose(tmp_path):
+    depth, color = _frames(n=2)
+    bgr = [c[..., ::-1] for c in color]
+    path = write_bag(tmp_path / "bgr.db3", depth, bgr, color_fmt="bgr8")
+    T = np.eye(4)
+    T[:3, 3] = [0.1, -0.2, 0.5]
+    (tmp_path / "bgr.db3.camera.json").write_text('{"world_from_camera": %s}' % T.tolist())
+    with BagRecording(path) as rec:
+        np.testing.assert_array_equal(rec.color(1), color[1])
+        np.testing.assert_array_equal(rec.camera.world_from_camera, T)
+
+
+def test_unpaired_frames_are_skipped(tmp_path):
+    """Depth starts two ticks before colour and drops tick 4: frames are the 4 complete ticks."""
+    depth, color = _frames(n=7)
+    depth = [d if i != 4 else None for i, d in enumerate(depth)]
+    color = [c if i >= 2 else None for i, c in enumerate(color)]
+    path = write_bag(tmp_path / "gaps.db3", depth, color)
+    with BagRecording(path) as rec:
+        assert rec.num_frames == 4
+        for i, tick in enumerate((2, 3, 5, 6)):
+            np.testing.assert_array_equal(rec.depth_raw(i), depth[tick])
+            np.testing.assert_array_equal(rec.color(i), color[tick])
+
+
+def test_depth_only_recording(tmp_path):
+    depth, _ = _frames(n=3)
+    path = write_bag(tmp_path / "d.db3", depth, [], depth_units=0.0001)
+    with BagRecording(path) as rec:
+        assert rec.has_depth and not rec.has_color and rec.num_frames == 3
+        assert rec.camera.depth_scale == pytest.approx(1e-4, rel=1e-9)
+        np.testing.assert_array_equal(rec.depth_raw(2), depth[2])
+        with pytest.raises(RecordingError, match="no colour"):
+            rec.color(0)
+
+
+def test_depth_aligned_to_colour_geometry(tmp_path):
+    """Depth 64x48 and colour 80x60 with other intrinsics and a 2 cm baseline.
+
+    A fronto-parallel plane at 1 m stays a plane at 1 m after alignment, so the
+    aligned depth must read 1000 mm wherever it has a reading, in the colour size.
+    """
+    depth = [np.full((48, 64), 1000, np.uint16)] * 2
+    color = [np.full((60, 80, 3), 128, np.uint8)] * 2
+    path = write_bag(tmp_path / "align.db3", depth, color, depth_k=(50.0, 50.0, 31.5, 23.5),
+                     color_k=(70.0, 70.0, 39.5, 29.5), t_depth_color=(0.02, 0.0, 0.0))
+    with BagRecording(path) as rec:
+        assert (rec.camera.width, rec.camera.height, rec.camera.fx) == (80, 60, pytest.approx(70.0))
+        d = rec.depth_raw(1)
+        assert d.shape == (60, 80)
+        valid = d > 0
+        assert np.all(d[valid] == 1000)
+        # The depth image covers colour columns where u_c = 70/50*(u_d-31.5)+39.5 - 70*0.02/1.0, u_d in [0, 63].
+        inner = valid[5:-5, 5:50]
+        assert inner.mean() > 0.95, inner.mean()
+
+
+def test_pair_by_timestamp_mutual_nearest():
+    td = np.array([0.0, 33.3, 66.7, 100.0, 200.0])
+    tc = np.array([34.0, 67.0, 101.0, 133.0])
+    assert pair_by_timestamp(td, tc, tol_ms=16.7) == [(1, 0), (2, 1), (3, 2)]
+    assert pair_by_timestamp(td, np.array([]), 16.7) == []
+
+
+@pytest.mark.parametrize("keep_bytes", [0, 100, 5000])
+def test_truncated_db3_fails_naming_file(bag, tmp_path, keep_bytes):
+    src = bag[0]
+    bad = tmp_path / "trunc.db3"
+    bad.write_bytes(src.read_bytes()[:keep_bytes])
+    with pytest.raises(RecordingError) as e:
+        open_recording(bad)
+    assert str(bad) in str(e.value)
+    assert "truncated or corrupt" in str(e.value) or "no frames" in str(e.value)
+
+
+def test_db3_renamed_to_bag_goes_to_ros1_reader(bag, tmp_path):
+    """.bag is read by librealsense's ROS1 reader, which rejects a ROS2 file clearly."""
+    bad = tmp_path / "rec.bag"
+    shutil.copy(bag[0], bad)
+    with pytest.raises(RecordingError, match=r"rec\.bag: cannot be read as a RealSense recording"):
+        open_recording(bad)
