@@ -14,10 +14,13 @@ at frame 0 (docs/interfaces.md §2):
   from it. Floating base (one tree whose root joint is ``free``): the root body is
   the URDF root and its world pose is ``root_pose`` in joint_positions.npz. A free
   body beside world-attached trees gets a URDF ``floating`` joint.
-* Planar joints (normal ``axis``) become three URDF joints through two tiny dummy
-  links: ``<joint>_x``, ``<joint>_y`` (prismatic, in-plane directions chosen from the
-  normal by ``plane_basis``) and ``<joint>_theta`` (revolute about the normal), since
-  PyBullet and MuJoCo read no URDF ``planar`` joint.
+* A planar root joint (a body sliding on a floor) makes a floating base like a free
+  one: its plane is kept by the floor contact, which also carries its weight so that
+  floor friction acts (a joint-held body presses on nothing). Any other planar joint
+  (normal ``axis``) becomes three URDF joints through two tiny dummy links:
+  ``<joint>_x``, ``<joint>_y`` (prismatic, in-plane directions chosen from the normal
+  by ``plane_basis``) and ``<joint>_theta`` (revolute about the normal), since PyBullet
+  and MuJoCo read no URDF ``planar`` joint.
 * Mass from ``<body>.mass`` when identified, else shape volume x ``density``; centre of
   mass from ``<body>.com_x|y|z`` (body frame, m) else the shape centre; inertia from
   ``<body>.ixx|iyy|izz|ixy|ixz|iyz`` (body frame, about the COM) else the uniform-
@@ -31,6 +34,9 @@ at frame 0 (docs/interfaces.md §2):
   through more than ``continuous_above_rad`` becomes ``continuous``.
   ``<dynamics damping friction>`` from ``<joint>.damping`` / ``<joint>.friction``.
 
+MuJoCo reading ``model.urdf`` welds a floating root to the world (its URDF reader adds
+no free joint); ``model.xml`` has the ``<freejoint>``, so MuJoCo users load that.
+
 It deliberately does not simulate or check the model; tests load it in PyBullet,
 MuJoCo, Pinocchio and yourdfpy.
 """
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +83,9 @@ class ExportConfig:
 
 def _rpy(R: np.ndarray) -> np.ndarray:
     """URDF roll-pitch-yaw (fixed axes x, y, z: R = Rz(y) Ry(p) Rx(r))."""
-    return Rotation.from_matrix(R).as_euler("xyz")
+    with warnings.catch_warnings():  # gimbal lock is harmless here: any valid triple is the same rotation
+        warnings.simplefilter("ignore", UserWarning)
+        return Rotation.from_matrix(R).as_euler("xyz")
 
 
 def _fmt(v) -> str:
@@ -174,7 +183,9 @@ def _axis_angle_about(R: np.ndarray, axis_local: np.ndarray) -> float:
 
 
 def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], np.ndarray]:
-    """(names, q (T, dofs)): the URDF joint coordinates of the tracked poses (free joints excluded).
+    """(names, q (T, dofs)): the URDF joint coordinates of the tracked poses.
+
+    Free joints and the floating root (see ``root_poses``) have no entries.
 
     Revolute angles are unwrapped over time; planar joints give ``_x, _y, _theta``.
     """
@@ -183,8 +194,9 @@ def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], 
     W = poses.world_from_body
     T_n = W.shape[0]
     names, cols = [], []
+    floating = is_floating(art)
     for j in art.joints:
-        if j.type in ("fixed", "free"):
+        if j.type in ("fixed", "free") or (floating and j.parent == "world"):
             continue
         c = idx[j.child]
         T_bl = _inv(W[0, c]) @ frames[j.child]  # link in body, constant
@@ -216,10 +228,20 @@ def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], 
     return names, q
 
 
+def root_poses(art: Articulation, poses: PoseTracks) -> np.ndarray | None:
+    """(T, 7) x, y, z, qx, qy, qz, qw world pose of the floating root link, or None if fixed-base."""
+    if not is_floating(art):
+        return None
+    root = next(j.child for j in art.joints if j.parent == "world")
+    T_wl = poses.world_from_body[:, _body_index(poses)[root]] @ (_inv(poses.world_from_body[0, _body_index(poses)[root]])
+                                                                 @ link_frames(art, poses)[root])
+    return np.concatenate([T_wl[:, :3, 3], Rotation.from_matrix(T_wl[:, :3, :3]).as_quat()], axis=1)
+
+
 def is_floating(art: Articulation) -> bool:
-    """True when the mechanism is one tree whose root joint is free (URDF root = that body)."""
+    """True when the mechanism is one tree whose root joint is free or planar (URDF root = that body)."""
     roots = [j for j in art.joints if j.parent == "world"]
-    return len(roots) == 1 and roots[0].type == "free"
+    return len(roots) == 1 and roots[0].type in ("free", "planar")
 
 
 # ----------------------------------------------------------------------------- parameters

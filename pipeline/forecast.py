@@ -1,0 +1,504 @@
+"""Forecast stage: does the twin predict the video? (Heiden et al., §4.3.5.2, Table 4.6)
+
+Protocol: take a held-back segment of the recording, observe its first ``observe``
+frames, estimate the state there, simulate the twin forward and render the next
+``horizon`` frames (fewer when the recording is shorter), then score MSE, MAE and
+SSIM (Wang et al. 2004, 11x11 Gaussian window, sigma 1.5) against the real frames.
+Depth is normalised to [0, 1] over the scene's depth range (the 1st..99th percentile
+of valid readings in the observed frames; "no reading" stays 0 in both images).
+
+* State estimate: a quadratic fitted per joint coordinate (joint_positions.npz) to the
+  observed frames, evaluated with its derivative at the last observed frame; a
+  floating root's pose the same way (angular velocity from the quaternion fit).
+* Simulator: PyBullet on ``model.urdf`` (the exported twin; default motors disabled,
+  no extra link damping, Coulomb friction as a zero-velocity motor of force =
+  friction), 960 Hz substeps, 100 solver iterations. A ground plane is added when the articulation has a
+  free or planar joint (something must carry an unconstrained body).
+* Renderer: our own ray caster over the library primitives
+  (``vid2sim.models.render.primitives.ray_hit``) with the recording's camera; the
+  static background (everything not the mechanism) is the per-pixel median of the
+  frames observed so far where the tracked mechanism is absent.
+* Posterior forecast: the same for up to ``particles`` particles of params.json; the
+  per-pixel mean and standard deviation are saved and the mean is scored too.
+* Baselines in the same run: ``hold`` (the last observed frame repeated) and
+  ``constvel`` (tracked body poses extrapolated at constant linear and angular
+  velocity, rendered the same way).
+
+Outputs: forecast.npz (predicted, mean and spread frames as float16, normalised
+depth), forecast.json (settings, metrics, renderer, simulator), and forecast.mp4
+(observed | predicted | |error|). It deliberately does not fit anything.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from scipy.spatial.transform import Rotation
+
+from vid2sim.datasets.recording import Camera, Recording
+from vid2sim.datasets.shapes import Shape
+from vid2sim.pipeline import export
+from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
+from vid2sim.pipeline.atomic import atomic_path, write_json, write_npz
+
+log = logging.getLogger(__name__)
+
+RENDERER = "vid2sim.models.render.primitives.ray_hit (ray casting of library primitives)"
+SIMULATOR = "pybullet (model.urdf)"
+
+
+@dataclass(frozen=True)
+class ForecastConfig:
+    """Settings of the forecast stage."""
+
+    observe: int = 10  # frames of the held-back segment observed before predicting
+    horizon: int = 150  # frames predicted (fewer if the recording ends earlier)
+    start: int = -1  # first frame of the held-back segment; -1: the last observe+horizon frames
+    particles: int = 8  # posterior particles simulated for the mean/spread forecast (0: none)
+    sim_hz: float = 960.0  # PyBullet substep rate
+    video: bool = True  # write forecast.mp4 (observed | predicted | error)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """predicted/mean/spread: (N, H, W) normalised depth in [0, 1] for frames ``frames``."""
+
+    frames: np.ndarray  # (N,) recording frame indices predicted
+    predicted: np.ndarray  # (N, H, W) twin forecast (parameter estimate)
+    mean: np.ndarray | None  # (N, H, W) posterior per-pixel mean (None without particles)
+    spread: np.ndarray | None  # (N, H, W) posterior per-pixel standard deviation
+    metrics: dict[str, dict[str, float]]  # {"twin"|"hold"|"constvel"|"posterior": {"mse","mae","ssim"}}
+    info: dict = field(default_factory=dict)  # settings, depth range, renderer, simulator
+    FILES = ("forecast.npz", "forecast.json")
+
+    def save(self, out_dir: str | Path) -> None:
+        out_dir = Path(out_dir)
+        arrays = {"frames": self.frames.astype(np.int64), "predicted": self.predicted.astype(np.float16)}
+        if self.mean is not None:
+            arrays.update(mean=self.mean.astype(np.float16), spread=self.spread.astype(np.float16))
+        write_npz(out_dir / "forecast.npz", **arrays)
+        m = self.metrics.get("twin", {})
+        write_json(out_dir / "forecast.json", {"mse": m.get("mse"), "mae": m.get("mae"), "ssim": m.get("ssim"),
+                                               "metrics": self.metrics, **self.info})
+
+    @staticmethod
+    def load(out_dir: str | Path) -> "Forecast":
+        out_dir = Path(out_dir)
+        path = out_dir / "forecast.json"
+        if not path.exists():
+            raise ArtifactError(path, "missing (run the forecast stage first)")
+        try:
+            d = json.loads(path.read_text())
+            with np.load(out_dir / "forecast.npz", allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise ArtifactError(path, f"unreadable forecast ({type(e).__name__}: {e})") from None
+        info = {k: v for k, v in d.items() if k not in ("mse", "mae", "ssim", "metrics")}
+        return Forecast(a["frames"], a["predicted"].astype(np.float32),
+                        a["mean"].astype(np.float32) if "mean" in a else None,
+                        a["spread"].astype(np.float32) if "spread" in a else None, d.get("metrics", {}), info)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def ssim(a: np.ndarray, b: np.ndarray, data_range: float = 1.0) -> float:
+    """Mean SSIM of two (H, W) images (Wang et al. 2004; Gaussian 11x11, sigma 1.5)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    blur = lambda x: cv2.GaussianBlur(x, (11, 11), 1.5, borderType=cv2.BORDER_REFLECT)  # noqa: E731
+    mu_a, mu_b = blur(a), blur(b)
+    saa, sbb, sab = blur(a * a) - mu_a**2, blur(b * b) - mu_b**2, blur(a * b) - mu_a * mu_b
+    s = ((2 * mu_a * mu_b + c1) * (2 * sab + c2)) / ((mu_a**2 + mu_b**2 + c1) * (saa + sbb + c2))
+    return float(s.mean())
+
+
+def score(pred: np.ndarray, real: np.ndarray) -> dict[str, float]:
+    """pred, real: (N, H, W) in [0, 1] -> mean MSE, MAE and SSIM over frames."""
+    d = pred.astype(np.float64) - real.astype(np.float64)
+    return {"mse": float(np.mean(d * d)), "mae": float(np.mean(np.abs(d))),
+            "ssim": float(np.mean([ssim(p, r) for p, r in zip(pred, real)]))}
+
+
+def normalise_depth(depth: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    out = np.clip((depth - lo) / max(hi - lo, 1e-6), 0.0, 1.0)
+    return np.where(depth > 0, out, 0.0).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+class DepthRenderer:
+    """Depth and body-id images of primitives at given world poses, through ``camera``."""
+
+    def __init__(self, camera: Camera, shapes: list[Shape]):
+        from vid2sim.models.render.primitives import Primitive
+
+        self.camera = camera
+        self.prims = [Primitive.from_shape(s) for s in shapes]
+        u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))  # OpenCV: pixel centres at integers
+        d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u)], -1)
+        self.d_cam = torch.from_numpy(d_cam.reshape(-1, 3))
+        self.T_wc = np.asarray(camera.world_from_camera, float)
+
+    def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none)."""
+        from vid2sim.models.render.primitives import ray_hit
+
+        H, W = self.camera.height, self.camera.width
+        best = torch.full((H * W,), math.inf, dtype=torch.float64)
+        ids = torch.full((H * W,), -1, dtype=torch.long)
+        for m, prim in enumerate(self.prims):
+            T_bc = np.linalg.inv(T_world_body[m]) @ self.T_wc  # camera in body
+            R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
+            o = t.expand(H * W, 3)
+            d = self.d_cam @ R.T
+            with torch.no_grad():
+                s = ray_hit(prim, o, d)
+            closer = s < best
+            best = torch.where(closer, s, best)
+            ids = torch.where(closer, torch.full_like(ids, m), ids)
+        depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+        return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
+
+
+def static_background(rec: Recording, renderer: DepthRenderer, poses: PoseTracks, frames: range) -> np.ndarray:
+    """(H, W) depth of the scene without the mechanism: median over ``frames`` where it is absent."""
+    stack, valid = [], []
+    kernel = np.ones((5, 5), np.uint8)
+    for i in frames:
+        _, ids = renderer.render(poses.world_from_body[i])
+        mech = cv2.dilate((ids >= 0).astype(np.uint8), kernel) > 0
+        stack.append(rec.depth(i))
+        valid.append(~mech)
+    stack, valid = np.stack(stack), np.stack(valid)
+    masked = np.where(valid, stack, np.nan)
+    seen = valid.any(axis=0)
+    with np.errstate(all="ignore"):
+        bg = np.where(seen, np.nanmedian(np.where(seen, masked, 0.0), axis=0), 0.0)
+    if seen.any() and not seen.all():  # never-uncovered pixels: the nearest seen background
+        from scipy.ndimage import distance_transform_edt
+
+        _, (iy, ix) = distance_transform_edt(~seen, return_indices=True)
+        bg = bg[iy, ix]
+    return bg.astype(np.float32)
+
+
+def composite(depth_mech: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """Mechanism in front of the background (a 0 background reading stays 0 unless covered)."""
+    front = (depth_mech > 0) & ((background <= 0) | (depth_mech < background))
+    return np.where(front, depth_mech, background)
+
+
+# ----------------------------------------------------------------------------- state + simulation
+
+
+def fit_state(x: np.ndarray, dt: float, at: int = -1, deg: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """x: (n, d) samples at spacing dt -> value and rate (d,) at sample ``at`` (polynomial fit)."""
+    n = x.shape[0]
+    at = at % n
+    t = (np.arange(n) - at) * dt
+    deg = min(deg, n - 1)
+    if deg < 1:
+        return x[at].copy(), np.zeros(x.shape[1])
+    coef, *_ = np.linalg.lstsq(np.vander(t, deg + 1), x, rcond=None)
+    return coef[-1], coef[-2]
+
+
+def fit_root(root_pose: np.ndarray, dt: float, at: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """root_pose: (n, 7) xyz + xyzw -> pose (7,), linear velocity (3,), angular velocity (3,) world."""
+    p, v = fit_state(root_pose[:, :3], dt, at)
+    rots = Rotation.from_quat(root_pose[:, 3:])
+    rel = (rots * rots[at].inv()).as_rotvec()  # world-frame rotation vectors relative to sample ``at``
+    r, w = fit_state(rel, dt, at)
+    return np.concatenate([p, (Rotation.from_rotvec(r) * rots[at]).as_quat()]), v, w
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A floor z = height under unconstrained bodies (friction/restitution on both sides, as synthetic)."""
+
+    height: float = 0.0
+    friction: float = 0.5
+    restitution: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tip:
+    """A kinematic pusher: a vertical cylinder whose centre follows ``positions`` (T, 3), one per frame."""
+
+    radius: float
+    height: float
+    positions: np.ndarray
+    friction: float = 0.3
+
+
+class BulletTwin:
+    """A URDF in its own PyBullet client, default motors off, read out as body (shape) poses."""
+
+    def __init__(self, urdf_path: str, T_link_body: dict[str, np.ndarray], floating: bool, floor: Floor | None = None,
+                 sim_hz: float = 960.0, tip: Tip | None = None):
+        import pybullet as pb
+
+        self.pb, self.T_link_body, self.floating, self.sim_hz, self.tip = pb, T_link_body, floating, sim_hz, tip
+        self.cid = cid = pb.connect(pb.DIRECT)
+        pb.setGravity(0, 0, -9.81, physicsClientId=cid)
+        pb.setTimeStep(1.0 / sim_hz, physicsClientId=cid)
+        pb.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1, physicsClientId=cid)
+        self.rid = pb.loadURDF(str(urdf_path), useFixedBase=not floating, physicsClientId=cid,
+                               flags=pb.URDF_USE_INERTIA_FROM_FILE)
+        self.joint_index, self.link_index = {}, {}
+        self.root = pb.getBodyInfo(self.rid, physicsClientId=cid)[0].decode()
+        n = pb.getNumJoints(self.rid, physicsClientId=cid)
+        for i in range(-1, n):
+            pb.changeDynamics(self.rid, i, linearDamping=0.0, angularDamping=0.0, physicsClientId=cid)
+            if floor is not None:
+                pb.changeDynamics(self.rid, i, lateralFriction=floor.friction, restitution=floor.restitution,
+                                  physicsClientId=cid)
+        for i in range(n):
+            info = pb.getJointInfo(self.rid, i, physicsClientId=cid)
+            self.link_index[info[12].decode()] = i
+            if info[2] in (pb.JOINT_REVOLUTE, pb.JOINT_PRISMATIC):
+                self.joint_index[info[1].decode()] = i
+                pb.changeDynamics(self.rid, i, jointDamping=info[6], physicsClientId=cid)  # URDF damping
+                # default motor off; Coulomb friction as a zero-velocity motor of force = URDF friction
+                pb.setJointMotorControl2(self.rid, i, pb.VELOCITY_CONTROL, targetVelocity=0.0, force=info[7],
+                                         physicsClientId=cid)
+        self.base_inertial = _pose_to_T(np.concatenate(pb.getDynamicsInfo(self.rid, -1, physicsClientId=cid)[3:5]))
+        if floor is not None:
+            box = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
+            fid = pb.createMultiBody(0, box, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
+            pb.changeDynamics(fid, -1, lateralFriction=floor.friction, restitution=floor.restitution, physicsClientId=cid)
+        if tip is not None:
+            cyl = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
+            self.tid = pb.createMultiBody(50.0, cyl, basePosition=list(tip.positions[0]), physicsClientId=cid)
+            pb.changeDynamics(self.tid, -1, lateralFriction=tip.friction, linearDamping=0, angularDamping=0,
+                              physicsClientId=cid)
+            if floor is not None:
+                pb.setCollisionFilterPair(self.tid, fid, -1, -1, 0, physicsClientId=cid)
+
+    def close(self) -> None:
+        self.pb.disconnect(self.cid)
+
+    def set_state(self, names, q, qd, root=None, root_v=None, root_w=None) -> None:
+        """Joint q/qd by name; a floating root's link pose (7,) and twist (world, about the link origin)."""
+        pb = self.pb
+        for n, qi, vi in zip(names, q, qd):
+            if n in self.joint_index:
+                pb.resetJointState(self.rid, self.joint_index[n], float(qi), float(vi), physicsClientId=self.cid)
+        if self.floating and root is not None:
+            T_wl = _pose_to_T(root)
+            T_wi = T_wl @ self.base_inertial  # PyBullet's base pose is its inertial frame
+            pb.resetBasePositionAndOrientation(self.rid, T_wi[:3, 3], Rotation.from_matrix(T_wi[:3, :3]).as_quat(),
+                                               physicsClientId=self.cid)
+            v_com = np.asarray(root_v) + np.cross(root_w, T_wi[:3, 3] - T_wl[:3, 3])
+            pb.resetBaseVelocity(self.rid, v_com, root_w, physicsClientId=self.cid)
+
+    def step_frame(self, fps: float, frame: int = 0) -> None:
+        """Advance one frame period; a tip moves linearly from its frame to the next meanwhile."""
+        n = max(1, int(round(self.sim_hz / fps)))
+        for s in range(n):
+            if self.tip is not None:
+                P = self.tip.positions
+                a, b = P[min(frame, len(P) - 1)], P[min(frame + 1, len(P) - 1)]
+                self.pb.resetBasePositionAndOrientation(self.tid, a + (b - a) * s / n, [0, 0, 0, 1], physicsClientId=self.cid)
+                self.pb.resetBaseVelocity(self.tid, list((b - a) * fps), [0, 0, 0], physicsClientId=self.cid)
+            self.pb.stepSimulation(physicsClientId=self.cid)
+
+    def body_poses(self, bodies: list[str]) -> np.ndarray:
+        """(M, 4, 4) world poses of the bodies (shape frames)."""
+        pb, out = self.pb, []
+        for b in bodies:
+            if b == self.root:
+                p, o = pb.getBasePositionAndOrientation(self.rid, physicsClientId=self.cid)
+                T_wl = _pose_to_T(np.concatenate([p, o])) @ np.linalg.inv(self.base_inertial)
+            else:
+                s = pb.getLinkState(self.rid, self.link_index[b], computeForwardKinematics=True, physicsClientId=self.cid)
+                T_wl = _pose_to_T(np.concatenate([s[4], s[5]]))
+            out.append(T_wl @ self.T_link_body[b])
+        return np.stack(out)
+
+
+def _pose_to_T(pose) -> np.ndarray:
+    T = np.eye(4)
+    T[:3, :3] = Rotation.from_quat(pose[3:7]).as_matrix()
+    T[:3, 3] = pose[:3]
+    return T
+
+
+def link_body_offsets(art: Articulation, poses: PoseTracks) -> dict[str, np.ndarray]:
+    frames = export.link_frames(art, poses)
+    idx = {b: i for i, b in enumerate(poses.body_names)}
+    return {b: np.linalg.inv(frames[b]) @ poses.world_from_body[0, idx[b]] for b in art.bodies}
+
+
+def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
+    """A floor at z = 0 when something is unconstrained (free or planar joint), else None."""
+    if not any(j.type in ("free", "planar") for j in art.joints):
+        return None
+    est = post.estimate if post is not None else {}
+    return Floor(0.0, est.get("floor.friction", 0.5), est.get("floor.restitution", 0.0))
+
+
+def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, at: int, steps: int, fps: float,
+                  observe: int = 10, sim_hz: float = 960.0, floor: Floor | None = None, tip: Tip | None = None,
+                  shoot: bool = True) -> np.ndarray:
+    """Body poses (steps, M, 4, 4), bodies in ``art.bodies`` order, row k = frame ``at + 1 + k``.
+
+    State estimation from the tracked frames ``lo = at-observe+1 .. at``: a quadratic fit of
+    the joint coordinates (and the floating root's pose) at ``lo`` as the initial guess,
+    refined by single shooting (``shoot``): the state at ``lo`` whose simulation best
+    matches the tracked body poses over the window (Levenberg-Marquardt, scipy), which
+    is far less biased than a polynomial's derivative at the window's end. The twin is
+    then simulated from ``lo`` through the window and on for ``steps`` frames.
+    Joint coordinates come from the tracks through export's convention (model.urdf's).
+    """
+    from scipy.optimize import least_squares
+
+    dt, lo = 1.0 / fps, max(0, at - observe + 1)
+    names, Q = export.joint_coordinates(art, poses)
+    R = export.root_poses(art, poses)
+    order = [poses.body_names.index(b) for b in art.bodies]
+    observed = poses.world_from_body[lo:at + 1][:, order]
+    q0, qd0 = fit_state(Q[lo:at + 1], dt, 0)
+    root0 = fit_root(R[lo:at + 1], dt, 0) if R is not None else None
+    twin = BulletTwin(str(urdf_path), link_body_offsets(art, poses), R is not None, floor, sim_hz, tip)
+    n = len(names)
+
+    def state(x):
+        if root0 is None:
+            return x[:n], x[n:2 * n], None, None, None
+        p, r, v, w = x[2 * n:2 * n + 3], x[2 * n + 3:2 * n + 6], x[2 * n + 6:2 * n + 9], x[2 * n + 9:2 * n + 12]
+        rot = Rotation.from_rotvec(r) * Rotation.from_quat(root0[0][3:])
+        return x[:n], x[n:2 * n], np.concatenate([root0[0][:3] + p, rot.as_quat()]), v, w
+
+    def simulate(x, frames):
+        twin.set_state(names, *state(x))
+        out = [twin.body_poses(art.bodies)]
+        for k in range(frames - 1):
+            twin.step_frame(fps, lo + k)
+            out.append(twin.body_poses(art.bodies))
+        return np.stack(out)
+
+    def residual(x):
+        W = simulate(x, len(observed))
+        dp = (W[:, :, :3, 3] - observed[:, :, :3, 3]).ravel()
+        Rrel = np.einsum("tmij,tmkj->tmik", W[:, :, :3, :3], observed[:, :, :3, :3]).reshape(-1, 3, 3)
+        return np.concatenate([dp, 0.1 * Rotation.from_matrix(Rrel).as_rotvec().ravel()])  # 0.1 m per rad
+
+    x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), root0[1], root0[2]] if root0 is not None else []))
+    try:
+        if shoot and len(observed) > 2 and x0.size:
+            x0 = least_squares(residual, x0, method="lm", diff_step=1e-4, x_scale=np.maximum(np.abs(x0), 0.1),
+                               max_nfev=40 * x0.size).x  # PyBullet poses carry float32-level noise
+        return simulate(x0, len(observed) + steps)[len(observed):]
+    finally:
+        twin.close()
+
+
+def constant_velocity(poses: PoseTracks, at: int, steps: int, observe: int = 10) -> np.ndarray:
+    """(steps, M, 4, 4): each body's tracked pose extrapolated at constant linear/angular velocity."""
+    W = poses.world_from_body
+    lo = max(0, at - observe + 1)
+    out = np.repeat(W[at][None], steps, axis=0).copy()
+    for m in range(W.shape[1]):
+        pose7 = np.concatenate([W[lo:at + 1, m, :3, 3], Rotation.from_matrix(W[lo:at + 1, m, :3, :3]).as_quat()], 1)
+        p0, v, w = fit_root(pose7, 1.0)
+        # the fit is linear+quadratic; constant velocity uses only the rate at the last frame
+        R0 = Rotation.from_quat(p0[3:])
+        for k in range(steps):
+            out[k, m, :3, 3] = p0[:3] + v * (k + 1)
+            out[k, m, :3, :3] = (Rotation.from_rotvec(w * (k + 1)) * R0).as_matrix()
+    return out
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def _particle_urdfs(post: Posterior, art: Articulation, shapes: dict[str, Shape], poses: PoseTracks, n: int,
+                    out_dir: Path) -> list[Path]:
+    if n <= 0 or post.particles.shape[0] == 0:
+        return []
+    pick = np.linspace(0, post.particles.shape[0] - 1, min(n, post.particles.shape[0])).round().astype(int)
+    paths = []
+    for k in pick:
+        est = dict(post.estimate)
+        est.update({name: float(v) for name, v in zip(post.names, post.particles[k])})
+        p = Posterior(post.names, post.limits, est, post.particles[k:k + 1], post.method, post.log_likelihood)
+        path = out_dir / f".forecast_particle{k}.urdf"
+        path.write_text(export.build_urdf(export.ExportConfig(), art, p, shapes, poses))
+        paths.append(path)
+    return paths
+
+
+def write_video(path: Path, observed: np.ndarray, predicted: np.ndarray, fps: float) -> None:
+    """observed | predicted | |error| side by side, grey levels = normalised depth."""
+    H, W = observed.shape[1:]
+    with atomic_path(path, suffix=".mp4") as tmp:
+        vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (3 * W, H))
+        for o, p in zip(observed, predicted):
+            row = np.concatenate([o, p, np.abs(o - p)], axis=1)
+            vw.write(cv2.cvtColor((255 * np.clip(row, 0, 1)).astype(np.uint8), cv2.COLOR_GRAY2BGR))
+        vw.release()
+
+
+def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulation, jp: JointPositions,
+        post: Posterior, out_dir: Path) -> Forecast:
+    out_dir = Path(out_dir)
+    if not rec.has_depth:
+        raise ValueError(f"{rec.path}: forecast scores depth frames and this recording has none")
+    if rec.shapes is None:
+        raise ValueError(f"{rec.path}: forecast renders the library shapes and shapes.json is missing")
+    T = min(rec.num_frames, poses.num_frames, jp.q.shape[0])
+    start = cfg.start if cfg.start >= 0 else max(0, T - cfg.observe - cfg.horizon)
+    at = start + cfg.observe - 1  # last observed frame
+    steps = min(cfg.horizon, T - 1 - at)
+    if steps < 1:
+        raise ValueError(f"forecast: recording has {T} frames, too few to observe {cfg.observe} from frame {start} and predict")
+    fps = rec.fps
+    idx = {b: i for i, b in enumerate(poses.body_names)}
+    shapes = [rec.shapes[poses.shape_names[idx[b]]] for b in art.bodies]
+    renderer = DepthRenderer(rec.camera, shapes)
+    order = [idx[b] for b in art.bodies]
+    W = poses.world_from_body[:, order]
+    tracks = PoseTracks(W, list(art.bodies), [poses.shape_names[i] for i in order], poses.residual, poses.fps)
+    background = static_background(rec, renderer, tracks, range(max(0, at - 60), at + 1))
+    observed = np.stack([rec.depth(i) for i in range(start, at + 1)])
+    valid = observed[observed > 0]
+    lo, hi = (float(np.percentile(valid, 1)), float(np.percentile(valid, 99))) if valid.size else (0.0, 1.0)
+    real = np.stack([normalise_depth(rec.depth(at + 1 + k), lo, hi) for k in range(steps)])
+
+    def render_seq(Ws: np.ndarray) -> np.ndarray:
+        return np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi) for Wk in Ws])
+
+    urdf = out_dir / export.MODEL_FILE
+    if not urdf.exists():
+        export.run(export.ExportConfig(mjcf=False), art, post, rec.shapes, poses, out_dir)
+    floor = default_floor(art, post)
+    sim = lambda path: simulate_twin(path, art, poses, at, steps, fps, cfg.observe, cfg.sim_hz, floor)  # noqa: E731
+    predicted = render_seq(sim(urdf))
+    hold = np.repeat(normalise_depth(rec.depth(at), lo, hi)[None], steps, axis=0)
+    constvel = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
+    metrics = {"twin": score(predicted, real), "hold": score(hold, real), "constvel": score(constvel, real)}
+    mean = spread = None
+    paths = _particle_urdfs(post, art, rec.shapes, poses, cfg.particles, out_dir)
+    try:
+        if paths:
+            stack = np.stack([render_seq(sim(p)) for p in paths])
+            mean, spread = stack.mean(0), stack.std(0)
+            metrics["posterior"] = score(mean, real)
+    finally:
+        for p in paths:
+            p.unlink(missing_ok=True)
+    info = {"config": asdict(cfg), "start": start, "observed": [start, at], "predicted": [at + 1, at + steps],
+            "depth_range_m": [lo, hi], "renderer": RENDERER, "simulator": SIMULATOR, "particles": len(paths)}
+    if cfg.video:
+        write_video(out_dir / "forecast.mp4", real, predicted, fps)
+    log.info("forecast: twin %s | hold %s | constvel %s", metrics["twin"], metrics["hold"], metrics["constvel"])
+    return Forecast(np.arange(at + 1, at + 1 + steps), predicted, mean, spread, metrics, info)
