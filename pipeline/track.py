@@ -37,7 +37,7 @@ from tqdm import tqdm
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
-from vid2sim.models.render.align import Observation, gauss_newton_step
+from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.models.render.poses import orthonormalize, so3_exp
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.atomic import atomic_path, write_bytes
@@ -55,7 +55,11 @@ class TrackConfig:
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis
     gate_m: float = 0.03  # a depth point farther than this from every body is not used (1st step)
     gate_final_m: float = 0.012  # ... shrinking to this by the last step
-    huber_m: float = 0.004  # Huber scale of the residuals (about the depth noise)
+    gate_max_m: float = 0.15  # a body that finds too few points widens its gate up to this
+    search_iterations: int = 4  # extra steps allowed while some body widens its gate
+    huber_m: float = 0.004  # residual scale (m) where no depth noise applies (RGB silhouettes)
+    depth_noise_k: float = 0.004  # depth noise sigma = k z^2 (RealSense-like, Keselman et al. 2017): weights, gates
+    depth_noise_floor_m: float = 0.001  # ... but never below this (quantisation)
     freespace_tol_m: float = 0.02  # observed this far behind a rendered surface = "seen through it"
     w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals
@@ -64,6 +68,8 @@ class TrackConfig:
     planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only
     velocity: float = 1.0  # constant-velocity prediction factor (0: previous pose)
     roi_pad_px: int = 10  # region of interest: projected bounding sphere plus this margin
+    stride: int = 2  # use every stride-th pixel (in u and v) of the region of interest
+    reach_m: float = 0.05  # rays/points farther than this from the predicted bodies are dropped
     background_tol_m: float = 0.02  # within this of the background depth = background
     inlier_m: float = 0.01  # a depth point this close to its body supports it
     lost_min_pixels: int = 20  # fewer visible rendered pixels than this: body lost
@@ -123,18 +129,29 @@ class _Scene:
                 out[y0:y1, x0:x1] = True
         return out
 
-    def observe(self, depth: np.ndarray, roi: np.ndarray, foreground: np.ndarray | None = None) -> tuple[Observation, np.ndarray]:
+    def observe(self, depth: np.ndarray, roi: np.ndarray, foreground: np.ndarray | None = None,
+                stride: int = 1) -> tuple[Observation, np.ndarray]:
         """Observation of the rays in ``roi``; returns it and the flat pixel indices used."""
+        if stride > 1:
+            roi = roi.copy()
+            sub = np.zeros_like(roi)
+            sub[::stride, ::stride] = True
+            roi &= sub
         flat = np.flatnonzero(roi)
         d = depth.reshape(-1)[flat]
         if foreground is None:
             bg = self.background.reshape(-1)[flat]
-            foreground = (bg <= 0) | (d < bg - self.cfg.background_tol_m)
+            foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.background_tol_m, 4.3 * self.sigma(bg)))
         else:
             foreground = foreground.reshape(-1)[flat]
         obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=DT),
-                          torch.as_tensor(foreground & (d > 0)))
+                          torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=DT),
+                          pixel_angle=1.0 / self.cam.fx)
         return obs, flat
+
+    def sigma(self, depth: np.ndarray) -> np.ndarray:
+        """Depth noise std (m) at depth (m)."""
+        return np.maximum(self.cfg.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.depth_noise_floor_m)
 
 
 def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
@@ -223,16 +240,30 @@ class _Tracker:
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
         roi = scene.roi(T0)
-        obs, flat = scene.observe(depth, roi)
+        obs, flat = scene.observe(depth, roi, stride=cfg.stride)
+        keep = relevant_rays(scene.prims, T0, obs, cfg.reach_m)
+        obs, flat = obs.subset(keep), flat[keep.numpy()]
         T = T0
         n = max(cfg.iterations, 1)
-        for it in range(n):
-            gate = cfg.gate_m + (cfg.gate_final_m - cfg.gate_m) * it / max(n - 1, 1)
+        gate = torch.full((M,), cfg.gate_m, dtype=DT)
+        shrink = (cfg.gate_m - cfg.gate_final_m) / max(n - 1, 1)
+        for it in range(n + cfg.search_iterations):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
                                     w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
                                     planar=self.planar)
             T = res.T
-            if res.step_norm < cfg.converged_step:
+            # A body whose render finds few of its points within the gate is far from its
+            # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.
+            searching = False
+            for m in range(M):
+                visible = int((res.visible == m).sum())
+                assigned = int((res.assigned == m).sum())
+                if visible >= cfg.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gate_max_m:
+                    gate[m] = min(2 * float(gate[m]), cfg.gate_max_m)
+                    searching = True
+                else:
+                    gate[m] = max(float(gate[m]) - shrink, cfg.gate_final_m)
+            if not searching and (res.step_norm < cfg.converged_step or it >= n - 1):
                 break
         # Final render at the converged poses: support and visibility decide "lost".
         res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,

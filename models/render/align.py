@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from vid2sim.models.render.poses import perturb
-from vid2sim.models.render.primitives import Primitive, ray_margin, sdf_and_grad
+from vid2sim.models.render.primitives import Primitive, ray_margin, ray_margin_and_grad, sdf_and_grad
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -40,7 +40,9 @@ class Observation:
     origin: (3,) camera centre; dirs: (N, 3) ray directions scaled so that the ray
     parameter is the camera depth; depth: (N,) observed depth, 0 = none;
     foreground: (N,) bool rays not explained by the static background;
-    label: (N,) long observed body label (-1 none) or None (depth mode).
+    label: (N,) long observed body label (-1 none) or None (depth mode);
+    sigma: (N,) depth noise std (m) per ray, or None (then ``scale`` alone sets weights);
+    pixel_angle: 1 / focal length: a silhouette residual's noise is one pixel, depth * this.
     """
 
     origin: torch.Tensor
@@ -48,10 +50,39 @@ class Observation:
     depth: torch.Tensor
     foreground: torch.Tensor
     label: torch.Tensor | None = None
+    sigma: torch.Tensor | None = None
+    pixel_angle: float = 0.0
 
     @property
     def points(self) -> torch.Tensor:
         return self.origin + self.depth.unsqueeze(-1) * self.dirs
+
+    def subset(self, keep: torch.Tensor) -> "Observation":
+        return Observation(self.origin, self.dirs[keep], self.depth[keep], self.foreground[keep],
+                           None if self.label is None else self.label[keep],
+                           None if self.sigma is None else self.sigma[keep], self.pixel_angle)
+
+
+def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, reach: float) -> torch.Tensor:
+    """(N,) bool: rays that can matter for poses within ``reach`` (m) of ``T``.
+
+    A ray matters if its foreground point lies within ``reach`` of a body's surface or
+    the ray passes within ``reach`` of a body (bounding sphere; exact for capsules).
+    """
+    keep = torch.zeros(obs.dirs.shape[0], dtype=torch.bool)
+    pts = obs.points
+    fg = obs.foreground & (obs.depth > 0)
+    for m, prim in enumerate(prims):
+        R, t = T[m, :3, :3], T[m, :3, 3]
+        o_b = ((obs.origin - t) @ R).expand_as(obs.dirs)
+        d_b = obs.dirs @ R
+        if prim.kind in ("sphere", "capsule"):
+            margin = ray_margin(prim, o_b, d_b)
+        else:
+            margin = ray_margin(Primitive("sphere", radius=prim.bounding_radius), o_b, d_b)
+        keep |= margin > -reach
+        keep |= fg & (sdf_and_grad(prim, (pts - t) @ R)[0].abs() < reach)
+    return keep
 
 
 @dataclass
@@ -79,19 +110,34 @@ def point_residuals(prim: Primitive, T: torch.Tensor, p: torch.Tensor) -> tuple[
 
 def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
                      dirs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """dirs: (N, 3) world rays from ``origin`` -> margin (N,), Jacobian (N, 6) w.r.t. (v, w) of T."""
-    n = dirs.shape[0]
-    if n == 0:
+    """dirs: (N, 3) world rays from ``origin`` -> margin (N,), Jacobian (N, 6) w.r.t. (v, w) of T.
+
+    With o_b = R^T (c - t), d_b = R^T d and the left twist R <- exp(w) R, t <- t + v:
+    dm = -G_o.v + w.(G_o x (c - t) + G_d x d), G = R dm/d(o_b, d_b) (world vectors).
+    """
+    if dirs.shape[0] == 0:
         return dirs.new_zeros(0), dirs.new_zeros(0, 6)
-    with torch.enable_grad():
-        xi = torch.zeros(n, 6, dtype=dirs.dtype, requires_grad=True)
-        Tn = perturb(T.expand(n, 4, 4), xi)
-        R, t = Tn[:, :3, :3], Tn[:, :3, 3]
-        o_b = torch.einsum("nij,ni->nj", R, origin - t)
-        d_b = torch.einsum("nij,ni->nj", R, dirs)
-        m = ray_margin(prim, o_b, d_b)
-        (J,) = torch.autograd.grad(m.sum(), xi)
-    return m.detach(), J
+    R, t = T[:3, :3], T[:3, 3]
+    m, g_o, g_d = ray_margin_and_grad(prim, ((origin - t) @ R).expand_as(dirs), dirs @ R)
+    G_o, G_d = g_o @ R.T, g_d @ R.T
+    c = (origin - t).expand_as(dirs)
+    return m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, dirs, dim=-1)], -1)
+
+
+def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor,
+                    s: torch.Tensor, min_cos: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rendered depth ``s`` (N,) of rays hitting the body and its Jacobian (N, 6) w.r.t. (v, w) of T.
+
+    Implicit function theorem on sdf(x(s), T) = 0: ds/dθ = -(d sdf/dθ) / (n . dir). Rays
+    meeting the surface at a grazing angle (|cos| < ``min_cos``) get s = nan (unusable).
+    """
+    x = origin + s.unsqueeze(-1) * dirs
+    _, J = point_residuals(prim, T, x)
+    n = -J[:, :3]
+    cos = (n * dirs).sum(-1) / dirs.norm(dim=-1)
+    ok = cos.abs() >= min_cos
+    den = torch.where(ok, (n * dirs).sum(-1), torch.ones_like(cos))
+    return torch.where(ok, s, torch.full_like(s, float("nan"))), -J / den.unsqueeze(-1)
 
 
 def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
@@ -106,12 +152,17 @@ def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, d
     return torch.stack(hits, 0)
 
 
-def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation, *, gate: float,
+def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation, *, gate: float | torch.Tensor,
                       scale: float = 0.004, freespace_tol: float = 0.02, w_depth: float = 1.0,
                       w_silhouette: float = 1.0, damping: float = 1e-3, planar: bool = False,
                       active: torch.Tensor | None = None) -> StepResult:
-    """One LM step for all bodies; ``active`` (M,) bool bodies to update (others stay)."""
+    """One LM step for all bodies; ``gate`` per body (M,) or shared; ``active`` (M,) bool bodies to update.
+
+    A body with no assigned depth point is not moved: free-space residuals alone would
+    only push it away from wherever it should be.
+    """
     M = len(prims)
+    gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
     hit = render_hits(prims, T, obs.origin, obs.dirs)
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
@@ -121,6 +172,9 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     # Point-to-surface residuals of the foreground observations, each to its nearest body.
     fg = valid & obs.foreground
     idx = fg.nonzero().squeeze(-1)
+    # Residual noise: the depth noise of each point (whitened IRLS: Huber on r / sigma,
+    # weight 1 / sigma^2), and a gate no tighter than 3 sigma so the noise is not truncated.
+    sig = torch.full((idx.numel(),), scale, dtype=T.dtype) if obs.sigma is None else obs.sigma[idx].clamp(min=1e-4)
     sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
     jac = []
     for m, prim in enumerate(prims):
@@ -131,13 +185,14 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     assigned = torch.full_like(visible, -1)
     point_res = torch.full(visible.shape, float("inf"), dtype=T.dtype)
     if idx.numel():
-        ok = best.values < gate
+        ok = best.values < torch.maximum(gate[best.indices], 3 * sig)
         assigned[idx[ok]] = best.indices[ok]
         point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
 
     # Free space: the render puts body b on a ray whose observation lies well behind it.
     if obs.label is None:
-        freespace = (visible >= 0) & valid & (obs.depth > near + freespace_tol)
+        tol = freespace_tol if obs.sigma is None else obs.sigma.mul(3).clamp(min=freespace_tol)
+        freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     else:
         freespace = (visible >= 0) & (obs.label != visible)
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
@@ -146,24 +201,38 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     for m, prim in enumerate(prims):
         if active is not None and not bool(active[m]):
             continue
-        sel = (best.indices == m) & (best.values < gate) if idx.numel() else torch.zeros(0, dtype=torch.bool)
-        r1, J1 = sd[m][sel], jac[m][sel]
-        w1 = w_depth * huber_weights(r1, scale)
+        sel = (best.indices == m) & (best.values < torch.maximum(gate[m], 3 * sig)) if idx.numel() else \
+            torch.zeros(0, dtype=torch.bool)
+        if obs.label is None and int(sel.sum()) < len(dofs):
+            continue
+        # Depth along the ray where the render shows this body (linear in the sensor noise);
+        # point-to-surface only for the body's points that its render does not cover yet.
+        ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
+        on = fg & (visible == m) & ((near - obs.depth).abs() < torch.maximum(gate[m], 3 * ray_sig))
+        rd, Jd = depth_residuals(prim, T[m], obs.origin, obs.dirs[on], near[on])
+        keep_d = torch.isfinite(rd)
+        sel = sel & ~on[idx]
+        r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], sd[m][sel]])
+        J1 = torch.cat([Jd[keep_d], jac[m][sel]])
+        s1 = torch.cat([ray_sig[on][keep_d], sig[sel]]).clamp(min=1e-4)
+        w1 = w_depth * huber_weights(r1 / s1, 1.345) / s1**2
         rays = (freespace & (visible == m)).nonzero().squeeze(-1)
         r2, J2 = margin_residuals(prim, T[m], obs.origin, obs.dirs[rays])
-        w2 = w_silhouette * huber_weights(r2, scale)
+        s2 = near[rays] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
         if obs.label is not None:
             cover = ((obs.label == m) & (visible != m)).nonzero().squeeze(-1)
             r3, J3 = margin_residuals(prim, T[m], obs.origin, obs.dirs[cover])
             r3 = r3.clamp(max=0)
-            r2, J2 = torch.cat([r2, r3]), torch.cat([J2, J3])
-            w2 = torch.cat([w2, w_silhouette * huber_weights(r3, scale)])
+            s3 = torch.full_like(r3, scale)
+            r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
+        s2 = s2.clamp(min=1e-4)
+        w2 = w_silhouette * huber_weights(r2 / s2, 1.345) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):
             continue
         H = (J * w.unsqueeze(-1)).T @ J
         g = (J * w.unsqueeze(-1)).T @ r
-        H = H + damping * (torch.diag(torch.diag(H)) + 1e-6 * torch.eye(len(dofs), dtype=H.dtype) * w.sum())
+        H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
         delta = -torch.linalg.solve(H, g)
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
