@@ -80,19 +80,20 @@ def depth_to_normal_image(depth: np.ndarray, K: np.ndarray, smooth: bool = True)
     return normal_image(depth_to_normals(depth, K, smooth))
 
 
-def pseudo_depth_from_rgb(rgb: np.ndarray, base_m: float = 1.0, relief_m: float = 0.1,
+def pseudo_depth_from_rgb(rgb: np.ndarray, base_m: float = 1.0, relief_m: float = 0.02,
                           blur_px: float | None = None) -> np.ndarray:
     """RGB-only recordings: binarise (Otsu) and blur into a fake depth (Heiden et al. 2022, §4.3.3.1).
 
     The minority side of the threshold is taken as foreground (parts in front of a plain
-    backdrop); foreground becomes a smooth bump ``relief_m`` in front of a plane at ``base_m``,
-    so its normal map shows rounded blobs whose outlines are the part silhouettes.
+    backdrop); foreground becomes a smooth bump up to ``relief_m`` in front of a plane at
+    ``base_m`` (blurred, so without depth discontinuities), and its normal map shows rounded
+    blobs whose outlines are the part silhouettes.
     """
     gray = cv2.cvtColor(np.asarray(rgb, np.uint8), cv2.COLOR_RGB2GRAY)
     _, fg = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
     if fg.mean() > 0.5:
         fg = 1 - fg
     fg = cv2.morphologyEx(fg.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
-    sigma = blur_px if blur_px is not None else max(1.5, 0.01 * max(rgb.shape[:2]))
+    sigma = blur_px if blur_px is not None else max(2.0, 0.015 * max(rgb.shape[:2]))
     bump = cv2.GaussianBlur(fg.astype(np.float32), (0, 0), sigma)
-    return (base_m - relief_m * bump * fg).astype(np.float32)
+    return (base_m - relief_m * bump).astype(np.float32)

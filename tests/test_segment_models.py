@@ -1,0 +1,150 @@
+"""Segmenter building blocks: normal maps, the primitive training set, the geometric segmenter, fine-tuning."""
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_sample, primitive_mesh, render_depth
+from vid2sim.models.segmenter.geometric import segment_geometric
+from vid2sim.models.segmenter.model import group_detections, load_checkpoint
+from vid2sim.models.segmenter.normals import (depth_to_normal_image, depth_to_normals, discontinuities,
+                                              pseudo_depth_from_rgb)
+
+K = np.array([[300.0, 0, 159.5], [0, 300.0, 119.5], [0, 0, 1]])
+
+
+def _plane_depth(n_cam: np.ndarray, d0: float, size=(320, 240)) -> np.ndarray:
+    """Depth of the plane n . p = n . (0, 0, d0) seen through K."""
+    w, h = size
+    u, v = np.meshgrid(np.arange(w), np.arange(h))
+    ray = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u, float)], -1)
+    return (n_cam[2] * d0 / (ray @ n_cam)).astype(np.float32)
+
+
+def test_normals_of_a_tilted_plane_are_exact():
+    n = np.array([0.3, -0.2, -1.0])
+    n /= np.linalg.norm(n)
+    N = depth_to_normals(_plane_depth(n, 1.5), K, smooth=False)
+    inner = N[5:-5, 5:-5].reshape(-1, 3)
+    err_deg = np.degrees(np.arccos(np.clip(inner @ n, -1, 1)))
+    assert err_deg.max() < 0.5
+
+
+def test_normals_of_a_sphere_point_away_from_its_centre():
+    c, r = np.array([0.05, -0.03, 1.2]), 0.2
+    depth, ids = render_depth([primitive_mesh("sphere", (r,)).translate(c)], K, (320, 240))
+    assert abs(depth[ids == 0].min() - (c[2] - r)) < 2e-3  # nearest point of the sphere
+    N = depth_to_normals(depth, K)
+    inner = cv2.erode((ids == 0).astype(np.uint8), np.ones((7, 7), np.uint8)) > 0
+    v, u = np.nonzero(inner)
+    z = depth[v, u]
+    p = np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], 1)
+    radial = (p - c) / np.linalg.norm(p - c, axis=1, keepdims=True)
+    err = np.degrees(np.arccos(np.clip((N[v, u] * radial).sum(1), -1, 1)))
+    assert np.median(err) < 3.0 and np.percentile(err, 95) < 10.0
+
+
+def test_depth_discontinuity_gets_no_normal():
+    depth = np.full((60, 80), 2.0, np.float32)
+    depth[20:40, 30:50] = 1.0  # a block 1 m in front
+    edge = discontinuities(depth)
+    assert edge[20, 35] and edge[19, 35] and not edge[30, 40] and not edge[5, 5]
+    img = depth_to_normal_image(depth, K)
+    assert (img[19, 35] == 0).all() and (img[30, 40] > 0).any()
+    assert (img[0:0].size == 0)
+
+
+def test_pseudo_depth_puts_dark_parts_in_front():
+    rgb = np.full((120, 160, 3), 230, np.uint8)
+    cv2.circle(rgb, (80, 60), 25, (20, 20, 20), -1)
+    d = pseudo_depth_from_rgb(rgb)
+    assert d[60, 80] < d[5, 5] - 0.015 and abs(d[5, 5] - 1.0) < 1e-6
+    img = depth_to_normal_image(d, K)
+    # the rim of the blob tilts its normals outwards, the backdrop faces the camera
+    assert img[60, 80 + 24, 0] > img[5, 5, 0] + 10
+
+
+def test_primitive_samples_are_deterministic_and_consistent():
+    a, b = make_sample(3, seed=7), make_sample(3, seed=7)
+    assert np.array_equal(a.depth, b.depth) and np.array_equal(a.masks, b.masks)
+    assert not np.array_equal(a.depth, make_sample(3, seed=8).depth)
+    assert a.masks.ndim == 3 and len(a.masks) == len(a.labels) == len(a.dims) >= 1
+    assert a.masks.sum(0).max() <= 1  # instances are disjoint
+    assert np.all(a.depth[a.masks.any(0)] > 0)  # every labelled pixel has depth
+    assert set(a.labels.tolist()) <= set(range(len(CLASSES)))
+
+
+def test_geometric_segmenter_on_held_out_primitives():
+    """Measured on 12 held-out frames: mean IoU 0.93, class accuracy 0.76 (asserted with margin)."""
+    ious, right, n = [], 0, 0
+    for k in range(12):
+        s = make_sample(k, HELD_OUT_SEED)
+        dets = segment_geometric(s.depth, s.K)
+        for gm, gl in zip(s.masks, s.labels):
+            best = max(dets, key=lambda d: (gm & d.mask).sum() / (gm | d.mask).sum(), default=None)
+            iou = 0.0 if best is None else (gm & best.mask).sum() / (gm | best.mask).sum()
+            ious.append(iou)
+            if iou > 0.5:
+                n += 1
+                right += int(best.label == gl)
+    assert np.mean(ious) > 0.85
+    assert right / n > 0.6
+
+
+def test_group_detections_merges_one_part_proposed_under_two_classes():
+    m = np.zeros((20, 20), bool)
+    m[5:15, 5:15] = True
+    other = np.zeros_like(m)
+    other[0:3, 0:3] = True
+    dets = group_detections([m, m.copy(), other], [1, 3, 0], [0.9, 0.4, 0.6])
+    assert len(dets) == 2
+    assert dets[0].label == 1 and dets[0].score == pytest.approx(0.9)
+    assert dets[0].class_scores[3] == pytest.approx(0.4) and dets[1].label == 0
+
+
+def test_finetuning_writes_a_loadable_checkpoint(tmp_path):
+    from vid2sim.models.segmenter.network import build_model
+    from vid2sim.models.segmenter.model import save_checkpoint
+    from vid2sim.models.segmenter.train import train_segmenter
+
+    torch.manual_seed(0)
+    start = tmp_path / "start.pt"
+    save_checkpoint(build_model(), start, {"iters": 0})
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    images.mkdir()
+    masks.mkdir()
+    labels = {}
+    for k in range(2):  # 8-bit colour frames: the RGB-only (pseudo-depth) path
+        rgb = np.full((120, 160, 3), 220, np.uint8)
+        cv2.rectangle(rgb, (30 + 20 * k, 30), (80 + 20 * k, 70), (30, 30, 30), -1)
+        ids = np.zeros((120, 160), np.uint8)
+        ids[30:71, 30 + 20 * k:81 + 20 * k] = 1
+        cv2.imwrite(str(images / f"{k:06d}.png"), rgb)
+        cv2.imwrite(str(masks / f"{k:06d}.png"), ids)
+        labels[f"{k:06d}.png"] = {"1": "box"}
+    (masks / "labels.json").write_text(json.dumps(labels))
+    out = train_segmenter(images, masks, tmp_path / "tuned.pt", checkpoint=start, iters=2, batch=1,
+                          log_path=tmp_path / "log.jsonl")
+    model, meta = load_checkpoint(out)
+    assert meta["iters"] == 2 and "finetuned_on" in meta
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and all(np.isfinite(r["loss"]) for r in log)
+    # weights moved from the starting point
+    a, _ = load_checkpoint(start)
+    assert any(not torch.equal(p, q) for p, q in zip(a.state_dict().values(), model.state_dict().values()))
+
+
+def test_finetuning_rejects_unknown_class(tmp_path):
+    from vid2sim.models.segmenter.train import load_labelled_frames
+
+    (tmp_path / "i").mkdir()
+    (tmp_path / "m").mkdir()
+    cv2.imwrite(str(tmp_path / "i" / "a.png"), np.zeros((10, 10, 3), np.uint8))
+    cv2.imwrite(str(tmp_path / "m" / "a.png"), np.ones((10, 10), np.uint8))
+    (tmp_path / "m" / "labels.json").write_text(json.dumps({"a.png": {"1": "torus"}}))
+    with pytest.raises(ValueError, match="torus"):
+        load_labelled_frames(tmp_path / "i", tmp_path / "m")
