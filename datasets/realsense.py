@@ -268,6 +268,7 @@ class _StreamReader:
         self.pb: _StreamPlayback | None = None
         self.next_k = 0  # ordinal of the frame the playback delivers next
         self.align = None
+        self.compose = None  # (processing block, its output queue) for this playback's reference
 
     def get(self, k: int):
         """rs.frame of ordinal k of this stream."""
@@ -295,11 +296,13 @@ class _StreamReader:
         if self.rec._needs_align:
             if self.align is None:
                 self.align = rs.align(rs.stream.color)
-            ref = self.pb.wait_reference()
-            out = rs.frame_queue(1, True)
-            # rs.align takes a frameset: pair this depth frame with the reference colour frame.
-            block = rs.processing_block(lambda f, src: src.frame_ready(src.allocate_composite_frame([f, ref])))
-            block.start(out)
+            if self.compose is None:
+                # rs.align takes a frameset: pair each depth frame with the reference colour frame.
+                ref, out = self.pb.wait_reference(), rs.frame_queue(1, True)
+                block = rs.processing_block(lambda f, src: src.frame_ready(src.allocate_composite_frame([f, ref])))
+                block.start(out)
+                self.compose = (block, out)
+            block, out = self.compose
             block.invoke(frame)
             frame = self.align.process(out.wait_for_frame(5000).as_frameset()).get_depth_frame()
         return np.array(frame.get_data(), np.uint16, copy=True)
@@ -309,6 +312,7 @@ class _StreamReader:
         return _to_rgb(self.rec._rs, frame.profile.format(), np.asanyarray(frame.get_data()))
 
     def close(self) -> None:
+        self.compose = None
         if self.pb is not None:
             self.pb.close()
             self.pb = None
