@@ -291,7 +291,8 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     for _ in range(2):
         q = solve_q(kind, X, s, c, ref, sp, sr)
         inl = valid & (chi2(X, predict(kind, s, c, ref, q), Lw) <= thr)
-        if inl.sum() < max(n_samples, 3):
+        # refining a model that explains far too few frames cannot make it fit: save the time
+        if inl.sum() < max(n_samples, 3) or inl.sum() < (cfg.min_inlier_ratio - 0.25) * n_valid:
             break
         s, c, ref = _refine(kind, X, inl, s, c, ref, sp, sr, Lw)
     s, c = _canonical(kind, s, c, ref)

@@ -32,10 +32,21 @@ def make(R: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def log_so3(R: np.ndarray) -> np.ndarray:
-    """R: (..., 3, 3) -> rotation vectors (..., 3) (angle in [0, pi])."""
+    """R: (..., 3, 3) -> rotation vectors (..., 3) (angle in [0, pi]).
+
+    Closed form (vee of the skew part scaled by angle / sin) where it is well
+    conditioned, scipy's quaternion route near pi."""
     R = np.asarray(R, float)
-    flat = R.reshape(-1, 3, 3)
-    return Rotation.from_matrix(flat).as_rotvec().reshape(R.shape[:-2] + (3,))
+    v = 0.5 * np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
+    c = np.clip((np.trace(R, axis1=-2, axis2=-1) - 1) / 2, -1.0, 1.0)
+    s = np.linalg.norm(v, axis=-1)
+    th = np.arctan2(s, c)
+    scale = np.where(s > 1e-12, th / np.where(s > 1e-12, s, 1.0), 1.0 + s**2 / 6)
+    out = v * scale[..., None]
+    bad = c < -0.9  # angle above ~154 deg: sin small, use the robust route
+    if np.any(bad):
+        out[bad] = Rotation.from_matrix(R[bad].reshape(-1, 3, 3)).as_rotvec()
+    return out
 
 
 def exp_so3(w: np.ndarray) -> np.ndarray:

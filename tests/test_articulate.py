@@ -1,0 +1,124 @@
+"""Articulate stage on the truth poses of every synthetic mechanism, with pose noise of
+2 mm and 1 deg (per component) added: tree, joint types, axes, pivots, and joint
+positions that reproduce the poses through forward kinematics."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vid2sim.datasets.synthetic import MECHANISMS, simulate
+from vid2sim.models.joints import forward_kinematics
+from vid2sim.models.joints.evaluate import add_noise, compare, pose_errors
+from vid2sim.models.joints.kinematics import coordinate_names, floating_root
+from vid2sim.pipeline.articulate import ArticulateConfig, run
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
+
+SP, SR_DEG = 0.002, 1.0
+# pushed, seeds 0-2: an end link pivots about a point of the floor for the whole clip
+# (link1 in seed 0 turns 6 deg and shifts 1 cm, 0.3 mm RMS off a perfect revolute
+# joint), so the data are explained at least as well by a revolute joint to the
+# world as by the truth's planar root; seed 3 slides and turns (see the test below).
+SEEDS = {name: 0 for name in MECHANISMS} | {"pushed": 3}
+
+
+def _run(name, seed, tmp_path, sp=SP, sr=SR_DEG, cfg=ArticulateConfig(), lost=None):
+    sim = simulate(name, seed=seed, frames=120, fps=30.0)
+    W = add_noise(sim.world_from_body, sp, sr, seed=seed + 100)
+    names = [b["name"] for b in sim.truth["bodies"]]
+    poses = PoseTracks(W, names, names, np.zeros(len(W)), 30.0, lost)
+    art, jp = run(cfg, poses, tmp_path)
+    return sim, W, art, jp
+
+
+@pytest.fixture(scope="module", params=MECHANISMS)
+def result(request, tmp_path_factory):
+    name = request.param
+    out = tmp_path_factory.mktemp(name)
+    return (name, out) + _run(name, SEEDS[name], out)
+
+
+def test_tree_and_joint_types(result):
+    name, _, sim, W, art, _ = result
+    c = compare(art, sim.truth, (W[0], sim.world_from_body[0]))
+    assert c["tree_ok"], (name, [(j.name, j.type) for j in art.joints])
+    assert c["types_ok"], (name, [(r["name"], r["type"], r["found"]) for r in c["joints"]])
+    assert c["type_accuracy"] == 1.0
+
+
+def test_axes_and_pivots(result):
+    name, _, sim, W, art, _ = result
+    c = compare(art, sim.truth, (W[0], sim.world_from_body[0]))
+    for r in c["joints"]:
+        if r["axis_err_deg"] is not None:
+            assert r["axis_err_deg"] <= 2.0, (name, r)
+        if r["pivot_err_m"] is not None:
+            assert r["pivot_err_m"] <= 0.01, (name, r)
+
+
+def test_forward_kinematics_reproduces_the_poses(result):
+    """FK(q) against the noisy input differs by the noise of frame t plus that of frame
+    0 (the zero configuration): about sqrt(2) x the noise norm (sqrt(3) sigma per pose)."""
+    name, _, sim, W, art, jp = result
+    e = pose_errors(forward_kinematics(art, jp, W[0]), W)
+    assert e["pos_rms_m"] <= 2.5 * np.sqrt(3) * SP, (name, e)
+    assert np.rad2deg(e["rot_rms_rad"]) <= 2.5 * np.sqrt(3) * SR_DEG, (name, e)
+    # against the noise-free truth only frame 0's noise and the fit remain, plus, for a
+    # floating base, the noise of the tracked root pose (root_pose is the tracked pose)
+    e_true = pose_errors(forward_kinematics(art, jp, W[0]), sim.world_from_body)
+    bound = (2.5 if floating_root(art) is not None else 2.0) * np.sqrt(3) * SP
+    assert e_true["pos_rms_m"] <= bound, (name, e_true)
+
+
+def test_joint_positions_follow_the_convention(result):
+    name, out, sim, W, art, jp = result
+    froot = floating_root(art)
+    expected = [n for j in art.joints for n in coordinate_names(j.type, j.name, j is froot)]
+    assert jp.names == expected
+    assert (jp.root_pose is not None) == (froot is not None)
+    assert np.abs(jp.q[0]).max(initial=0.0) < 0.05  # frame 0 is the zero configuration (up to noise)
+    art.save(out / Articulation.FILE)
+    jp.save(out / JointPositions.FILE)
+    assert Articulation.load(out / Articulation.FILE) == art
+    assert np.array_equal(JointPositions.load(out / JointPositions.FILE).q, jp.q)
+    for png in ("q_plot.png", "joints_3d.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "articulate_costs.json").stat().st_size > 0
+
+
+def test_pushed_seed0_is_honestly_a_hinge_to_the_floor(tmp_path):
+    """The ambiguous clip: link1 barely moves (it pivots on the floor), so a revolute joint
+    to the world is chosen over the truth's planar root; that explanation still
+    reproduces every pose within the noise and finds both hinges."""
+    sim, W, art, jp = _run("pushed", 0, tmp_path, cfg=ArticulateConfig(plots=False))
+    kinds = sorted(j.type for j in art.joints)
+    assert kinds == ["revolute", "revolute", "revolute"]
+    c = compare(art, sim.truth)
+    assert [r["correct"] for r in c["joints"] if r["name"] != "root"] == [True, True]
+    e = pose_errors(forward_kinematics(art, jp, W[0]), W)
+    assert e["pos_rms_m"] <= 2.5 * np.sqrt(3) * SP
+
+
+def test_lost_frames_are_skipped_and_interpolated(tmp_path):
+    sim = simulate("double_pendulum", seed=1, frames=120, fps=30.0)
+    lost = np.zeros((120, 2), bool)
+    lost[40:46, 1] = True
+    W = add_noise(sim.world_from_body, SP, SR_DEG, seed=5)
+    W[40:46, 1, :3, 3] += 0.5  # garbage where the tracker lost the body
+    names = [b["name"] for b in sim.truth["bodies"]]
+    art, jp = run(ArticulateConfig(plots=False), PoseTracks(W, names, names, np.zeros(120), 30.0, lost), tmp_path)
+    assert compare(art, sim.truth)["types_ok"]
+    ok = ~lost
+    e = pose_errors(forward_kinematics(art, jp, W[0]), W, ok)
+    assert e["pos_rms_m"] <= 2.5 * np.sqrt(3) * SP
+    e_lost = pose_errors(forward_kinematics(art, jp, W[0]), sim.world_from_body, lost)
+    assert e_lost["pos_max_m"] < 0.05  # interpolated through the gap, not the garbage
+
+
+def test_body_at_rest_is_welded_not_hinged(tmp_path):
+    """cabinet with the drawer and door at rest: everything is fixed."""
+    sim = simulate("cabinet", seed=0, frames=60, fps=30.0)
+    W = add_noise(np.broadcast_to(sim.world_from_body[:1], sim.world_from_body.shape), SP, SR_DEG, seed=3)
+    names = [b["name"] for b in sim.truth["bodies"]]
+    art, jp = run(ArticulateConfig(plots=False), PoseTracks(W, names, names, np.zeros(60), 30.0), tmp_path)
+    assert [j.type for j in art.joints] == ["fixed"] * 3
+    assert jp.q.shape == (60, 0)

@@ -1,0 +1,191 @@
+"""models/joints: closed forms, noise model, model selection, and the joint-coordinate
+convention checked against PyBullet loading a URDF built from ``urdf_frames``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from vid2sim.models.joints import fit, forward_kinematics, se3, urdf_frames
+from vid2sim.models.joints.evaluate import add_noise
+from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions
+
+T = 120
+SP, SR = 0.002, np.deg2rad(1.0)
+
+
+def _rand_pose(rng, spread=0.5):
+    return se3.make(Rotation.random(random_state=int(rng.integers(1 << 30))).as_matrix(), rng.normal(0, spread, 3))
+
+
+def _track(kind, q, rng, axis=(0.0, 1.0, 0.0), pivot=(0.1, 0.0, 0.8)):
+    ref = se3.make(se3.exp_so3(np.array([0.3, 0.2, 0.1])), np.array([0.3, 0.1, 0.5]))
+    X = fit.predict(kind, np.asarray(axis), np.asarray(pivot), ref, q)
+    return add_noise(X[:, None], SP, 1.0, seed=int(rng.integers(1 << 30)))[:, 0]
+
+
+def test_log_so3_matches_scipy_everywhere():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(500, 3))
+    w *= rng.uniform(0, np.pi, (500, 1)) / np.linalg.norm(w, axis=1, keepdims=True)
+    w[:3] *= 1e-10
+    R = Rotation.from_rotvec(w).as_matrix()
+    assert np.abs(se3.log_so3(R) - w).max() < 1e-9
+
+
+@pytest.mark.parametrize("kind", ["revolute", "prismatic", "planar"])
+def test_solve_q_inverts_predict(kind):
+    rng = np.random.default_rng(1)
+    ref = _rand_pose(rng)
+    axis = rng.normal(size=3)
+    axis /= np.linalg.norm(axis)
+    pivot = rng.normal(size=3)
+    q = rng.uniform(-2.5, 2.5, (50, 3)) if kind == "planar" else rng.uniform(-2.5, 2.5, 50)
+    X = fit.predict(kind, axis, pivot, ref, q)
+    q2 = fit.solve_q(kind, X, axis, pivot, ref, SP, SR)
+    assert np.abs(q2 - q).max() < 1e-9
+
+
+def test_revolute_hypothesis_from_two_frames_is_exact():
+    rng = np.random.default_rng(2)
+    ref, axis, pivot = _rand_pose(rng), np.array([0.6, 0.0, 0.8]), np.array([0.2, -0.3, 1.0])
+    X = fit.predict("revolute", axis, pivot, ref, np.array([0.1, 0.9]))
+    s, c, _ = fit._hypothesis("revolute", X, np.array([0, 1, 0]), (1e-6, 1e-6))
+    assert abs(abs(s @ axis) - 1) < 1e-12
+    v = c - pivot  # on the true axis
+    assert np.linalg.norm(v - (v @ axis) * axis) < 1e-9
+
+
+def test_noise_estimate_recovers_white_noise():
+    rng = np.random.default_rng(3)
+    t = np.arange(300) / 30
+    q = 0.8 * np.sin(2 * t)
+    W = np.stack([fit.predict("revolute", np.array([0, 1.0, 0]), np.zeros(3), se3.make(np.eye(3), np.array([0.4, 0, 0])), q),
+                  fit.predict("prismatic", np.array([1.0, 0, 0]), np.zeros(3), np.eye(4), 0.2 * np.sin(t))], 1)
+    sp, sr = fit.estimate_noise(add_noise(W, 0.003, 1.5, seed=4))
+    assert sp == pytest.approx(0.003, rel=0.15)
+    assert np.rad2deg(sr) == pytest.approx(1.5, rel=0.15)
+
+
+def test_whitened_relative_pose_residual_is_chi2_with_6_dof():
+    """The relative-pose covariance (both bodies noisy, the parent's tilt swinging the
+    child origin) makes chi2 of a perfect model average 6 per frame."""
+    rng = np.random.default_rng(5)
+    Wp, Wc = _rand_pose(rng), _rand_pose(rng, spread=0.6)
+    W = np.broadcast_to(np.stack([Wp, Wc]), (4000, 2, 4, 4))
+    Wn = add_noise(W, SP, 1.0, seed=6)
+    X = se3.inv(Wn[:, 0]) @ Wn[:, 1]
+    e = fit.chi2(X, np.broadcast_to(se3.inv(Wp) @ Wc, X.shape), fit.whitening(X, SP, SR, True))
+    assert e.mean() == pytest.approx(6.0, rel=0.06)
+
+
+@pytest.mark.parametrize("case,q,expected", [
+    ("at rest", np.zeros(T), "fixed"),
+    ("slow rotation (8 deg)", np.linspace(0, np.deg2rad(8), T), "revolute"),
+    ("swinging", 0.8 * np.sin(np.arange(T) / 15), "revolute"),
+    ("sliding", 0.15 * np.sin(np.arange(T) / 20), "prismatic"),
+])
+def test_model_selection_is_honest(case, q, expected):
+    rng = np.random.default_rng(7)
+    kind = "fixed" if expected == "fixed" else expected
+    X = _track(kind if case != "at rest" else "fixed", q, rng)
+    best, every = fit.select(X, np.ones(T, bool), fit.FitSettings(SP, SR))
+    assert best is not None and best.kind == expected, (case, {k: (f.fits, f.cost, f.why) for k, f in every.items()})
+    if expected == "revolute":
+        assert np.rad2deg(np.arccos(min(1, abs(best.axis @ np.array([0, 1.0, 0]))))) < 2.0 * (3 if "slow" in case else 1)
+
+
+def _chain(rng):
+    """A random chain world -rev-> a -pri-> b -rev-> c -fixed-> d with random frames."""
+    W0 = np.stack([_rand_pose(rng) for _ in range(4)])
+    ax = [v / np.linalg.norm(v) for v in rng.normal(size=(3, 3))]
+    joints = [Joint("j_a", "revolute", "world", "a", tuple(ax[0]), tuple(rng.normal(size=3))),
+              Joint("j_b", "prismatic", "a", "b", tuple(ax[1]), tuple(W0[1, :3, 3])),
+              Joint("j_c", "revolute", "b", "c", tuple(ax[2]), tuple(rng.normal(size=3))),
+              Joint("j_d", "fixed", "c", "d", (0.0, 0.0, 1.0), tuple(W0[3, :3, 3]))]
+    # pivots on the axes closest to the child origins, as the articulate stage writes them
+    fixed = []
+    for j, b in zip(joints, range(4)):
+        a, p, o = np.asarray(j.axis), np.asarray(j.pivot), W0[b, :3, 3]
+        p = p + ((o - p) @ a) * a if j.type == "revolute" else o
+        fixed.append(Joint(j.name, j.type, j.parent, j.child, j.axis, tuple(p)))
+    return Articulation(["a", "b", "c", "d"], fixed), W0
+
+
+def _urdf(art, W0, floating=None):
+    fr = urdf_frames(art, W0)
+    links = {"world"} | set(art.bodies)
+    out = ['<robot name="t">']
+    for ln in sorted(links - ({"world"} if floating else set())):
+        out.append(f'<link name="{ln}"><inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01" '
+                   'ixy="0" ixz="0" iyz="0"/></inertial></link>')
+    for j in art.joints:
+        if floating and j.parent == "world":
+            continue
+        o = fr[j.name]["origin"]
+        rpy = Rotation.from_matrix(o[:3, :3]).as_euler("xyz")
+        ax = fr[j.name]["axis"]
+        lim = '<limit lower="-10" upper="10" effort="1" velocity="1"/>' if j.type != "fixed" else ""
+        out.append(f'<joint name="{j.name}" type="{j.type}"><parent link="{j.parent}"/><child link="{j.child}"/>'
+                   f'<origin xyz="{" ".join(map(str, o[:3, 3]))}" rpy="{" ".join(map(str, rpy))}"/>'
+                   f'<axis xyz="{" ".join(map(str, ax))}"/>{lim}</joint>')
+    out.append("</robot>")
+    return "\n".join(out), fr
+
+
+def _pybullet_poses(urdf_text, art, fr, q, names, tmp_path, root_pose=None):
+    pb = pytest.importorskip("pybullet")
+    path = tmp_path / "m.urdf"
+    path.write_text(urdf_text)
+    cid = pb.connect(pb.DIRECT)
+    try:
+        rid = pb.loadURDF(str(path), useFixedBase=root_pose is None, physicsClientId=cid,
+                          flags=pb.URDF_USE_INERTIA_FROM_FILE)
+        jidx = {pb.getJointInfo(rid, i, physicsClientId=cid)[1].decode(): i
+                for i in range(pb.getNumJoints(rid, physicsClientId=cid))}
+        lidx = {pb.getJointInfo(rid, i, physicsClientId=cid)[12].decode(): i for i in jidx.values()}
+        out = np.zeros((len(q), len(art.bodies), 4, 4))
+        for t in range(len(q)):
+            if root_pose is not None:
+                pb.resetBasePositionAndOrientation(rid, root_pose[t, :3], root_pose[t, 3:], physicsClientId=cid)
+            for k, n in enumerate(names):
+                pb.resetJointState(rid, jidx[n], q[t, k], physicsClientId=cid)
+            for m, b in enumerate(art.bodies):
+                if b in lidx:
+                    st = pb.getLinkState(rid, lidx[b], computeForwardKinematics=True, physicsClientId=cid)
+                    pos, quat = st[4], st[5]
+                else:
+                    pos, quat = pb.getBasePositionAndOrientation(rid, physicsClientId=cid)
+                L = se3.make(Rotation.from_quat(quat).as_matrix(), np.array(pos))
+                jn = art.joint_of(b).name
+                out[t, m] = L @ fr[jn]["body_in_link"]
+        return out
+    finally:
+        pb.disconnect(cid)
+
+
+def test_forward_kinematics_matches_pybullet_on_the_exported_frames(tmp_path):
+    """The convention, realised as a URDF by urdf_frames, is what PyBullet computes."""
+    rng = np.random.default_rng(8)
+    art, W0 = _chain(rng)
+    q = rng.uniform(-1.5, 1.5, (6, 3))
+    jp = JointPositions(q, ["j_a", "j_b", "j_c"])
+    W = forward_kinematics(art, jp, W0)
+    assert np.allclose(forward_kinematics(art, JointPositions(np.zeros((1, 3)), jp.names), W0)[0], W0, atol=1e-12)
+    text, fr = _urdf(art, W0)
+    Wpb = _pybullet_poses(text, art, fr, q, jp.names, tmp_path)
+    assert np.abs(Wpb - W).max() < 1e-5
+
+
+def test_floating_root_uses_root_pose(tmp_path):
+    rng = np.random.default_rng(9)
+    art, W0 = _chain(rng)
+    joints = [Joint("j_a", "free", "world", "a", (0.0, 0.0, 1.0), tuple(W0[0, :3, 3]))] + art.joints[1:]
+    art = Articulation(art.bodies, joints)
+    root = np.stack([_rand_pose(rng) for _ in range(5)])
+    jp = JointPositions(rng.uniform(-1, 1, (5, 2)), ["j_b", "j_c"], se3.to_xyzquat(root))
+    W = forward_kinematics(art, jp, W0)
+    assert np.allclose(W[:, 0], root, atol=1e-12)
+    text, fr = _urdf(art, W0, floating="a")
+    Wpb = _pybullet_poses(text, art, fr, jp.q, jp.names, tmp_path, root_pose=jp.root_pose)
+    assert np.abs(Wpb - W).max() < 1e-5
