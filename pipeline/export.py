@@ -30,8 +30,10 @@ at frame 0 (docs/interfaces.md §2):
   as a cylinder plus two spheres (every URDF reader understands those; MJCF gets a
   native capsule). Meshes keep their file name, relative to the recording.
 * Joint limits: the range observed in the tracks plus ``limit_margin`` of it each
-  side (at least ``min_margin_rad``/``min_margin_m``); a revolute joint seen turning
-  through more than ``continuous_above_rad`` becomes ``continuous``.
+  side (at least ``min_margin_rad``/``min_margin_m``), except on a side where the joint
+  visibly hits a stop (arrives with speed and stays, ``hits_stop``): the limit is then
+  the observed extreme itself. A revolute joint seen turning through more than
+  ``continuous_above_rad`` becomes ``continuous``.
   ``<dynamics damping friction>`` from ``<joint>.damping`` / ``<joint>.friction``.
 
 MuJoCo reading ``model.urdf`` welds a floating root to the world (its URDF reader adds
@@ -73,6 +75,8 @@ class ExportConfig:
     min_margin_rad: float = 0.1  # ... but by at least this much (rad) for revolute joints
     min_margin_m: float = 0.02  # ... and at least this much (m) for prismatic joints
     continuous_above_rad: float = 6.0  # revolute joints observed turning further become 'continuous'
+    stop_frames: int = 4  # a joint that arrives at an extreme and stays there this many frames hit a stop: no margin there (0: never)
+    stop_tolerance: float = 0.01  # "at the extreme": within this fraction of the observed range
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
     mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users
@@ -326,11 +330,29 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
         ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
 
 
+def hits_stop(q: np.ndarray, extreme: float, tol: float, frames: int) -> bool:
+    """True when q arrives at ``extreme`` with speed and then stays there (a mechanical stop).
+
+    Arrival: the first frame within ``tol`` of the extreme comes after the joint moved by
+    more than 5 tol over the 3 frames before it; staying: at least ``frames`` of the frames
+    after it are within tol. A joint merely starting (or coming to rest by damping) at an
+    extreme does not arrive with speed, so its limit keeps the margin.
+    """
+    near = np.abs(q - extreme) <= tol
+    if frames <= 0 or not near.any():
+        return False
+    t0 = int(np.argmax(near))
+    return t0 >= 3 and abs(q[t0] - q[t0 - 3]) > 5 * tol and int(near[t0:t0 + 3 * frames].sum()) >= frames
+
+
 def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, float, bool]:
     lo, hi = (float(q.min()), float(q.max())) if q.size else (0.0, 0.0)
     margin = max(cfg.limit_margin * (hi - lo), cfg.min_margin_rad if revolute else cfg.min_margin_m)
     continuous = revolute and (hi - lo) > cfg.continuous_above_rad
-    return lo - margin, hi + margin, continuous
+    tol = cfg.stop_tolerance * (hi - lo)
+    m_lo = 0.0 if hits_stop(q, lo, tol, cfg.stop_frames) else margin
+    m_hi = 0.0 if hits_stop(q, hi, tol, cfg.stop_frames) else margin
+    return lo - m_lo, hi + m_hi, continuous
 
 
 def _tree_order(art: Articulation) -> list[Joint]:
