@@ -112,18 +112,21 @@ Public API
                 and for contact "contact/depth", "contact/rate", "contact/normal_force",
                 "contact/slip". MLP: ELU, hidden x layers. ``augmentation_penalty(model,
                 lasso=..., l2=...)``: sparse group lasso on input weights (one group
-                per input) + L2 on the rest; ``group_lasso_prox(model, step)``.
+                per input) + L2 on the rest; ``group_lasso_prox(model, step)`` (proximal
+                step after each optimiser step; ``adam_group_lasso_step(net, adam, lr,
+                lasso)`` gives the per-input step for Adam).
 """
 from .spatial import quat_to_rot, rot_to_quat, rpy_to_rot, axis_angle_to_rot  # noqa: F401
 from .model import Model, State, Control, JOINT_NQ, JOINT_NV  # noqa: F401
 from .algorithms import forward_dynamics, inverse_dynamics, mass_matrix, forward_kinematics  # noqa: F401
 from .integrate import step, rollout, qdot, integrate_q, accelerations  # noqa: F401
-from .augment import NeuralAugmentation, add_augmentation, augmentation_penalty, group_lasso_prox  # noqa: F401
+from .augment import (NeuralAugmentation, add_augmentation, adam_group_lasso_step, augmentation_penalty,  # noqa: F401
+                      group_lasso_prox)
 from .urdf import model_from_urdf, model_to_urdf, model_from_articulation  # noqa: F401
 
 __all__ = [
     "Model", "State", "Control", "step", "rollout", "forward_dynamics", "inverse_dynamics",
     "mass_matrix", "forward_kinematics", "model_from_urdf", "model_to_urdf",
     "model_from_articulation", "NeuralAugmentation", "add_augmentation",
-    "augmentation_penalty", "group_lasso_prox", "qdot", "integrate_q", "accelerations",
+    "augmentation_penalty", "group_lasso_prox", "adam_group_lasso_step", "qdot", "integrate_q", "accelerations",
 ]

@@ -61,7 +61,8 @@ class NeuralAugmentation:
 
     def input_norms(self) -> torch.Tensor:
         """(in,) L2 norm of each input's first-layer weights (over particles too)."""
-        return self.weights[0].pow(2).sum((0, 2)).sqrt()
+        # + tiny: the norm of a group the lasso has zeroed must not give a NaN gradient
+        return (self.weights[0].pow(2).sum((0, 2)) + 1e-30).sqrt()
 
 
 def add_augmentation(model, point: str, inputs, hidden: int = 5, layers: int = 2, seed: int = 0,
@@ -150,16 +151,42 @@ def augmentation_penalty(model, lasso: float = 1e-3, l2: float = 1e-4, l1: float
     total = torch.zeros((), dtype=model.dtype)
     for net in model.nets:
         W0 = net.weights[0]
-        total = total + lasso * net.input_norms().sum() + l1 * W0.abs().sum()
+        if lasso:
+            total = total + lasso * net.input_norms().sum()
+        if l1:
+            total = total + l1 * W0.abs().sum()
         total = total + l2 * sum(w.pow(2).sum() for w in net.weights[1:])
     return total
 
 
 @torch.no_grad()
-def group_lasso_prox(model, step: float) -> None:
-    """In place: scale each input's first-layer weight row by max(0, 1 - step / norm)."""
+def group_lasso_prox(model, step) -> None:
+    """In place: scale each input's first-layer weight row by max(0, 1 - step / norm).
+
+    step: lr * lasso for plain gradient descent; a float or an (in,) tensor per input (for
+    a preconditioned optimiser such as Adam, lr * lasso / the group's mean preconditioner).
+    With several networks, a tensor step applies to each (they must have as many inputs).
+    """
     for net in model.nets:
         W0 = net.weights[0]
         norms = W0.pow(2).sum((0, 2)).sqrt()
-        scale = (1.0 - step / norms.clamp(min=1e-30)).clamp(min=0.0)
+        scale = (1.0 - torch.as_tensor(step, dtype=W0.dtype) / norms.clamp(min=1e-30)).clamp(min=0.0)
         W0.mul_(scale[None, :, None])
+
+
+def adam_group_lasso_step(net: NeuralAugmentation, optimizer, lr: float, lasso: float) -> torch.Tensor:
+    """Per-input prox step for ``group_lasso_prox`` after an Adam step: lr * lasso / mean(sqrt(v_hat) + eps).
+
+    Adam rescales every coordinate's step to about lr, so a fixed threshold either kills all
+    groups or none; measuring the threshold in Adam's metric (diagonal preconditioner,
+    averaged over the group) keeps the proximal step consistent with the update.
+    """
+    W0 = net.weights[0]
+    st = optimizer.state.get(W0)
+    if not st:
+        return torch.full((W0.shape[1],), lr * lasso, dtype=W0.dtype)
+    beta2 = optimizer.param_groups[0]["betas"][1]
+    eps = optimizer.param_groups[0]["eps"]
+    t = float(st["step"])
+    v_hat = st["exp_avg_sq"] / (1 - beta2 ** t)
+    return lr * lasso / (v_hat.sqrt() + eps).mean((0, 2))
