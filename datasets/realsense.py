@@ -409,8 +409,15 @@ class BagRecording(Recording):
             self._pairs = pair_by_timestamp(np.array(stamps[DEPTH]), np.array(stamps[COLOR]), tol)
             skipped_d, skipped_c = nd - len(self._pairs), nc - len(self._pairs)
             if skipped_d or skipped_c:
-                log.info("%s: %d depth and %d colour frames have no partner within %.1f ms and are skipped",
-                         self.path, skipped_d, skipped_c, tol)
+                many = max(skipped_d, skipped_c) > max(2, 0.01 * max(nd, nc))
+                log.log(logging.WARNING if many else logging.INFO,
+                        "%s: %d depth and %d colour frames have no partner within %.1f ms and are skipped",
+                        self.path, skipped_d, skipped_c, tol)
+            if nd and nc and abs(stamps[DEPTH][-1] - stamps[COLOR][-1]) > 5 * 1000.0 / self.camera.fps:
+                # librealsense stops a stream silently at a frame it cannot decode.
+                log.warning("%s: the depth stream ends %.2f s and the colour stream %.2f s after the first depth "
+                            "frame: the file may be damaged after that point", self.path,
+                            (stamps[DEPTH][-1] - stamps[DEPTH][0]) / 1000.0, (stamps[COLOR][-1] - stamps[DEPTH][0]) / 1000.0)
             if not self._pairs:
                 raise RecordingError(self.path, f"no depth frame within {tol:.1f} ms of a colour frame "
                                                 f"({nd} depth, {nc} colour frames; empty or truncated recording?)")

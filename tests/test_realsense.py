@@ -205,6 +205,26 @@ def test_pair_by_timestamp_mutual_nearest():
     assert pair_by_timestamp(td, np.array([]), 16.7) == []
 
 
+def test_damaged_image_in_db3_ends_that_stream_with_a_warning(tmp_path, caplog):
+    """librealsense silently stops a stream at a frame it cannot decode: we say so."""
+    import sqlite3
+
+    depth, color = _frames(n=12)
+    path = write_bag(tmp_path / "damaged.db3", depth, color)
+    with sqlite3.connect(path) as db:
+        (mid, data), = db.execute("SELECT m.id, m.data FROM messages m JOIN topics t ON m.topic_id = t.id "
+                                  "WHERE t.name LIKE '%Depth_0/image/data%' ORDER BY m.timestamp LIMIT 1 OFFSET 5")
+        data = bytearray(data)
+        data[200::7] = bytes(b ^ 0x5A for b in data[200::7])
+        db.execute("UPDATE messages SET data = ? WHERE id = ?", (bytes(data), mid))
+    with caplog.at_level("WARNING", logger="vid2sim.datasets.realsense"):
+        rec = BagRecording(path)
+    assert rec.num_frames == 5  # the frames before the damage are still usable
+    np.testing.assert_array_equal(rec.depth_raw(4), depth[4])
+    assert "may be damaged after that point" in caplog.text and str(path) in caplog.text
+    rec.close()
+
+
 @pytest.mark.parametrize("keep_bytes", [0, 100, 5000])
 def test_truncated_db3_fails_naming_file(bag, tmp_path, keep_bytes):
     src = bag[0]
