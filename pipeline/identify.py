@@ -1,0 +1,254 @@
+"""Identify stage: a particle posterior over the twin's dynamics parameters.
+
+Builds the parameter set from the articulation (body masses with limits from shape
+volume x plausible densities; joint damping and, optionally, Coulomb friction of the
+1-dof joints; the initial joint velocities via the shooting states), simulates it with
+``vid2sim.models.dynamics`` batched over particles, and runs the chosen inference
+method of ``vid2sim.models.inference`` against the tracked joint positions. Writes
+``params.json`` (through the caller) and two plots into ``out_dir``: the pairwise
+posterior scatter (like the dissertation's Fig. 4.21) and simulated vs observed joint
+trajectories with the particle spread.
+
+Deliberately not done here: floating-base mechanisms (free/planar root joints; their
+contact parameters need the root pose in the state), kinematic fine-tuning, and the
+pixel-space ("video") likelihood, which needs the recording that ``run`` does not
+receive (``IdentifyConfig.observation`` rejects it with that reason).
+
+Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
+inertia), as for homogeneous parts; so without forces other than gravity and the
+joint damping, only mass *ratios* and damping/mass are observable from free motion.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vid2sim.datasets.shapes import Shape
+from vid2sim.models.inference import InferenceResult, Problem, Shooting, infer
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
+from vid2sim.pipeline.atomic import write_bytes, write_json
+
+log = logging.getLogger(__name__)
+SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
+
+
+@dataclass(frozen=True)
+class IdentifyConfig:
+    """Settings of the identify stage."""
+
+    method: str = "csvgd"          # csvgd | adam | svgd | cmaes | mcmc
+    particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
+    iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
+    windows: int = 6               # multiple-shooting windows (csvgd only; 1 = single shooting)
+    seed: int = 0                  # Sobol scrambling / sampler seed
+    observation: str = "joints"    # joints: tracked joint positions; video: pixel likelihood (not supported here)
+    sigma: float = 0.02            # observation noise std, joint units (rad or m)
+    frames: int = 0                # use the first `frames` frames (0: all)
+    substeps: int = 4              # simulator steps per video frame (semi-implicit Euler)
+    density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
+    density_max: float = 3000.0    # kg/m^3, upper end
+    damping_max_revolute: float = 0.05   # N m s/rad
+    damping_max_prismatic: float = 2.0   # N s/m
+    estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
+    friction_max_revolute: float = 0.05  # N m
+    friction_max_prismatic: float = 1.0  # N
+    lr: float = 0.02               # Adam step in normalised parameter units (gradient methods)
+    plots: bool = True             # write posterior_pairs.png and trajectories.png
+
+
+@dataclass
+class TwinSimulator:
+    """What ``Problem`` needs from the dynamics: ``simulate(theta, start, steps)`` plus its bookkeeping."""
+
+    names: list[str]
+    lower: np.ndarray
+    upper: np.ndarray
+    model: object          # batch-1 vid2sim.models.dynamics.Model, unit masses
+    unit_inertia: torch.Tensor  # (1, N, 3, 3) inertia per kg
+    dof_names: list[str]
+    dt: float
+    substeps: int
+
+    def model_for(self, theta: torch.Tensor):
+        """theta: (B, P) physical -> Model with batch B (masses, inertias, damping, friction set)."""
+        B = theta.shape[0]
+        m = self.model.expand(B)
+        cols = {n: theta[:, i] for i, n in enumerate(self.names)}
+        zero = torch.zeros(B, dtype=theta.dtype)
+        mass = torch.stack([cols.get(f"{b}.mass", m.mass[:, i].to(theta.dtype)) for i, b in enumerate(m.body_names)], 1)
+        damping = torch.stack([cols.get(f"{d}.damping", zero) for d in m.dof_names], 1)
+        friction = torch.stack([cols.get(f"{d}.friction", zero) for d in m.dof_names], 1)
+        return m.replace(mass=mass, inertia=self.unit_inertia * mass[:, :, None, None], damping=damping, friction=friction)
+
+    def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
+        """theta (B, P), start (B, nq + nv) -> (B, steps, nq + nv) sampled every ``substeps`` simulator steps."""
+        from vid2sim.models.dynamics import State, rollout
+
+        model = self.model_for(theta)
+        nq = model.nq
+        st = rollout(model, State(start[:, :nq], start[:, nq:]), (steps - 1) * self.substeps, dt=self.dt)
+        x = torch.cat([st.q, st.qd], -1)[:: self.substeps]  # (steps, B, S)
+        return x.transpose(0, 1)
+
+
+def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, shapes: dict[str, Shape],
+                    fps: float) -> TwinSimulator:
+    """The parameter set and simulator of a fixed-base tree of revolute/prismatic/fixed joints."""
+    from vid2sim.models.dynamics import model_from_articulation
+
+    bad = [f"{j.name} ({j.type})" for j in art.joints if j.type not in SUPPORTED_JOINTS]
+    if bad:
+        raise NotImplementedError(f"identify: joints {bad} are not supported yet (only {', '.join(SUPPORTED_JOINTS)})")
+    shape_of = dict(zip(poses.body_names, poses.shape_names))
+    body_shapes = {b: shapes[shape_of[b]] for b in art.bodies if b in shape_of and shape_of[b] in shapes}
+    T0 = {b: poses.world_from_body[0, poses.body_names.index(b)] for b in art.bodies}
+    model = model_from_articulation(art, T0, masses=None, shapes=body_shapes, batch=1)
+    names, lo, hi = [], [], []
+    for b in model.body_names:
+        if b not in body_shapes:
+            raise ValueError(f"identify: body {b!r} has no shape; mass limits come from shape volumes")
+        vol = float(body_shapes[b].volume())
+        names.append(f"{b}.mass")
+        lo.append(vol * cfg.density_min)
+        hi.append(vol * cfg.density_max)
+    types = dict(zip(model.joint_names, model.joint_types))
+    for d in model.dof_names:
+        t = types[d]
+        names.append(f"{d}.damping")
+        lo.append(0.0)
+        hi.append(cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic)
+        if cfg.estimate_friction:
+            names.append(f"{d}.friction")
+            lo.append(0.0)
+            hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
+    unit = model.inertia.clone()  # built with unit masses
+    return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
+                         1.0 / (fps * cfg.substeps), cfg.substeps)
+
+
+def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:
+    """(T, nv) joint positions in the simulator's dof order, relative to frame 0 (model q = 0 there)."""
+    missing = [d for d in dofs if d not in jp.names]
+    if missing:
+        raise ValueError(f"identify: joint_positions lacks joints {missing} of the articulation")
+    q = jp.q[:, [jp.names.index(d) for d in dofs]]
+    q = q[:frames] if frames else q
+    return q - q[:1]
+
+
+def make_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: float) -> Problem:
+    """Observed positions q (T, nv) -> Problem over the simulator's parameters (state = [q, qd])."""
+    qt = torch.as_tensor(q, dtype=torch.float64)
+    qd = torch.as_tensor(np.gradient(q, 1.0 / fps, axis=0), dtype=torch.float64)
+    nq = q.shape[1]
+    return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate, [qt],
+                   [torch.cat([qt, qd], 1)], observe=lambda s: s[..., :nq], sigma=cfg.sigma)
+
+
+def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
+        shapes: dict[str, Shape], out_dir: Path) -> Posterior:
+    """Estimate the posterior over masses/damping(/friction) from the tracked joint positions."""
+    if cfg.observation != "joints":
+        raise NotImplementedError(f"identify: observation {cfg.observation!r} is not supported: the pixel-space "
+                                  "likelihood needs the recording's frames, which identify.run does not receive")
+    fps = float(poses.fps)
+    sim = build_simulator(cfg, art, poses, shapes, fps)
+    q = joint_trajectory(jp, sim.dof_names, cfg.frames)
+    prob = make_problem(cfg, sim, q, fps)
+    opts = {"windows": cfg.windows} if cfg.method == "csvgd" else {}
+    if cfg.method in ("csvgd", "svgd", "adam"):
+        opts["lr"] = cfg.lr
+    res = infer(cfg.method, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
+    log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
+             float(res.log_likelihood.max()), res.evaluations, res.seconds)
+    post = posterior_from(res, prob, extra={"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(),
+                                            "dofs": sim.dof_names, "config": asdict(cfg)})
+    out_dir = Path(out_dir)
+    write_json(out_dir / "identify_config.json", asdict(cfg))
+    if cfg.plots:
+        plot_posterior(post, out_dir / "posterior_pairs.png")
+        plot_trajectories(res, prob, sim.dof_names, fps, out_dir / "trajectories.png")
+    return post
+
+
+def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = None) -> Posterior:
+    names = list(prob.names)
+    b = res.best
+    extra = dict(extra or {})
+    extra.update({"start_state": res.start[b, 0].tolist(), "particle_log_likelihood": res.log_likelihood.tolist(),
+                  "evaluations": res.evaluations, "seconds": res.seconds})
+    return Posterior(names, {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)},
+                     {n: float(v) for n, v in zip(names, res.theta[b])}, res.theta.numpy().astype(float),
+                     res.method, float(res.log_likelihood[b]), extra)
+
+
+def _save_figure(fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    write_bytes(path, buf.getvalue())
+
+
+def plot_posterior(post: Posterior, path: Path, truth: dict[str, float] | None = None) -> None:
+    """Pairwise scatter of the particles (lower triangle) and per-parameter histograms (diagonal)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    P = len(post.names)
+    fig, axes = plt.subplots(P, P, figsize=(2.2 * P, 2.2 * P), squeeze=False)
+    X = post.particles
+    for i in range(P):
+        for j in range(P):
+            ax = axes[i][j]
+            if j > i:
+                ax.axis("off")
+                continue
+            if i == j:
+                ax.hist(X[:, i], bins=12, color="tab:blue", alpha=0.7)
+                ax.set_xlim(post.limits[post.names[i]])
+            else:
+                ax.scatter(X[:, j], X[:, i], s=10, color="tab:blue", alpha=0.7)
+                ax.scatter([post.estimate[post.names[j]]], [post.estimate[post.names[i]]], marker="*", s=60, color="tab:red")
+                if truth:
+                    ax.scatter([truth.get(post.names[j], np.nan)], [truth.get(post.names[i], np.nan)], marker="x", color="k")
+                ax.set_xlim(post.limits[post.names[j]])
+                ax.set_ylim(post.limits[post.names[i]])
+            if i == P - 1:
+                ax.set_xlabel(post.names[j], fontsize=7)
+            if j == 0:
+                ax.set_ylabel(post.names[i], fontsize=7)
+            ax.tick_params(labelsize=6)
+    fig.suptitle(f"posterior ({post.method}, {X.shape[0]} particles; * best, x truth)", fontsize=9)
+    _save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_trajectories(res: InferenceResult, prob: Problem, dofs: list[str], fps: float, path: Path) -> None:
+    """Observed joint positions vs every particle's single-shooting rollout (spread) and the best one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sh = Shooting(prob, 1)
+    pred = sh.rollout(res.theta, res.start[:, 0]).numpy()  # (N, T, O)
+    obs = prob.observations[0].numpy()
+    t = np.arange(obs.shape[0]) / fps
+    fig, axes = plt.subplots(len(dofs), 1, figsize=(7, 2.2 * len(dofs)), squeeze=False)
+    for k, d in enumerate(dofs):
+        ax = axes[k][0]
+        ax.fill_between(t, np.nanmin(pred[:, :, k], 0), np.nanmax(pred[:, :, k], 0), color="tab:blue", alpha=0.2,
+                        label="particles (min-max)")
+        ax.plot(t, pred[res.best, :, k], color="tab:blue", label="best particle")
+        ax.plot(t, obs[:, k], "k.", ms=3, label="observed")
+        ax.set_ylabel(f"{d} (rel. frame 0)", fontsize=8)
+    axes[-1][0].set_xlabel("time (s)")
+    axes[0][0].legend(fontsize=7)
+    _save_figure(fig, path)
+    plt.close(fig)
