@@ -123,6 +123,7 @@ class _StreamPlayback:
     def __init__(self, rs, path: Path, kind: str, total: int | None = None,
                  with_reference: bool = False, queue_size: int = 4, tail: int = 16):
         self.rs, self.path, self.kind = rs, path, kind
+        self._main_stream = rs.stream.depth if kind == DEPTH else rs.stream.color
         self._ctx, self.dev, self.profiles, self.depth_units = _load(rs, path)
         self._total, self._tail = total, tail
         self._queue: queue.Queue = queue.Queue()
@@ -139,7 +140,7 @@ class _StreamPlayback:
         self.needs_reference = len(kinds) > 1
 
     def _on_frame(self, frame) -> None:
-        if frame.profile.stream_type() != _STREAM[self.rs][self.kind]:
+        if frame.profile.stream_type() != self._main_stream:
             if self.reference is None:
                 frame.keep()
                 self.reference = frame
@@ -178,6 +179,7 @@ class _StreamPlayback:
     def next(self):
         """The next rs.frame (a timestamp in ms in the counting pass), or None at the end."""
         t0 = time.monotonic()
+        ended_since = None
         while True:
             try:
                 item, slot = self._queue.get(timeout=0.02)
@@ -187,7 +189,11 @@ class _StreamPlayback:
                     self._delivered += 1
                 return item
             except queue.Empty:
-                if self._queue.empty() and self._ended():
+                if not self._ended():
+                    ended_since = None
+                elif ended_since is None:
+                    ended_since = time.monotonic()
+                elif time.monotonic() - ended_since > 0.1:  # grace for a frame still in a dispatcher
                     return None
                 if time.monotonic() - t0 > STALL_TIMEOUT_S:
                     raise RecordingError(self.path, f"playback stalled: no {self.kind} frame for {STALL_TIMEOUT_S:.0f} s (corrupt file?)")
@@ -227,7 +233,6 @@ class _StreamPlayback:
             pass
 
 
-_STREAM: dict = {}
 # Playbacks still running. Closed at exit: a librealsense thread blocked in our
 # callback while the interpreter finalises aborts the process.
 _LIVE: "weakref.WeakSet[_StreamPlayback]" = weakref.WeakSet()
@@ -241,8 +246,6 @@ def _close_all() -> None:
 
 def _load(rs, path: Path):
     """(context, playback device, {kind: (sensor, video profile)}, depth units or None)."""
-    if rs not in _STREAM:
-        _STREAM[rs] = {DEPTH: rs.stream.depth, COLOR: rs.stream.color}
     ctx = rs.context()  # one per device: a context refuses to load the same file twice
     try:
         dev = ctx.load_device(str(path))
