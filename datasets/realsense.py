@@ -1,9 +1,10 @@
 """RealSense recordings (``.db3`` / ``.bag``) read through pyrealsense2 playback.
 
 pyrealsense2 >= 2.56 writes ROS2 ``.db3`` (SQLite) files, both from ``rs.recorder``
-and from ``rs.config.enable_record_to_file``; its playback also has a ROS1 ``.bag``
-reader (files from older SDKs and the RealSense Viewer). Both go through
-``rs.context().load_device(path)`` here, so whatever librealsense reads, we read.
+and from ``rs.config.enable_record_to_file``; its playback still reads ROS1 ``.bag``
+files (older SDKs, the RealSense Viewer; tested with a hand-written bag in
+librealsense's file format 3). Both go through ``rs.context().load_device(path)``,
+so whatever librealsense reads, we read.
 
 What a frame is. The file holds two independent streams, depth and colour, each in
 its own sensor with its own frame counter. Frame i of the recording is the i-th
@@ -250,7 +251,8 @@ def _load(rs, path: Path):
     try:
         dev = ctx.load_device(str(path))
     except RuntimeError as e:
-        raise RecordingError(path, f"cannot be read as a RealSense recording (truncated or corrupt?): {e}") from None
+        hint = " (a ROS1 bag cut short has no index; 'rosbag reindex' may repair it)" if path.suffix.lower() == ".bag" else ""
+        raise RecordingError(path, f"cannot be read as a RealSense recording (truncated or corrupt?): {e}{hint}") from None
     dev.as_playback().set_real_time(False)
     profiles, depth_units = {}, None
     for sensor in dev.query_sensors():
