@@ -80,7 +80,7 @@ def depth_to_normal_image(depth: np.ndarray, K: np.ndarray, smooth: bool = True)
     return normal_image(depth_to_normals(depth, K, smooth))
 
 
-def pseudo_depth_from_rgb(rgb: np.ndarray, base_m: float = 1.0, relief_m: float = 0.02,
+def pseudo_depth_from_rgb(rgb: np.ndarray, base_m: float = 1.0, relief_m: float = 0.08,
                           blur_px: float | None = None) -> np.ndarray:
     """RGB-only recordings: binarise (Otsu) and blur into a fake depth (Heiden et al. 2022, §4.3.3.1).
 
