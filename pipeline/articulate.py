@@ -265,22 +265,23 @@ def _plots(art: Articulation, jp: JointPositions, W0: np.ndarray, names: list[st
     fig = plt.figure(figsize=(5.5, 5))
     ax = fig.add_subplot(projection="3d")
     o = W0[:, :3, 3]
-    span = max(float(np.ptp(o, axis=0).max()), 0.2)
+    span = max(float(np.ptp(o, axis=0).max()), 0.2) if len(o) else 0.2
     ax.scatter(*o.T, color="k", s=12)
+    o_lim = o if len(o) else np.zeros((1, 3))
     for i, b in enumerate(names):
         ax.text(*o[i], f" {b}", fontsize=7)
     for j in art.joints:
         p = np.asarray(j.pivot)
-        if j.parent != "world":
-            ax.plot(*np.stack([o[names.index(j.parent)], o[names.index(j.child)]]).T, color="0.7", lw=1)
+        start = p if j.parent == "world" else o[names.index(j.parent)]
+        ax.plot(*np.stack([start, o[names.index(j.child)]]).T, color="0.6", lw=1, ls=":" if j.parent == "world" else "-")
         if j.type in ("revolute", "prismatic", "planar"):
-            a = np.asarray(j.axis) * 0.3 * span
-            ax.quiver(*(p - a / 2), *a, color=_COLORS[j.type], arrow_length_ratio=0.2, lw=2)
-        ax.scatter(*p, color=_COLORS[j.type], marker="o" if j.type != "fixed" else "s", s=20)
+            a = np.asarray(j.axis) * 0.4 * span
+            ax.quiver(*(p - a / 2), *a, color=_COLORS[j.type], arrow_length_ratio=0.2, lw=2.5)
+        ax.scatter(*p, color=_COLORS[j.type], marker="o" if j.type != "fixed" else "s", s=30 if j.type != "fixed" else 60)
     for k, c in _COLORS.items():
         ax.plot([], [], color=c, label=k)
     ax.legend(fontsize=7, loc="upper left")
-    lo, hi = o.min(0) - 0.3 * span, o.max(0) + 0.3 * span
+    lo, hi = o_lim.min(0) - 0.3 * span, o_lim.max(0) + 0.3 * span
     mid, r = (lo + hi) / 2, (hi - lo).max() / 2
     ax.set_xlim(mid[0] - r, mid[0] + r)
     ax.set_ylim(mid[1] - r, mid[1] + r)
