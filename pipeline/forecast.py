@@ -5,7 +5,8 @@ frames, estimate the state there, simulate the twin forward and render the next
 ``horizon`` frames (fewer when the recording is shorter), then score MSE, MAE and
 SSIM (Wang et al. 2004, 11x11 Gaussian window, sigma 1.5) against the real frames.
 Depth is normalised to [0, 1] over the scene's depth range (the 1st..99th percentile
-of valid readings in the observed frames; "no reading" stays 0 in both images).
+of valid readings in the observed frames); pixels where the real frame has no reading
+are 0 in every image compared, so sensor holes score no method.
 
 * State estimate: a quadratic fitted per joint coordinate (joint_positions.npz) to the
   observed frames, evaluated with its derivative at the last observed frame; a
@@ -473,9 +474,11 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     valid = observed[observed > 0]
     lo, hi = (float(np.percentile(valid, 1)), float(np.percentile(valid, 99))) if valid.size else (0.0, 1.0)
     real = np.stack([normalise_depth(rec.depth(at + 1 + k), lo, hi) for k in range(steps)])
+    reading = np.stack([rec.depth(at + 1 + k) > 0 for k in range(steps)])  # pixels the sensor measured
 
     def render_seq(Ws: np.ndarray) -> np.ndarray:
-        return np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi) for Wk in Ws])
+        seq = np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi) for Wk in Ws])
+        return np.where(reading, seq, 0.0)
 
     urdf = out_dir / export.MODEL_FILE
     if not urdf.exists():
@@ -483,7 +486,7 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     floor = default_floor(art, post)
     sim = lambda path: simulate_twin(path, art, poses, at, steps, fps, cfg.observe, cfg.sim_hz, floor)  # noqa: E731
     predicted = render_seq(sim(urdf))
-    hold = np.repeat(normalise_depth(rec.depth(at), lo, hi)[None], steps, axis=0)
+    hold = np.where(reading, normalise_depth(rec.depth(at), lo, hi)[None], 0.0)
     constvel = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
     metrics = {"twin": score(predicted, real), "hold": score(hold, real), "constvel": score(constvel, real)}
     mean = spread = None
