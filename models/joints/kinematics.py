@@ -29,14 +29,16 @@ The motion of a body is composed root to leaf, M_world = I,
 output, q(0) = 0 up to noise (frame 0 is the zero configuration); revolute angles are
 continuous (unwrapped), not wrapped to (-pi, pi].
 
-A URDF that realises it (``urdf_frames``): the link of body C, child of joint j, has
+A URDF that realises it (``urdf_frames``; the same rule as
+``vid2sim.pipeline.export.link_frames``): the link of body C, child of joint j, has
 its frame at the pivot p_j with the orientation of the body at frame 0,
-``L_C = [R0_C, p_j]`` (the world for ``world``; a floating root's link frame is its body
-frame). This is the convention of ``vid2sim.pipeline.export`` (``link_frames``). The joint ``<origin>`` is ``inv(L_P) @ L_C``, its ``<axis>`` is
+``L_C = [R0_C, p_j]`` (the identity for ``world``; a floating root's link frame is
+its body frame). The joint ``<origin>`` is ``inv(L_P) @ L_C``, its ``<axis>`` is
 ``R0_C^T a_j``, and the body's visual/collision/inertial ``<origin>`` inside its link
 is ``inv(L_C) @ world_from_body0[C]`` (a pure translation R0_C^T (o_C - p_j)). The
-articulate stage puts the pivot of prismatic and fixed joints at the child's origin,
-so those links coincide with their body frames. URDF ``planar`` joints have no
+articulate stage writes the pivot of a revolute joint as the axis point closest to
+the child's frame-0 origin, and that of a prismatic or fixed joint as the child's
+frame-0 origin, so those links coincide with their body frames. URDF ``planar`` joints have no
 rotation: realise a planar joint as prismatic(u) -> prismatic(v) -> revolute(a)
 through dummy links, named name_x, name_y, name_theta.
 
