@@ -20,9 +20,13 @@ colour pixel (u, v). When depth and colour already share intrinsics and the
 extrinsics are the identity (software-device recordings), depth is passed through
 untouched: rs.align's pixel-footprint splatting is not exact even then.
 ``depth_scale`` comes from the depth sensor, ``fps`` from the colour profile.
-``world_from_camera`` is ``T_WORLD_CAMERA_LEVEL`` (camera level, looking along
-world +y, world z up) unless a sidecar ``<file>.camera.json`` (``rec.db3.camera.json``
-or ``rec.camera.json``) gives one; only that key of the sidecar is used. A sidecar
+``world_from_camera``, in this order: a sidecar ``<file>.camera.json``
+(``rec.db3.camera.json`` or ``rec.camera.json``; only that key is used); else, when
+the file has an accelerometer stream (D435i, D455), world z against the mean of its
+first second of samples (the camera must be still then), world y along the optical
+axis projected on the horizontal (``gravity_aligned_pose``); else
+``T_WORLD_CAMERA_LEVEL`` (camera level, looking along world +y). The camera sits at
+the world origin. A sidecar
 ``<file>.shapes.json`` is the recording's shape library.
 
 Playback. Each stream is played by its own playback device (the file loaded once
@@ -265,6 +269,76 @@ def _load(rs, path: Path):
     return ctx, dev, profiles, depth_units
 
 
+def gravity_aligned_pose(up_cam: np.ndarray) -> np.ndarray:
+    """(4, 4) world_from_camera with world z = up_cam (3,), the up direction in the
+    camera frame, and world y = the optical axis projected on the horizontal plane
+    (image up, if the camera looks straight down or up). A level camera gives
+    ``T_WORLD_CAMERA_LEVEL``."""
+    z_w = np.asarray(up_cam, float) / np.linalg.norm(up_cam)
+    fwd = np.array([0.0, 0.0, 1.0])
+    if np.linalg.norm(np.cross(fwd, z_w)) < 0.1:
+        fwd = np.array([0.0, -1.0, 0.0])
+    y_w = fwd - fwd.dot(z_w) * z_w
+    y_w /= np.linalg.norm(y_w)
+    T = np.eye(4)
+    T[:3, :3] = np.stack([np.cross(y_w, z_w), y_w, z_w])  # rows: world axes in camera coordinates
+    return T
+
+
+def _accel_up(rs, path: Path, main_profile, seconds: float = 1.0) -> np.ndarray | None:
+    """Up direction in the main camera frame from the accelerometer's first samples, or None.
+
+    At rest an accelerometer reads +9.81 m/s^2 *up* (specific force). Without
+    recorded IMU-to-camera extrinsics the IMU axes are taken as the camera's.
+    """
+    ctx = rs.context()
+    try:
+        dev = ctx.load_device(str(path))
+    except RuntimeError:
+        return None
+    dev.as_playback().set_real_time(False)
+    found = [(s, p) for s in dev.query_sensors() for p in s.get_stream_profiles() if p.stream_type() == rs.stream.accel]
+    if not found:
+        ctx.unload_device(str(path))
+        return None
+    sensor, profile = found[0]
+    n = max(1, int(seconds * (profile.fps() or 100)))
+    samples: list[tuple[float, float, float]] = []
+    done = threading.Event()
+
+    def on_frame(frame) -> None:
+        if len(samples) < n:
+            m = frame.as_motion_frame().get_motion_data()
+            samples.append((m.x, m.y, m.z))
+        else:
+            done.set()
+
+    sensor.open(profile)
+    sensor.start(on_frame)
+    t0 = time.monotonic()
+    while not done.is_set() and time.monotonic() - t0 < 5.0:
+        if dev.as_playback().current_status() == rs.playback_status.stopped and (samples or time.monotonic() - t0 > 2.0):
+            break
+        time.sleep(0.005)
+    sensor.stop()
+    sensor.close()
+    try:
+        R = np.reshape(profile.get_extrinsics_to(main_profile).rotation, (3, 3)).T  # rs: column-major
+    except RuntimeError:
+        R = np.eye(3)
+    ctx.unload_device(str(path))
+    a = np.asarray(samples, float)
+    if len(a) == 0:
+        return None
+    mean = a.mean(0)
+    g = np.linalg.norm(mean)
+    if not 8.0 < g < 11.5 or np.linalg.norm(a.std(0)) > 1.0:
+        log.warning("%s: accelerometer mean %.2f m/s^2 (spread %.2f) over the first %d samples: camera not still; "
+                    "assuming a level camera", path, g, np.linalg.norm(a.std(0)), len(a))
+        return None
+    return R @ (mean / g)
+
+
 class _StreamReader:
     """Random access to one stream's frames by ordinal, streamed forward."""
 
@@ -378,6 +452,9 @@ class BagRecording(Recording):
         depth_scale = float(f"{depth_units:.7g}") if depth_units else 0.001  # the option is a float32
         fps = float(main.fps()) or 30.0
         T_world_camera = self._sidecar_pose()
+        if T_world_camera is None:
+            up_cam = _accel_up(self._rs, self.path, main)
+            T_world_camera = gravity_aligned_pose(up_cam) if up_cam is not None else T_WORLD_CAMERA_LEVEL.copy()
         try:
             self.camera = Camera(width=intr.width, height=intr.height, fx=intr.fx, fy=intr.fy, cx=intr.ppx, cy=intr.ppy,
                                  depth_scale=depth_scale, fps=fps, world_from_camera=T_world_camera)
@@ -385,10 +462,10 @@ class BagRecording(Recording):
         except RecordingError as e:
             raise RecordingError(self.path, f"camera from the stream profile (and sidecar) is invalid: {e.problem}") from None
 
-    def _sidecar_pose(self) -> np.ndarray:
+    def _sidecar_pose(self) -> np.ndarray | None:
         side = sidecar(self.path, "camera.json")
         if side is None:
-            return T_WORLD_CAMERA_LEVEL.copy()
+            return None
         try:
             d = json.loads(side.read_text())
             T = np.asarray(d["world_from_camera"], float)

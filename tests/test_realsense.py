@@ -35,7 +35,8 @@ def _stream(kind, uid, intr, fmt, bpp, fps):
 
 def write_bag(path: Path, depth: list[np.ndarray | None], color: list[np.ndarray | None], *,
               depth_k=(50.0, 51.0, 31.5, 23.25), color_k=None, color_size=None,
-              t_depth_color=(0.0, 0.0, 0.0), depth_units=0.001, fps=30, color_fmt="rgb8") -> Path:
+              t_depth_color=(0.0, 0.0, 0.0), depth_units=0.001, fps=30, color_fmt="rgb8",
+              accel: list[tuple[float, float, float]] | None = None) -> Path:
     """Record frames through a software device. depth[i] / color[i] None = no frame at tick i.
 
     depth: (H, W) uint16; color: (Hc, Wc, 3) uint8 in ``color_fmt``. Frame i gets
@@ -60,8 +61,17 @@ def write_bag(path: Path, depth: list[np.ndarray | None], color: list[np.ndarray
         ex = rs.extrinsics()
         ex.rotation, ex.translation = [1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0], list(t_depth_color)
         profiles[0].register_extrinsics_to(profiles[1], ex)
+    if accel is not None:  # one accelerometer sample (m/s^2, IMU axes = camera axes) per tick
+        ms = dev.add_sensor("Motion Module")
+        m = rs.motion_stream()
+        m.type, m.index, m.uid, m.fps, m.fmt = rs.stream.accel, 0, 2, fps, rs.format.motion_xyz32f
+        m.intrinsics = rs.motion_device_intrinsic()
+        mp = ms.add_motion_stream(m)
     dev.create_matcher(rs.matchers.default)
     recorder = rs.recorder(str(path), dev)
+    if accel is not None:
+        ms.open(mp)
+        ms.start(lambda f: None)
     for s, p in zip(sensors, profiles):
         s.open(p)
         s.start(lambda f: None)
@@ -80,7 +90,15 @@ def write_bag(path: Path, depth: list[np.ndarray | None], color: list[np.ndarray
             f.timestamp, f.domain, f.frame_number = i * 1000.0 / fps, rs.timestamp_domain.hardware_clock, i
             f.profile = p.as_video_stream_profile()
             s.on_video_frame(f)
-    for s in sensors:
+        if accel is not None and i < len(accel):
+            v = rs.vector()
+            v.x, v.y, v.z = accel[i]
+            keep.append(v)
+            f = rs.software_motion_frame()
+            f.data, f.timestamp, f.domain, f.frame_number = v, i * 1000.0 / fps, rs.timestamp_domain.hardware_clock, i
+            f.profile = mp.as_motion_stream_profile()
+            ms.on_motion_frame(f)
+    for s in sensors + ([ms] if accel is not None else []):
         s.stop()
         s.close()
     del recorder, dev
@@ -139,6 +157,29 @@ def test_world_z_points_up():
     np.testing.assert_allclose(R @ [0, 1, 0], [0, 0, -1])
     np.testing.assert_allclose(R @ [0, 0, 1], [0, 1, 0])
     assert np.linalg.det(R) == pytest.approx(1.0)
+
+
+def test_world_up_from_accelerometer(tmp_path):
+    """Camera pitched 20 degrees down: the accelerometer's up fixes world z."""
+    th = np.radians(20.0)
+    up_cam = np.array([0.0, -np.cos(th), -np.sin(th)])
+    depth, color = _frames(n=4)
+    path = write_bag(tmp_path / "imu.db3", depth, color, accel=[tuple(9.81 * up_cam)] * 4)
+    with BagRecording(path) as rec:
+        R = rec.camera.world_from_camera[:3, :3]
+        np.testing.assert_allclose(R @ up_cam, [0, 0, 1], atol=1e-6)
+        np.testing.assert_allclose(R @ [0, 0, 1], [0, np.cos(th), -np.sin(th)], atol=1e-6)  # looks forward and down
+        np.testing.assert_allclose(R @ [1, 0, 0], [1, 0, 0], atol=1e-6)  # no roll
+        np.testing.assert_array_equal(rec.depth_raw(3), depth[3])
+
+
+def test_shaking_accelerometer_falls_back_to_level(tmp_path, caplog):
+    depth, color = _frames(n=4)
+    shaky = [(0.0, -9.81, 0.0), (5.0, -3.0, 4.0), (-4.0, -14.0, 1.0), (0.0, -2.0, -6.0)]
+    path = write_bag(tmp_path / "shaky.db3", depth, color, accel=shaky)
+    with caplog.at_level("WARNING", logger="vid2sim.datasets.realsense"), BagRecording(path) as rec:
+        np.testing.assert_array_equal(rec.camera.world_from_camera, T_WORLD_CAMERA_LEVEL)
+    assert "camera not still; assuming a level camera" in caplog.text
 
 
 def test_bgr_colour_and_sidecar_pose(tmp_path):
