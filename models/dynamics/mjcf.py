@@ -72,9 +72,9 @@ def model_to_mjcf(model, particle: int = 0, dt: float = 1e-3, integrator: str = 
     if geoms and model.ground:
         lines.append(f' <geom type="plane" size="5 5 0.1" pos="0 0 {model.ground_height}" '
                      f'friction="{float(model.contact_friction[p])} 0 0"/>')
-    lines.append(extra_world)
     for k in kids[-1]:
         lines += body(k, " ")
+    lines.append(extra_world)  # after the model's bodies, so its qpos/qvel come first
     lines.append("</worldbody></mujoco>")
     return "\n".join(lines)
 
