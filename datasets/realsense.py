@@ -26,8 +26,7 @@ the file has an accelerometer stream (D435i, D455), world z against the mean of 
 first second of samples (the camera must be still then), world y along the optical
 axis projected on the horizontal (``gravity_aligned_pose``); else
 ``T_WORLD_CAMERA_LEVEL`` (camera level, looking along world +y). The camera sits at
-the world origin. A sidecar
-``<file>.shapes.json`` is the recording's shape library.
+the world origin. A sidecar ``<file>.shapes.json`` is the recording's shape library.
 
 Playback. Each stream is played by its own playback device (the file loaded once
 per stream), with only that stream's sensor started: when two sensors of one
