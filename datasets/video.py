@@ -148,9 +148,16 @@ class VideoRecording(Recording):
         return super().fingerprint() + f":{st.st_size}:{st.st_mtime_ns}"
 
     def close(self) -> None:
+        """Release the decoder (also done when the object is garbage-collected)."""
         if self._cap is not None:
             self._cap.release()
             self._cap = None
+
+    def __enter__(self) -> "VideoRecording":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self) -> None:
         try:
