@@ -157,6 +157,15 @@ class Recording(ABC):
         for i in range(start, stop):
             yield i, (self.depth(i) if self.has_depth else None), (self.color(i) if self.has_color else None)
 
+    def close(self) -> None:
+        """Release files, decoders or playback threads (nothing for a folder)."""
+
+    def __enter__(self) -> "Recording":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _check_index(self, i: int) -> None:
         if not 0 <= i < self.num_frames:
             raise IndexError(f"{self.path}: frame {i} out of range [0, {self.num_frames})")
@@ -294,11 +303,23 @@ class RecordingWriter:
         """depth_m: (H, W) metres (0 = no reading); rgb: (H, W, 3) uint8."""
         if depth_m is None and rgb is None:
             raise ValueError("a frame needs depth or colour")
+        streams = (depth_m is not None, rgb is not None)
+        if self.n == 0:
+            self._streams = streams
+        elif streams != self._streams:
+            raise ValueError(f"{self.path}: frame {self.n} has streams (depth, colour) = {streams}, frame 0 had {self._streams}")
+        size = (self.camera.height, self.camera.width)
+        if depth_m is not None and np.shape(depth_m) != size:
+            raise ValueError(f"{self.path}: frame {self.n}: depth is {np.shape(depth_m)}, camera says {size}")
+        if rgb is not None and (np.shape(rgb) != size + (3,) or np.asarray(rgb).dtype != np.uint8):
+            raise ValueError(f"{self.path}: frame {self.n}: rgb must be uint8 {size + (3,)}, got {np.asarray(rgb).dtype} {np.shape(rgb)}")
         name = f"{self.n:06d}.png"
         if depth_m is not None:
             (self._tmp / "depth").mkdir(exist_ok=True)
-            units = np.round(np.nan_to_num(depth_m, nan=0.0) / self.camera.depth_scale)
-            cv2.imwrite(str(self._tmp / "depth" / name), np.clip(units, 0, 65535).astype(np.uint16))
+            d = np.asarray(depth_m, np.float64)
+            units = np.round(np.where(np.isfinite(d) & (d > 0), d, 0.0) / self.camera.depth_scale)
+            units[units > 65535] = 0  # out of range: no reading, never a false far reading
+            cv2.imwrite(str(self._tmp / "depth" / name), units.astype(np.uint16))
         if rgb is not None:
             (self._tmp / "color").mkdir(exist_ok=True)
             cv2.imwrite(str(self._tmp / "color" / name), cv2.cvtColor(np.asarray(rgb, np.uint8), cv2.COLOR_RGB2BGR))

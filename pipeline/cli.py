@@ -85,16 +85,19 @@ def convert(src: Path = typer.Argument(..., help="RealSense .bag/.db3 or video f
 
 @app.command("inspect")
 def inspect_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or video)."),
-                sheet: Optional[Path] = typer.Option(None, help="Contact-sheet PNG (default: REC_contact.png beside it).")) -> None:
+                sheet: Optional[Path] = typer.Option(None, help="Contact-sheet PNG (default: ./<name>_contact.png)."),
+                n: int = typer.Option(12, help="Frames on the contact sheet."),
+                stride: int = typer.Option(1, help="Look at every stride-th frame for the statistics."),
+                as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON.")) -> None:
     """Frame count, sizes, depth range and holes; writes a contact-sheet PNG."""
-    from vid2sim.datasets.inspect import contact_sheet, inspect as do_inspect
+    from vid2sim.datasets.inspect import contact_sheet, format_summary, inspect as do_inspect
     from vid2sim.datasets.recording import open_recording
 
-    r = open_recording(rec)
-    info = do_inspect(r)
-    print(json.dumps(info, indent=2, default=str))
-    sheet = sheet or rec.parent / f"{rec.name.rstrip('/')}_contact.png"
-    contact_sheet(r, sheet)
+    with open_recording(rec) as r:
+        info = do_inspect(r, stride=stride)
+        print(json.dumps(info, indent=2, default=str) if as_json else format_summary(info))
+        sheet = sheet or Path.cwd() / f"{Path(rec).stem}_contact.png"
+        contact_sheet(r, sheet, n=n)
     err.print(f"[green]contact sheet[/] {sheet}")
 
 

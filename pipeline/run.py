@@ -213,6 +213,8 @@ def run_pipeline(recording: str | Path, run_dir: str | Path, configs: dict[str, 
     rec = open_recording(recording)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.glob(".*.tmp*"):  # left by a run that was killed mid-write; never read
+        stale.unlink()
     configs = configs if configs is not None else resolve_configs()
     write_json(run_dir / SETTINGS_FILE, {name: config_to_json(c) for name, c in configs.items()})
     wanted = stages or [s.name for s in STAGES]
