@@ -17,7 +17,8 @@ Equations (Lagrange; pole COM at distance l from the hinge, inertia I about the 
 with th measured from upright (so + mp g l sin th tips it further).
 
 MPPI (Williams et al. 2017, information-theoretic MPC): ``samples`` Gaussian control
-sequences around the warm-started nominal, each rolled out ``horizon`` steps of ``dt``;
+sequences around the warm-started nominal (AR(1)-correlated over the horizon: white
+noise rarely contains the sustained push that catches a falling pole), each rolled out ``horizon`` steps of ``dt``;
 weights exp(-(cost - min)/lambda); the nominal becomes the weighted mean; the first
 control is applied and the sequence shifted.
 
@@ -72,6 +73,7 @@ class MPPIConfig:
     dt: float = 0.05  # control period (s)
     substeps: int = 5  # Euler substeps of the planning model per control period
     noise: float = 1.0  # std of the sampled normalised actions
+    noise_correlation: float = 0.8  # AR(1) coefficient of the sampled noise over the horizon (0: white)
     lam: float = 1.0  # MPPI temperature (cost units: summed negative reward)
     max_force: float = 10.0  # N at |u| = 1
     steps: int = 100  # control steps per episode (5 s)
@@ -184,7 +186,12 @@ class MPPI:
 
     def act(self, state: np.ndarray) -> float:
         cfg = self.cfg
-        eps = self.rng.normal(0.0, cfg.noise, (cfg.samples, cfg.horizon))
+        white = self.rng.normal(0.0, cfg.noise, (cfg.samples, cfg.horizon))
+        eps = np.empty_like(white)  # AR(1) noise: smooth pushes, not chatter, explore the long horizon
+        eps[:, 0] = white[:, 0]
+        b = cfg.noise_correlation
+        for k in range(1, cfg.horizon):
+            eps[:, k] = b * eps[:, k - 1] + math.sqrt(1 - b * b) * white[:, k]
         U = np.clip(self.nominal[None] + eps, -1.0, 1.0)
         U[0] = self.nominal  # keep the warm start as one candidate
         cost = self.rollout_cost(state, U)
