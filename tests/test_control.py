@@ -70,7 +70,11 @@ def test_reward_definition():
 
 
 def test_mppi_balances_on_true_system(urdfs):
+    """Planning on the exported twin balances about as well as planning on the true model
+    (single MPPI episodes vary a lot with the seed, so three each)."""
     true, twin, _ = urdfs
     cfg = control.MPPIConfig(steps=30)
-    r_twin = control.episode(twin, true, (0.0, math.radians(20), 0.1, 0.0), cfg, seed=0)
-    assert r_twin > 0.7, r_twin  # 0.81 planning on the true model, same seed
+    start = (0.0, math.radians(20), 0.1, 0.0)
+    r_twin = np.mean([control.episode(twin, true, start, cfg, seed=s) for s in range(3)])
+    r_true = np.mean([control.episode(true, true, start, cfg, seed=s) for s in range(3)])
+    assert r_twin > 0.6 and abs(r_twin - r_true) < 0.15, (r_twin, r_true)
