@@ -100,7 +100,10 @@ def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
         table[(a, b)] = {k: {"cost": f.cost if np.isfinite(f.cost) else None, "fits": f.fits, "why": f.why}
                          for k, f in every.items()}
         if best is not None:
-            G.add_edge(a, b, weight=best.cost, kind=best.kind, fit=best, parent=a)
+            # frames where either body is lost carry no evidence: extrapolate the cost per
+            # valid frame, so that a pair seen in few frames does not look cheap
+            n_ok = int(_valid(valid, names, a, b).sum())
+            G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a)
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
     return nx.minimum_spanning_tree(G, algorithm="prim"), table
 
