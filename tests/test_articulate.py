@@ -122,3 +122,15 @@ def test_body_at_rest_is_welded_not_hinged(tmp_path):
     art, jp = run(ArticulateConfig(plots=False), PoseTracks(W, names, names, np.zeros(60), 30.0), tmp_path)
     assert [j.type for j in art.joints] == ["fixed"] * 3
     assert jp.q.shape == (60, 0)
+
+
+def test_a_body_seen_in_few_frames_does_not_hijack_the_tree(tmp_path):
+    """The pole is tracked in 4 of 60 frames only: its pairs are fitted on those frames,
+    but their cost is extrapolated to the whole clip, so the cart keeps its slider."""
+    sim = simulate("cartpole", seed=1, frames=60, fps=30.0)
+    W = add_noise(sim.world_from_body, 0.005, 2.0, seed=1)
+    lost = np.zeros((60, 2), bool)
+    lost[4:, 1] = True
+    names = [b["name"] for b in sim.truth["bodies"]]
+    art, _ = run(ArticulateConfig(plots=False), PoseTracks(W, names, names, np.zeros(60), 30.0, lost), tmp_path)
+    assert art.joint_of("cart").type == "prismatic" and art.joint_of("cart").parent == "world"
