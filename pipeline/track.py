@@ -38,7 +38,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
-from vid2sim.models.render.poses import orthonormalize, so3_exp
+from vid2sim.models.render.poses import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.atomic import atomic_path, write_bytes
 
@@ -63,12 +63,16 @@ class TrackConfig:
     freespace_tol_m: float = 0.02  # observed this far behind a rendered surface = "seen through it"
     w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals
+    w_color: float = 1.0  # 0: ignore colour; else colour silhouettes (chromaticity labels) join in
+    color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
     damping: float = 1e-3  # Levenberg-Marquardt damping (relative to the diagonal)
     converged_step: float = 2e-5  # stop when no pose parameter moves more than this (m or rad)
     planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only
-    velocity: float = 1.0  # constant-velocity prediction factor (0: previous pose)
+    velocity_smoothing: float = 0.5  # velocity = this * previous velocity + (1 - this) * last frame's motion
+    prior_m: float = 0.01  # std of the constant-velocity prediction's position error per frame
+    prior_rad: float = 0.01  # ... and of its rotation error (0 = no motion prior)
     roi_pad_px: int = 10  # region of interest: projected bounding sphere plus this margin
-    stride: int = 2  # use every stride-th pixel (in u and v) of the region of interest
+    stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
     reach_m: float = 0.05  # rays/points farther than this from the predicted bodies are dropped
     background_tol_m: float = 0.02  # within this of the background depth = background
     inlier_m: float = 0.01  # a depth point this close to its body supports it
@@ -105,10 +109,29 @@ class _Scene:
         self.dirs = torch.as_tensor(d_cam.reshape(-1, 3), dtype=DT) @ T_wc[:3, :3].T
         self.background = np.zeros((cam.height, cam.width), np.float32)
 
-    def set_background(self, depth: np.ndarray, masks: np.ndarray) -> None:
-        """Static background depth: the segmentation frame outside (dilated) part masks."""
+    def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None) -> None:
+        """Static background (depth; colour) from the segmentation frame outside (dilated) part masks,
+        and each body's chromaticity (the mean inside its mask) for colour silhouettes."""
         fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
-        self.background = np.where(fg, 0.0, depth).astype(np.float32)
+        if depth is not None:
+            self.background = np.where(fg, 0.0, depth).astype(np.float32)
+        self.body_chroma = None
+        if rgb is not None and self.cfg.w_color > 0:
+            ch = _chroma(rgb)
+            self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
+            self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
+
+    def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
+        ch = _chroma(rgb).reshape(-1, 3)[flat]
+        d_body = np.linalg.norm(ch[:, None, :] - self.body_chroma[None], axis=-1)  # (N, M)
+        d_bg = np.linalg.norm(ch - self.bg_chroma[flat], axis=-1)
+        best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
+        d_best = d_body[np.arange(len(flat)), best]
+        tau = self.cfg.color_tol
+        label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
+        label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
+        return label
 
     def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
         """(H, W) bool: projected bounding spheres of ``bodies`` (default all) plus padding."""
@@ -152,6 +175,12 @@ class _Scene:
     def sigma(self, depth: np.ndarray) -> np.ndarray:
         """Depth noise std (m) at depth (m)."""
         return np.maximum(self.cfg.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.depth_noise_floor_m)
+
+
+def _chroma(rgb: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 -> chromaticity r, g, b / (r + g + b): shading changes brightness, not this."""
+    f = rgb.astype(np.float32) + 1.0
+    return f / f.sum(-1, keepdims=True)
 
 
 def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
@@ -216,33 +245,35 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
     return torch.stack(poses)
 
 
-def _predict(T_prev: torch.Tensor, T_prev2: torch.Tensor | None, factor: float) -> torch.Tensor:
-    """Constant-velocity prediction in world coordinates: T_t (T_{t-1})^-1 applied once more."""
-    if T_prev2 is None or factor == 0:
-        return T_prev.clone()
-    R1, R0 = T_prev[:, :3, :3], T_prev2[:, :3, :3]
-    dR = R1 @ R0.transpose(1, 2)
-    if factor != 1.0:
-        w = torch.as_tensor(np.stack([cv2.Rodrigues(r.numpy())[0][:, 0] for r in dR]), dtype=DT)
-        dR = so3_exp(w * factor)
+def _predict(T_prev: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
+    """Constant-velocity prediction: velocity (M, 6) = (dt, dw) per frame in world coordinates."""
     T = T_prev.clone()
-    T[:, :3, :3] = orthonormalize(dR @ R1)
-    T[:, :3, 3] = T_prev[:, :3, 3] + factor * (T_prev[:, :3, 3] - T_prev2[:, :3, 3])
+    T[:, :3, :3] = orthonormalize(so3_exp(velocity[:, 3:]) @ T_prev[:, :3, :3])
+    T[:, :3, 3] = T_prev[:, :3, 3] + velocity[:, :3]
     return T
+
+
+def _velocity(T: torch.Tensor, T_prev: torch.Tensor) -> torch.Tensor:
+    """(M, 6) per-frame world twist (dt, dw) from T_prev to T."""
+    return torch.cat([T[:, :3, 3] - T_prev[:, :3, 3], so3_log(T[:, :3, :3] @ T_prev[:, :3, :3].transpose(1, 2))], -1)
 
 
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
 
-    def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
-        """Align all bodies to one depth frame from ``T0``; lost bodies fall back to ``T_hold``."""
+    def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
+              use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+        """Align all bodies to one depth frame from ``T0`` (also the motion prior's mean, unless
+        ``use_prior`` is off: no velocity yet); lost bodies fall back to ``T_hold``."""
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
         roi = scene.roi(T0)
         obs, flat = scene.observe(depth, roi, stride=cfg.stride)
         keep = relevant_rays(scene.prims, T0, obs, cfg.reach_m)
         obs, flat = obs.subset(keep), flat[keep.numpy()]
+        if rgb is not None and scene.body_chroma is not None:
+            obs.label = torch.as_tensor(scene.labels(rgb, flat))
         T = T0
         n = max(cfg.iterations, 1)
         gate = torch.full((M,), cfg.gate_m, dtype=DT)
@@ -250,7 +281,8 @@ class _Tracker:
         for it in range(n + cfg.search_iterations):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
                                     w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
-                                    planar=self.planar)
+                                    planar=self.planar, T_prior=T0 if use_prior and cfg.prior_m > 0 else None,
+                                    prior_sigma=(cfg.prior_m, cfg.prior_rad))
             T = res.T
             # A body whose render finds few of its points within the gate is far from its
             # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.
@@ -345,7 +377,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     torch_threads = torch.get_num_threads()
     scene = _Scene(rec, prims, cfg)
     d0 = rec.depth(seg.frame)
-    scene.set_background(d0, seg.masks)
+    scene.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
     T_init = _initial_poses(cfg, scene, d0, seg)
     tracker = _Tracker(cfg, scene, planar)
     Tn, M = rec.num_frames, len(prims)
@@ -356,20 +388,26 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     order = [list(range(seg.frame, Tn)), list(range(seg.frame - 1, -1, -1))]
     with tqdm(total=Tn, desc="track", unit="frame", leave=False) as bar:
         for frames in order:
-            T_prev, T_prev2 = (T_init, None) if frames and frames[0] == seg.frame else (
-                torch.as_tensor(poses[seg.frame]), None)
+            if not frames:
+                continue
+            T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
+            vel = torch.zeros(M, 6, dtype=DT)
             good = T_prev.clone()
+            first = True
             for i in frames:
                 depth = rec.depth(i)
-                T0 = _predict(T_prev, T_prev2, cfg.velocity)
-                T, lost_i, r, vis = tracker.frame(depth, T0, good)
+                rgb = rec.color(i) if rec.has_color and cfg.w_color > 0 else None
+                T0 = _predict(T_prev, vel)
+                T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = vis
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
-                T_prev2 = T_prev.clone()
-                T_prev2[~keep] = T[~keep]  # no velocity through a lost stretch
+                if not first:  # no velocity across the seed frame (its pose is not a motion)
+                    b = cfg.velocity_smoothing
+                    vel = torch.where(keep.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
+                first = False
                 T_prev = T
                 bar.update(1)
     torch.set_num_threads(torch_threads)

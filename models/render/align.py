@@ -13,8 +13,9 @@ one damped Gauss-Newton (Levenberg-Marquardt) step per body:
 - silhouette, free space: a ray that renders body b but observes a surface well
   *behind* it (or, with ``observed_label``, another label) contributes the ray margin
   ``margin_b`` (``primitives.ray_margin``), pulling the silhouette edge off that ray.
-- silhouette, coverage (RGB mode only): a ray observed as body b that does not render
-  b contributes ``min(margin_b, 0)``.
+- silhouette from colour (where ``observed_label`` is given): a ray whose colour says
+  "not b" but renders b is free space as above; a ray whose colour says b but that
+  does not render b contributes ``min(margin_b, 0)`` (coverage).
 
 Margins' Jacobians come from autograd with one pose copy per ray (each residual
 depends only on its own copy, so one backward pass yields every Jacobian row).
@@ -40,7 +41,7 @@ class Observation:
     origin: (3,) camera centre; dirs: (N, 3) ray directions scaled so that the ray
     parameter is the camera depth; depth: (N,) observed depth, 0 = none;
     foreground: (N,) bool rays not explained by the static background;
-    label: (N,) long observed body label (-1 none) or None (depth mode);
+    label: (N,) long body label from colour (-1 no body, -2 undecided) or None;
     sigma: (N,) depth noise std (m) per ray, or None (then ``scale`` alone sets weights);
     pixel_angle: 1 / focal length: a silhouette residual's noise is one pixel, depth * this.
     """
@@ -125,7 +126,7 @@ def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
 
 
 def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor,
-                    s: torch.Tensor, min_cos: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+                    s: torch.Tensor, min_cos: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
     """Rendered depth ``s`` (N,) of rays hitting the body and its Jacobian (N, 6) w.r.t. (v, w) of T.
 
     Implicit function theorem on sdf(x(s), T) = 0: ds/dθ = -(d sdf/dθ) / (n . dir). Rays
@@ -155,11 +156,15 @@ def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, d
 def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation, *, gate: float | torch.Tensor,
                       scale: float = 0.004, freespace_tol: float = 0.02, w_depth: float = 1.0,
                       w_silhouette: float = 1.0, damping: float = 1e-3, planar: bool = False,
-                      active: torch.Tensor | None = None) -> StepResult:
+                      active: torch.Tensor | None = None, T_prior: torch.Tensor | None = None,
+                      prior_sigma: tuple[float, float] = (0.005, 0.03)) -> StepResult:
     """One LM step for all bodies; ``gate`` per body (M,) or shared; ``active`` (M,) bool bodies to update.
 
     A body with no assigned depth point is not moved: free-space residuals alone would
-    only push it away from wherever it should be.
+    only push it away from wherever it should be. ``T_prior`` (M, 4, 4), the motion
+    model's prediction, adds the residual (t - t_prior, log(R R_prior^T)) with standard
+    deviations ``prior_sigma`` (m, rad): directions the frame barely observes (a box
+    sliding along a face, a pole seen end-on) follow the motion instead of the noise.
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
@@ -190,11 +195,10 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
 
     # Free space: the render puts body b on a ray whose observation lies well behind it.
-    if obs.label is None:
-        tol = freespace_tol if obs.sigma is None else obs.sigma.mul(3).clamp(min=freespace_tol)
-        freespace = (visible >= 0) & valid & (obs.depth > near + tol)
-    else:
-        freespace = (visible >= 0) & (obs.label != visible)
+    tol = freespace_tol if obs.sigma is None else obs.sigma.mul(3).clamp(min=freespace_tol)
+    freespace = (visible >= 0) & valid & (obs.depth > near + tol)
+    if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
+        freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     T_new = T.clone()
     step_norm = 0.0
@@ -203,7 +207,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             continue
         sel = (best.indices == m) & (best.values < torch.maximum(gate[m], 3 * sig)) if idx.numel() else \
             torch.zeros(0, dtype=torch.bool)
-        if obs.label is None and int(sel.sum()) < len(dofs):
+        if int(sel.sum()) < len(dofs) and (obs.label is None or bool(valid.any())):
             continue
         # Depth along the ray where the render shows this body (linear in the sensor noise);
         # point-to-surface only for the body's points that its render does not cover yet.
@@ -223,7 +227,8 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             cover = ((obs.label == m) & (visible != m)).nonzero().squeeze(-1)
             r3, J3 = margin_residuals(prim, T[m], obs.origin, obs.dirs[cover])
             r3 = r3.clamp(max=0)
-            s3 = torch.full_like(r3, scale)
+            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
+                                 else scale)
             r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
         s2 = s2.clamp(min=1e-4)
         w2 = w_silhouette * huber_weights(r2 / s2, 1.345) / s2**2
@@ -232,6 +237,13 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             continue
         H = (J * w.unsqueeze(-1)).T @ J
         g = (J * w.unsqueeze(-1)).T @ r
+        if T_prior is not None:
+            D = T[m, :3, :3] @ T_prior[m, :3, :3].T
+            e = torch.cat([T[m, :3, 3] - T_prior[m, :3, 3],
+                           0.5 * torch.stack([D[2, 1] - D[1, 2], D[0, 2] - D[2, 0], D[1, 0] - D[0, 1]])])[dofs]
+            wp = torch.tensor([prior_sigma[0] ** -2] * 3 + [prior_sigma[1] ** -2] * 3, dtype=T.dtype)[dofs]
+            H = H + torch.diag(wp)
+            g = g + wp * e
         H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
         delta = -torch.linalg.solve(H, g)
         xi = torch.zeros(6, dtype=T.dtype)

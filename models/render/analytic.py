@@ -24,11 +24,12 @@ class AnalyticRenderer:
     name = "analytic"
 
     def __init__(self, camera: Camera, primitives: list[Primitive], colors=None, tau: float = 0.002,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float64, margin_iters: int = 10):
         self.camera = camera
         self.primitives = list(primitives)
         self.dtype = dtype
         self.tau = tau
+        self.margin_iters = margin_iters
         self.colors = None if colors is None else torch.as_tensor(colors, dtype=dtype).reshape(len(self.primitives), 3)
         self.T_camera_world = torch.as_tensor(camera.camera_from_world, dtype=dtype)
         v, u = torch.meshgrid(torch.arange(camera.height, dtype=dtype), torch.arange(camera.width, dtype=dtype), indexing="ij")
@@ -54,7 +55,7 @@ class AnalyticRenderer:
             o_b = o_b.expand_as(d_b)
             hits.append(ray_hit(prim, o_b, d_b))
             if silhouette:
-                margins.append(ray_margin(prim, o_b, d_b))
+                margins.append(ray_margin(prim, o_b, d_b, self.margin_iters))
         hit = torch.stack(hits, 0)  # (M, N)
         depth, body = hit.min(0)
         bg = torch.isinf(depth)

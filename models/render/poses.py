@@ -53,3 +53,12 @@ def orthonormalize(R: torch.Tensor) -> torch.Tensor:
     D = torch.ones(*R.shape[:-2], 3, dtype=R.dtype)
     D[..., 2] = torch.sign(torch.linalg.det(U @ Vh))
     return U @ (D.unsqueeze(-1) * Vh)
+
+
+def so3_log(R: torch.Tensor) -> torch.Tensor:
+    """(..., 3, 3) rotation -> (..., 3) rotation vector (angles below pi - 1e-6)."""
+    cos = ((R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2] - 1) / 2).clamp(-1.0, 1.0)
+    th = torch.arccos(cos)
+    v = torch.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
+    scale = torch.where(th < 1e-6, 0.5 + th**2 / 12, th / (2 * torch.sin(th).clamp(min=1e-12)))
+    return v * scale.unsqueeze(-1)
