@@ -47,7 +47,8 @@ class SegmentConfig:
     score_threshold: float = 0.5  # parts scored below this are dropped
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
-    min_pixels: int = 40  # smaller parts are ignored (noise, slivers)
+    min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
+    unmatched: str = "error"  # a part fitting no library shape: "error" (name what was seen) or "ignore" (log, drop)
     overlay: bool = True  # write segmentation_overlay.png
 
 
@@ -120,9 +121,13 @@ def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
-                 metric: bool, tol: float, where: Path, frame: int) -> list[str]:
+                 metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error") -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
-    used once where possible (Hungarian), a surplus part takes its best fit."""
+    used once where possible (Hungarian), a surplus part takes its best fit.
+
+    A detection no library shape explains raises ``RecordingError`` naming what was seen,
+    or with ``unmatched="ignore"`` gets ``None`` (logged).
+    """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
     cost = np.full((len(dets), len(names)), math.inf)
     for i, (d, e) in enumerate(zip(dets, seen)):
@@ -137,9 +142,12 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             e = seen[i]
             lib = ", ".join(f"{n} ({s.type} {'x'.join(f'{x:.3g}' for x in s.extents())} m)" if s.type in CLASSES
                             else f"{n} ({s.type})" for n, s in shapes.items())
-            raise RecordingError(where, f"frame {frame}: segment saw a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
+            err = RecordingError(where, f"frame {frame}: segment saw a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
                                         f"{'' if metric else ' (proportions only, RGB-only recording)'} "
                                         f"(score {d.score:.2f}) that matches no library shape; library: {lib}")
+            if unmatched != "ignore":
+                raise err
+            log.warning("segment: ignoring a part: %s", err)
     big = 1e6
     c = np.where(np.isfinite(cost), cost, big)
     rows, cols = linear_sum_assignment(c)
@@ -148,9 +156,9 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
         if c[r, k] < big:
             out[r] = names[k]
     for i in range(len(dets)):
-        if out[i] is None:
+        if out[i] is None and np.isfinite(cost[i]).any():
             out[i] = names[int(np.argmin(cost[i]))]
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:
@@ -205,7 +213,13 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
     seen = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
-    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i)
+    if cfg.unmatched not in ("error", "ignore"):
+        raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {cfg.unmatched!r}")
+    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched)
+    keep = [k for k, n in enumerate(names) if n is not None]
+    dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
+    if not dets:
+        raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
     h, w = depth.shape
     masks = np.stack([d.mask for d in dets]).astype(np.uint8) if dets else np.zeros((0, h, w), np.uint8)
     scores = np.array([d.score for d in dets], np.float64)

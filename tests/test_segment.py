@@ -43,14 +43,19 @@ def _check_bodies(rec_path: Path, seg: Segmentation) -> None:
         # Identical library shapes (two equal links) are interchangeable: compare geometry.
         assert rec.shapes[seg.shape_names[k]].to_json() == rec.shapes[body["shape"]].to_json(), \
             f"{body['name']}: matched {seg.shape_names[k]}, truth {body['shape']}"
-    extra = [seg.shape_names[k] for k in range(len(masks)) if k not in used]
+    # The pusher tip of ``pushed`` (id 255) is scene, not a body: it may or may not be segmented.
+    tip = ids == 255
+    extra = [seg.shape_names[k] for k in range(len(masks))
+             if k not in used and not (tip.any() and (masks[k] & tip).sum() / (masks[k] | tip).sum() > 0.5)]
     assert not extra, f"parts that are no body: {extra}"
 
 
 @pytest.mark.parametrize("method", ["learned", "geometric"])
 def test_segment_finds_each_body_once(mechanism, method, tmp_path):
     name, rec_path = mechanism
-    seg = run(SegmentConfig(method=method, frames=(0,)), open_recording(rec_path), tmp_path)
+    # ``pushed``'s library has no shape for the pusher tip, so that one part is let go.
+    cfg = SegmentConfig(method=method, frames=(0,), unmatched="ignore" if name == "pushed" else "error")
+    seg = run(cfg, open_recording(rec_path), tmp_path)
     _check_bodies(rec_path, seg)
     seg.save(tmp_path / Segmentation.FILE)
     back = Segmentation.load(tmp_path / Segmentation.FILE)

@@ -208,6 +208,85 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
     return lab
 
 
+def split_bent(mask: np.ndarray, rng: np.random.Generator, min_pixels: int, fill: float = 0.6,
+               trials: int = 200) -> list[np.ndarray]:
+    """Split a region that is several rods joined end to end (an L, a V, a chain).
+
+    A single primitive fills most of its minimum-area rectangle; a bent chain does not.
+    Such a region is cut into straight pieces by sequential RANSAC of 2-D lines over its
+    pixels (inlier band: the rod's width from the distance transform); leftover pixels
+    join the nearest piece.
+    """
+    v, u = np.nonzero(mask)
+    pts = np.stack([u, v], 1).astype(np.float32)
+    (_, (rw, rh), _) = cv2.minAreaRect(pts)
+    if len(pts) < 2 * min_pixels or len(pts) / max(rw * rh, 1.0) >= fill:
+        return [mask]
+    dt = cv2.distanceTransform(mask.astype(np.uint8), cv2.DIST_L2, 5)
+    half = max(2.0, 1.3 * float(np.percentile(dt[mask], 95)))
+    left = np.ones(len(pts), bool)
+    pieces = []
+    while left.sum() >= min_pixels and len(pieces) < 6:
+        P = pts[left]
+        best, best_in = None, None
+        for _ in range(trials):
+            a, b = P[rng.integers(len(P), size=2)]
+            d = b - a
+            nrm = np.linalg.norm(d)
+            if nrm < 3 * half:
+                continue
+            n = np.array([-d[1], d[0]]) / nrm
+            inl = np.abs((P - a) @ n) < half
+            if best_in is None or inl.sum() > best_in.sum():
+                best, best_in = (a, n), inl
+        if best_in is None or best_in.sum() < min_pixels:
+            break
+        idx = np.flatnonzero(left)[best_in]
+        piece = np.zeros_like(mask)
+        piece[v[idx], u[idx]] = True
+        # keep the largest connected run along the line (the band may cross other rods)
+        cnt, lab = cv2.connectedComponents(piece.astype(np.uint8), connectivity=8)
+        if cnt > 2:
+            sizes = np.bincount(lab[piece])
+            piece = lab == int(np.argmax(sizes[1:]) + 1)
+        pieces.append(piece)
+        left &= ~piece[v, u]
+    if len(pieces) < 2:
+        return [mask]
+    # leftover pixels to the nearest piece
+    dists = [cv2.distanceTransform((~p).astype(np.uint8), cv2.DIST_L2, 3) for p in pieces]
+    owner = np.argmin(np.stack(dists), 0)
+    return [mask & (owner == k) for k in range(len(pieces))]
+
+
+def split_blob(mask: np.ndarray, min_pixels: int, ratio: float = 2.0) -> list[np.ndarray]:
+    """Split a thick blob (a ball) off a rod it is attached to at the same depth.
+
+    The rod's half-width is the typical value of the distance transform on its ridge
+    (local maxima); a core much thicker than that is a different part, which is grown
+    back to its full radius and cut off.
+    """
+    dt = cv2.distanceTransform(mask.astype(np.uint8), cv2.DIST_L2, 5)
+    ridge = mask & (dt >= cv2.dilate(dt, np.ones((3, 3), np.uint8))) & (dt > 0)
+    if ridge.sum() < 5:
+        return [mask]
+    half = float(np.median(dt[ridge]))
+    core = dt > ratio * max(half, 1.0)
+    if not core.any():
+        return [mask]
+    v, u = np.unravel_index(int(np.argmax(dt)), dt.shape)
+    R = float(dt[v, u])
+    yy, xx = np.mgrid[: mask.shape[0], : mask.shape[1]]
+    blob = mask & ((yy - v) ** 2 + (xx - u) ** 2 <= (R + 1.5) ** 2)
+    rest = mask & ~blob
+    if blob.sum() < min_pixels or rest.sum() < min_pixels or rest.sum() < 0.2 * mask.sum():
+        return [mask]
+    cnt, lab = cv2.connectedComponents(rest.astype(np.uint8), connectivity=8)
+    sizes = np.bincount(lab[rest])
+    rest = lab == int(np.argmax(sizes[1:]) + 1)
+    return [blob, rest]
+
+
 # The look-alikes of each class at low resolution: a thin capsule's rounded ends vanish
 # into the edge pixels, a short capsule seen along its axis is a sphere.
 _CONFUSABLE = {BOX: (CYLINDER,), CAPSULE: (CYLINDER, SPHERE), SPHERE: (CAPSULE,), CYLINDER: (CAPSULE, BOX)}
@@ -234,21 +313,48 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
     fg[:2] = fg[-2:] = False  # border rows/columns have one-sided differences only
     fg[:, :2] = fg[:, -2:] = False
     count, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)
-    ids = [k for k in range(1, count) if (lab == k).sum() >= min_pixels]
-    lab = merge_occluded(lab, d, ids)
-    dets = []
-    for k in ids:
+    h, w = d.shape
+    ids = []
+    for k in range(1, count):
         m = lab == k
         if m.sum() < min_pixels:
             continue
+        v, u = np.nonzero(m)
+        # A band from one image border to the other is a piece of the room (a floor strip
+        # beyond a plane's inlier band), not a part.
+        if (u.min() <= 3 and u.max() >= w - 4) or (v.min() <= 3 and v.max() >= h - 4):
+            continue
+        ids.append(k)
+    lab = merge_occluded(lab, d, ids)
+    def classify(m: np.ndarray) -> tuple[int, float] | None:
         inner = cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
         use = inner & valid if (inner & valid).sum() >= 20 else m & valid
-        if use.sum() < 10:
+        return classify_region(P[use], N[use], rng) if use.sum() >= 10 else None
+
+    regions = []
+    for k in ids:
+        m = lab == k
+        c = classify(m)
+        if c is None:
             continue
-        cls, conf = classify_region(P[use], N[use], rng)
+        pieces = [m]
+        if c[0] != BOX:
+            pieces = split_blob(m, min_pixels)
+            if len(pieces) == 2 and (classify(pieces[0]) or (None,))[0] != SPHERE:
+                pieces = [m]  # only a ball is cut off a rod
+            pieces = [q for p in pieces for q in split_bent(p, rng, min_pixels)]
+        regions.extend([(m, c)] if len(pieces) == 1 else [(p, None) for p in pieces])
+    dets = []
+    for m, c in regions:
+        if m.sum() < min_pixels:
+            continue
+        c = c or classify(m)
+        if c is None:
+            continue
+        cls, conf = c
         # Give back the edge pixels the discontinuity cut removed (one pixel around).
         full = cv2.dilate(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        full &= (d > 0) & ~bg & (lab == 0) | m
+        full &= (d > 0) & ~bg & ((lab == 0) | m)
         cs = class_scores(cls, conf)
         dets.append(Detection(full, cls, float(conf), cs))
     return sorted(dets, key=lambda d: -d.score)
