@@ -24,7 +24,7 @@ class AnalyticRenderer:
     name = "analytic"
 
     def __init__(self, camera: Camera, primitives: list[Primitive], colors=None, tau: float = 0.002,
-                 dtype: torch.dtype = torch.float64, margin_iters: int = 10):
+                 dtype: torch.dtype = torch.float64, margin_iters: int = 14):
         self.camera = camera
         self.primitives = list(primitives)
         self.dtype = dtype

@@ -138,7 +138,7 @@ def ray_hit(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown primitive kind {prim.kind!r}")
 
 
-def ray_margin(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 10) -> torch.Tensor:
+def ray_margin(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 14) -> torch.Tensor:
     """o, d: (..., 3) -> (...) signed ray-to-shape distance (m), positive where the ray pierces.
 
     ``iters``: golden-section steps for boxes and cylinders (bracket shrinks 0.618x each).
@@ -254,7 +254,7 @@ def _line_segment_dist(o, d, h):
     return _line_point_dist(o - p, d)
 
 
-def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 10) -> torch.Tensor:
+def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 14) -> torch.Tensor:
     """Golden-section search of min_s sdf(o + s d) (convex in s), bracketed by the bounding sphere."""
     with torch.no_grad():
         dd = _dot(d, d)
