@@ -113,6 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="learned,geometric")
     ap.add_argument("--noise", default="none,realistic")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--reuse", type=Path, default=None,
+                    help="take the results of methods not run now from this earlier JSON (same frames)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
@@ -149,6 +151,16 @@ def main(argv=None) -> int:
                                       "threads": 1}
         out["checkpoint"] = {"path": str(args.checkpoint), "iters": seg.meta.get("iters"),
                              "mbytes": round(args.checkpoint.stat().st_size / 1e6, 2)}
+    if args.reuse:
+        old = json.loads(args.reuse.read_text())
+        if old.get("frames") != args.frames:
+            raise SystemExit(f"{args.reuse}: has {old.get('frames')} frames, this run {args.frames}")
+        for k, v in old.items():
+            if k.startswith("noise_"):
+                for m, r in v.items():
+                    out.setdefault(k, {}).setdefault(m, r)
+            else:
+                out.setdefault(k, v)
     line = json.dumps(out)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
