@@ -13,8 +13,10 @@ same coordinates, so the two gradients must agree; ``grad_rel_err`` reports it. 
 solver), so only timings compare.
 
 The last stdout line is one JSON object: {scene: {value_grad_ms, mujoco_fd_ms, ratio,
-first_call_s, ...}}. ``--compile`` also measures ``rollout(compile=True)`` (keys
-prefixed ``compiled_``; its first call includes the cold compilation).
+first_call_s, ...}}. The headline keys are for ``--mode`` (default ``compile``:
+``rollout(compile=True)``, one ``torch.compile``d step; its ``first_call_s`` is the first
+value+gradient call including compilation with a cold, fresh Inductor cache); the
+other mode is reported with an ``eager_``/``compiled_`` prefix unless ``--only``.
 """
 from __future__ import annotations
 
@@ -22,7 +24,13 @@ import argparse
 import copy
 import json
 import logging
+import os
+import sys
+import tempfile
 import time
+
+if "--warm-cache" not in sys.argv:  # a cold compile: a fresh Inductor/AOT cache for this run
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_simulate_inductor_")
 
 import numpy as np
 import torch
@@ -175,11 +183,13 @@ def mujoco_fd(model, s0, dt, name, h=1e-6):
     return value, grad, (time.perf_counter() - t) * 1e3, nq_ours
 
 
-def bench_scene(name: str, compile: bool, repeats: int = 3) -> dict:
+def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
     rng = np.random.default_rng(0)
     model, s0, dt, controls = make_scene(name, rng)
     out = {}
-    modes = [("", False)] + ([("compiled_", True)] if compile else [])
+    other = "eager" if mode == "compile" else "compile"
+    modes = [("", mode == "compile")] + ([] if only else [(("eager_" if other == "eager" else "compiled_"),
+                                                           other == "compile")])
     for prefix, comp in modes:
         t = time.perf_counter()
         value, g_mass, g_damp = ours_value_grad(model, s0, dt, controls, comp)
@@ -193,8 +203,10 @@ def bench_scene(name: str, compile: bool, repeats: int = 3) -> dict:
     mj_value, mj_grad, mj_ms, _ = mujoco_fd(model, s0, dt, name)
     out["mujoco_fd_ms"] = round(mj_ms, 2)
     out["ratio"] = round(out["value_grad_ms"] / mj_ms, 3)
-    if compile:
-        out["compiled_ratio"] = round(out["compiled_value_grad_ms"] / mj_ms, 3)
+    for prefix in ("eager_", "compiled_"):
+        if prefix + "value_grad_ms" in out:
+            out[prefix + "ratio"] = round(out[prefix + "value_grad_ms"] / mj_ms, 3)
+    out["mode"] = mode
     out["params_per_particle"] = int(mj_grad.shape[1])
     ours_grad = torch.cat([g_mass, g_damp], 1).numpy()
     if name != "pushed":
@@ -207,12 +219,14 @@ def bench_scene(name: str, compile: bool, repeats: int = 3) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenes", default="cartpole,chain5,pushed")
-    ap.add_argument("--compile", action="store_true", help="also measure rollout(compile=True)")
+    ap.add_argument("--mode", choices=("compile", "eager"), default="compile", help="mode of the headline keys")
+    ap.add_argument("--only", action="store_true", help="do not also measure the other mode")
+    ap.add_argument("--warm-cache", action="store_true", help="keep the user's Inductor cache (first_call_s not cold)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    result = {name: bench_scene(name, args.compile, args.repeats) for name in args.scenes.split(",")}
+    result = {name: bench_scene(name, args.mode, args.only, args.repeats) for name in args.scenes.split(",")}
     print(json.dumps(result))
 
 

@@ -188,3 +188,32 @@ def test_named_parameters_and_free_fall():
     np.testing.assert_allclose(T[:, 0, 2, 3].numpy(), [-9.81 * 0.1 ** 2 / 2] * 2, atol=1e-9)
     s1 = step(model, s0, None, dt=1e-3)
     np.testing.assert_allclose(s1.qd[:, 2].numpy(), [-9.81e-3] * 2, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_joint_space_inertia_path_matches_aba_with_joint_forces_and_contact(seed, monkeypatch):
+    """The default step algorithm ("jsim", fast.py) against ABA, eagerly and in the code path
+    torch.compile traces (multiply-and-sum products, unrolled Cholesky), forced here."""
+    from vid2sim.models.dynamics import accelerations
+    from vid2sim.models.dynamics import fast
+
+    rng = np.random.default_rng(seed)
+    model = model_from_urdf(random_tree_urdf(rng, 7, seed == 0), batch=3)
+    g = torch.Generator().manual_seed(seed)
+    P = 6
+    model = model.replace(damping=torch.rand(3, model.nv, generator=g, dtype=torch.float64),
+                          friction=torch.rand(3, model.nv, generator=g, dtype=torch.float64),
+                          stiffness=torch.rand(3, model.nv, generator=g, dtype=torch.float64),
+                          rest=torch.rand(3, model.nv, generator=g, dtype=torch.float64),
+                          contact_body=tuple(int(b) for b in rng.integers(0, model.num_bodies, P)),
+                          contact_points=torch.tensor(rng.normal(size=(P, 3)) * 0.3), ground=True, tip_radius=0.5)
+    q, qd, tau = random_state(model, rng, 3)
+    ctrl = Control(tau=tau, tip_pos=torch.tensor(rng.normal(size=(3, 3)) * 0.3),
+                   tip_vel=torch.tensor(rng.normal(size=(3, 3))))
+    ref = accelerations(model, State(q, qd), ctrl, algorithm="aba")
+    scale = ref.abs().max().item()
+    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
+                               atol=1e-12 * scale)
+    monkeypatch.setattr(fast, "_compiling", lambda: True)
+    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
+                               atol=1e-12 * scale)

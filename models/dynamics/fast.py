@@ -23,7 +23,58 @@ from .algorithms import motion_subspace, _plane_basis
 from .augment import friction_function, joint_force
 from .contact import has_contact, point_forces
 from .model import JOINT_NV, Control, Model
-from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot, spatial_inertia
+from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot, skew
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """A @ B for tiny matrices. Under torch.compile as multiply-and-sum, which Inductor fuses
+    with its neighbours (forward and backward) instead of calling an external bmm per product."""
+    if _compiling():
+        return (A[..., :, :, None] * B[..., None, :, :]).sum(-2)
+    return A @ B
+
+
+def mv(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A @ x for (..., n, k) and (..., k)."""
+    if _compiling():
+        return (A * x[..., None, :]).sum(-1)
+    return (A @ x[..., None])[..., 0]
+
+
+def solve_spd(H: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """H^-1 b for symmetric positive definite H (B, n, n). Under torch.compile an unrolled
+    Cholesky (n is small and static) so the whole step fuses; eagerly one LAPACK call."""
+    n = H.shape[-1]
+    if not _compiling() or n > 12:
+        return torch.linalg.solve(H, b[..., None])[..., 0]
+    L = [[None] * n for _ in range(n)]
+    for j in range(n):
+        d = H[:, j, j]
+        for k in range(j):
+            d = d - L[j][k] * L[j][k]
+        L[j][j] = torch.sqrt(d)
+        for i in range(j + 1, n):
+            v = H[:, i, j]
+            for k in range(j):
+                v = v - L[i][k] * L[j][k]
+            L[i][j] = v / L[j][j]
+    y = [None] * n
+    for i in range(n):
+        v = b[:, i]
+        for k in range(i):
+            v = v - L[i][k] * y[k]
+        y[i] = v / L[i][i]
+    x = [None] * n
+    for i in reversed(range(n)):
+        v = y[i]
+        for k in range(i + 1, n):
+            v = v - L[k][i] * x[k]
+        x[i] = v / L[i][i]
+    return torch.stack(x, -1)
 
 
 @dataclass
@@ -33,7 +84,7 @@ class FastPrep:
     dof_body: list           # (nv,) child body of each dof
     S_w: torch.Tensor        # (nv, 3) angular part of each dof's motion axis, child frame
     S_v: torch.Tensor        # (nv, 3) linear part
-    rev: tuple               # (bodies, q indices, axes (nr, 3)) of revolute joints
+    rev: tuple               # (bodies, q indices, K (nr, 3, 3), K^2) of revolute joints (Rodrigues)
     pri: tuple               # same for prismatic
     others: list             # (body, type, plane basis or None) for planar and free
     spring_index: list       # q index of each dof's spring (0 for free dofs)
@@ -68,9 +119,10 @@ def fast_prepare(model: Model) -> FastPrep:
             ax = model.joint_axis[i]
             others.append((i, t, (*_plane_basis(ax), ax / ax.norm()) if t == "planar" else None))
     S = torch.cat(cols, 1).T if cols else torch.zeros(0, 6, dtype=dt)
+    K = skew(model.joint_axis[rev_b])
     g = model.gravity
     return FastPrep(model, anc, dof_body, S[:, :3], S[:, 3:],
-                    (rev_b, rev_q, model.joint_axis[rev_b]), (pri_b, pri_q, model.joint_axis[pri_b]),
+                    (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
                     others, spring_index, torch.tensor(model.spring_mask, dtype=dt),
                     torch.cat([torch.zeros_like(g), g], -1))
 
@@ -81,11 +133,12 @@ def world_poses(fp: FastPrep, q: torch.Tensor):
     B, n = q.shape[0], m.num_bodies
     RJ = torch.eye(3, dtype=q.dtype, device=q.device).expand(B, n, 3, 3)
     rJ = q.new_zeros(B, n, 3)
-    rev_b, rev_q, rev_axis = fp.rev
+    rev_b, rev_q, K, K2 = fp.rev
     if rev_b or fp.others:
         RJ = RJ.clone()
     if rev_b:
-        RJ[:, rev_b] = axis_angle_to_rot(rev_axis, q[:, rev_q])
+        ang = q[:, rev_q, None, None]
+        RJ[:, rev_b] = torch.eye(3, dtype=q.dtype, device=q.device) + torch.sin(ang) * K + (1 - torch.cos(ang)) * K2
     pri_b, pri_q, pri_axis = fp.pri
     if pri_b:
         rJ = rJ.clone()
@@ -100,16 +153,16 @@ def world_poses(fp: FastPrep, q: torch.Tensor):
         else:
             RJ[:, i] = quat_to_rot(q[:, qs.start + 3:qs.stop])
             rJ[:, i] = q[:, qs.start:qs.start + 3]
-    R_loc = m.joint_rotation @ RJ                                     # child pose in parent frame
-    r_loc = m.joint_translation + (m.joint_rotation @ rJ[..., None])[..., 0]
+    R_loc = mm(m.joint_rotation, RJ)                                  # child pose in parent frame
+    r_loc = m.joint_translation + mv(m.joint_rotation, rJ)
     Rw, pw = [], []
     for i, par in enumerate(m.parents):
         if par < 0:
             Rw.append(R_loc[:, i])
             pw.append(r_loc[:, i])
         else:
-            Rw.append(Rw[par] @ R_loc[:, i])
-            pw.append(pw[par] + (Rw[par] @ r_loc[:, i, :, None])[..., 0])
+            Rw.append(mm(Rw[par], R_loc[:, i]))
+            pw.append(pw[par] + mv(Rw[par], r_loc[:, i]))
     return torch.stack(Rw, 1), torch.stack(pw, 1)
 
 
@@ -118,14 +171,17 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
     m = fp.model
     R, p = world_poses(fp, q)
     Rk, pk = R[:, fp.dof_body], p[:, fp.dof_body]
-    w = (Rk @ fp.S_w[..., None])[..., 0]
-    s = torch.cat([w, (Rk @ fp.S_v[..., None])[..., 0] + torch.cross(pk, w, dim=-1)], -1)  # (B, nv, 6) world axes
-    V = fp.anc @ (s * qd[..., None])                                  # (B, N, 6) body velocities, world frame
+    w = mv(Rk, fp.S_w)
+    s = torch.cat([w, mv(Rk, fp.S_v) + torch.cross(pk, w, dim=-1)], -1)   # (B, nv, 6) world axes
+    V = mm(fp.anc, s * qd[..., None])                                 # (B, N, 6) body velocities, world frame
     sdot = cross_motion(V[:, fp.dof_body], s)
-    a = fp.anc @ (sdot * qd[..., None]) - fp.a_grav[:, None, :]       # velocity-product accel minus gravity
-    c_w = p + (R @ m.com[..., None])[..., 0]
-    I_w = spatial_inertia(m.mass, c_w, R @ m.inertia @ R.transpose(-1, -2))  # (B, N, 6, 6) about world origin
-    f = (I_w @ a[..., None])[..., 0] + cross_force(V, (I_w @ V[..., None])[..., 0])
+    a = mm(fp.anc, sdot * qd[..., None]) - fp.a_grav[:, None, :]      # velocity-product accel minus gravity
+    # forces f = I a + v x* I v with I the spatial inertia about the world origin, formed from
+    # the COM c and the rotational inertia Ic about it (Featherstone Eq. 2.63) without 6x6 products
+    c = p + mv(R, m.com)
+    Ic = mm(mm(R, m.inertia), R.transpose(-1, -2))
+    mass = m.mass[..., None]
+    f = _inertia_times(mass, c, Ic, a) + cross_force(V, _inertia_times(mass, c, Ic, V))
     # generalized forces
     tau = -m.damping * qd - m.friction * torch.tanh(qd / m.friction_velocity) \
         - m.stiffness * (q[:, fp.spring_index] - m.rest) * fp.spring_mask
@@ -137,13 +193,27 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
             tau = tau + extra
     if has_contact(m, control):
         idx = list(m.contact_body)
-        x = p[:, idx] + (R[:, idx] @ m.contact_points[..., None])[..., 0]
+        x = p[:, idx] + mv(R[:, idx], m.contact_points)
         Vp = V[:, idx]
         xdot = Vp[..., 3:] + torch.cross(Vp[..., :3], x, dim=-1)
         F = point_forces(m, x, xdot, control, friction_function(m) if m.nets else None)
         wr = torch.cat([torch.cross(x, F, dim=-1), F], -1)
         f = f.index_add(1, torch.as_tensor(idx, device=f.device), -wr)
-    bias = (s * (fp.anc.T @ f)).sum(-1)                               # (B, nv)
-    J = s.transpose(-1, -2)[:, None] * fp.anc[None, :, None, :]       # (B, N, 6, nv)
-    H = torch.einsum("bnjk,bnjl->bkl", J, I_w @ J)
-    return torch.linalg.solve(H, (tau - bias)[..., None])[..., 0]
+    bias = (s * mm(fp.anc.T, f)).sum(-1)                              # (B, nv)
+    # H = sum_i J_i^T I_i J_i, with J_i = the world axes s of the dofs that move body i
+    Is = _inertia_times(mass[:, :, None], c[:, :, None], Ic[:, :, None], s[:, None])    # (B, N, nv, 6)
+    Is = Is * fp.anc[None, :, :, None]
+    H = torch.einsum("bkj,bnlj,nk->bkl", s, Is, fp.anc) if not _compiling() else \
+        (s[:, None, :, None, :] * Is[:, :, None, :, :] * fp.anc[None, :, :, None, None]).sum((1, 4))
+    return solve_spd(H, tau - bias)
+
+
+def _inertia_times(mass, c, Ic, v):
+    """I v for the spatial inertia about the world origin of bodies with COM c (world) and
+    rotational inertia Ic about the COM: I v = [Ic w + c x (m (u - c x w)) ; m (u - c x w)]
+    with v = [w; u] (world-origin linear part u). Broadcasts over leading dims."""
+    w, u = v[..., :3], v[..., 3:]
+    c, w = torch.broadcast_tensors(c, w)
+    lin = mass * (u - torch.cross(c, w, dim=-1))
+    ang = mv(Ic, w) + torch.cross(c, lin, dim=-1)
+    return torch.cat([ang, lin], -1)

@@ -131,7 +131,11 @@ _compiled_step = None
 def _get_compiled():
     global _compiled_step
     if _compiled_step is None:
-        _compiled_step = torch.compile(_step_impl, dynamic=False)
+        # Scalar (non-SIMD) C++ kernels: the tensors are tiny, so SIMD code buys nothing at run
+        # time (measured 0.35 s vs 0.47 s per 64x200 cartpole value+grad) but costs most of
+        # Inductor's code generation time; one compile thread avoids starting a worker pool.
+        _compiled_step = torch.compile(_step_impl, dynamic=False,
+                                       options={"cpp.vec_isa_ok": False, "compile_threads": 1})
     return _compiled_step
 
 
