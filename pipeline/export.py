@@ -75,8 +75,8 @@ class ExportConfig:
     min_margin_rad: float = 0.1  # ... but by at least this much (rad) for revolute joints
     min_margin_m: float = 0.02  # ... and at least this much (m) for prismatic joints
     continuous_above_rad: float = 6.0  # revolute joints observed turning further become 'continuous'
-    stop_frames: int = 4  # a joint that arrives at an extreme and stays there this many frames hit a stop: no margin there (0: never)
-    stop_tolerance: float = 0.01  # "at the extreme": within this fraction of the observed range
+    stop_frames: int = 5  # a joint that arrives at an extreme and stays there this many frames hit a stop: no margin there (0: never)
+    stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
     mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users
@@ -331,18 +331,21 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
 
 
 def hits_stop(q: np.ndarray, extreme: float, tol: float, frames: int) -> bool:
-    """True when q arrives at ``extreme`` with speed and then stays there (a mechanical stop).
+    """True when q runs into ``extreme`` and then stays there (a mechanical stop).
 
-    Arrival: the first frame within ``tol`` of the extreme comes after the joint moved by
-    more than 5 tol over the 3 frames before it; staying: at least ``frames`` of the frames
-    after it are within tol. A joint merely starting (or coming to rest by damping) at an
-    extreme does not arrive with speed, so its limit keeps the margin.
+    Runs in: over the frame before it first comes within ``tol`` of the extreme, q moves
+    faster than 60 % of the joint's top per-frame speed (a pendulum's turning point is
+    approached slowly); stays: at least ``frames`` of the ``2 frames`` frames from there
+    are within tol (a stop may rebound a little). A joint
+    merely starting at an extreme, or creeping to rest there, keeps its margin.
     """
     near = np.abs(q - extreme) <= tol
-    if frames <= 0 or not near.any():
+    if frames <= 0 or not near.any() or len(q) < 2:
         return False
     t0 = int(np.argmax(near))
-    return t0 >= 3 and abs(q[t0] - q[t0 - 3]) > 5 * tol and int(near[t0:t0 + 3 * frames].sum()) >= frames
+    speed = np.abs(np.diff(q))
+    return (t0 >= 1 and speed[t0 - 1] > 0.6 * speed.max() and speed[t0 - 1] > tol
+            and int(near[t0:t0 + 2 * frames].sum()) >= frames)
 
 
 def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, float, bool]:

@@ -254,7 +254,7 @@ class BulletTwin:
         pb.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1, physicsClientId=cid)
         self.rid = pb.loadURDF(str(urdf_path), useFixedBase=not floating, physicsClientId=cid,
                                flags=pb.URDF_USE_INERTIA_FROM_FILE)
-        self.joint_index, self.link_index = {}, {}
+        self.joint_index, self.link_index, self.limits = {}, {}, {}
         self.root = pb.getBodyInfo(self.rid, physicsClientId=cid)[0].decode()
         n = pb.getNumJoints(self.rid, physicsClientId=cid)
         for i in range(-1, n):
@@ -267,6 +267,7 @@ class BulletTwin:
             self.link_index[info[12].decode()] = i
             if info[2] in (pb.JOINT_REVOLUTE, pb.JOINT_PRISMATIC):
                 self.joint_index[info[1].decode()] = i
+                self.limits[i] = (info[8], info[9])
                 pb.changeDynamics(self.rid, i, jointDamping=info[6], physicsClientId=cid)  # URDF damping
                 # default motor off; Coulomb friction as a zero-velocity motor of force = URDF friction
                 pb.setJointMotorControl2(self.rid, i, pb.VELOCITY_CONTROL, targetVelocity=0.0, force=info[7],
@@ -286,6 +287,13 @@ class BulletTwin:
 
     def close(self) -> None:
         self.pb.disconnect(self.cid)
+
+    def enable_limits(self, on: bool) -> None:
+        """Switch the URDF joint limits on or off (off: +-1e4, e.g. while fitting a state)."""
+        for i, (lo, hi) in self.limits.items():
+            if hi > lo:
+                lo, hi = (lo, hi) if on else (-1e4, 1e4)
+                self.pb.changeDynamics(self.rid, i, jointLowerLimit=lo, jointUpperLimit=hi, physicsClientId=self.cid)
 
     def set_state(self, names, q, qd, root=None, root_v=None, root_w=None) -> None:
         """Joint q/qd by name; a floating root's link pose (7,) and twist (world, about the link origin)."""
@@ -396,8 +404,12 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
     x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), root0[1], root0[2]] if root0 is not None else []))
     try:
         if shoot and len(observed) > 2 and x0.size:
+            # without limits: a poor first guess can drive a joint into one, where the
+            # residual stops being smooth and the fit stalls (the observed window is within them)
+            twin.enable_limits(False)
             x0 = least_squares(residual, x0, method="lm", diff_step=1e-4, x_scale=np.maximum(np.abs(x0), 0.1),
                                max_nfev=40 * x0.size).x  # PyBullet poses carry float32-level noise
+            twin.enable_limits(True)
         return simulate(x0, len(observed) + steps)[len(observed):]
     finally:
         twin.close()

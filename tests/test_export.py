@@ -135,9 +135,11 @@ def test_inertias_physically_valid(exported):
 
 def test_stop_detection():
     t = np.linspace(0, 1, 60)
-    swing = np.minimum(2 * t, 1.0)  # runs into a stop at 1.0 and stays
+    swing = np.minimum(0.05 * np.arange(60), 1.0)  # runs into a stop at 1.0 and stays
     assert export.hits_stop(swing, 1.0, 0.01, 4)
     assert not export.hits_stop(swing, 0.0, 0.01, 4)  # starts there: no evidence of a stop
+    pendulum = np.cos(np.linspace(0, 4 * np.pi, 60))  # slow at its turning points: no stop
+    assert not export.hits_stop(pendulum, pendulum.min(), 0.02 * np.ptp(pendulum), 5)
     damped = 1 - np.exp(-5 * t)  # creeps towards its extreme: no stop
     assert not export.hits_stop(damped, damped.max(), 0.01 * np.ptp(damped), 4)
 
