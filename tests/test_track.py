@@ -1,0 +1,121 @@
+"""Track stage against ground-truth poses of synthetic recordings."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from vid2sim.datasets.recording import Camera, RecordingWriter, open_recording
+from vid2sim.datasets.shapes import Shape
+from vid2sim.models.render import make_renderer
+from vid2sim.pipeline import track
+from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
+
+torch.set_num_threads(1)
+BOX_SYMMETRIES = [np.diag(d) for d in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1))]
+
+
+def _seg_from_truth(path: Path, frame: int = 0) -> Segmentation:
+    truth = json.loads((path / "truth.json").read_text())
+    ids = cv2.imread(str(path / "truth_masks" / f"{frame:06d}.png"), cv2.IMREAD_UNCHANGED)
+    names = [b["shape"] for b in truth["bodies"]]
+    return Segmentation(np.stack([ids == i + 1 for i in range(len(names))]).astype(np.uint8), frame, names,
+                        np.ones(len(names)))
+
+
+def _errors(est: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cartpole: body 0 a box, body 1 a capsule -> position error (T, 2) m, rotation error (T, 2) deg."""
+    pos = np.linalg.norm(est[:, :, :3, 3] - truth[:, :, :3, 3], axis=-1)
+    rot_box = np.min([np.degrees(np.arccos(np.clip((np.trace(np.einsum("tji,tjk->tik", truth[:, 0, :3, :3],
+                                                                        est[:, 0, :3, :3] @ S), axis1=1, axis2=2) - 1) / 2,
+                                                   -1, 1))) for S in BOX_SYMMETRIES], 0)
+    axis = np.abs(np.einsum("ti,ti->t", est[:, 1, :3, 2], truth[:, 1, :3, 2]))
+    return pos, np.stack([rot_box, np.degrees(np.arccos(np.clip(axis, -1, 1)))], 1)
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory) -> Path:
+    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
+    out = tmp_path_factory.mktemp("track") / "cartpole"
+    return synthetic.make_recording("cartpole", out, seed=0, frames=8, size=(160, 120), noise="none")
+
+
+def test_tracks_noise_free_cartpole(cartpole, tmp_path):
+    rec = open_recording(cartpole)
+    poses = track.run(track.TrackConfig(), rec, _seg_from_truth(cartpole), tmp_path)
+    truth = np.load(cartpole / "truth_poses.npz")["world_from_body"]
+    pos, rot = _errors(poses.world_from_body, truth)
+    assert poses.body_names == ["cart", "pole"]
+    assert pos.max() < 0.002, pos  # 2 mm at 160x120 (a pixel is ~7 mm there)
+    assert rot.max() < 0.5, rot
+    assert not poses.lost.any()
+    assert poses.residual.shape == (rec.num_frames,) and np.all(poses.residual < 0.003)
+    overlay = list(tmp_path.glob("track_overlay.*"))
+    assert overlay and overlay[0].stat().st_size > 0
+    poses.save(tmp_path / PoseTracks.FILE)
+    back = PoseTracks.load(tmp_path / PoseTracks.FILE)
+    assert np.allclose(back.world_from_body, poses.world_from_body) and np.array_equal(back.lost, poses.lost)
+
+
+def test_planar_mode_keeps_bodies_in_their_plane(cartpole, tmp_path):
+    """Planar mode moves each body only in world x, z and about world y (the cartpole's plane)."""
+    rec = open_recording(cartpole)
+    poses = track.run(track.TrackConfig(planar="on", overlay=False), rec, _seg_from_truth(cartpole), tmp_path)
+    T = poses.world_from_body
+    assert np.allclose(T[:, :, 1, 3], T[:1, :, 1, 3], atol=1e-9)  # y of every body stays at its start
+    assert np.allclose(T[:, :, 1, :3], T[:1, :, 1, :3], atol=1e-9)  # rotations only about world y
+    pos, rot = _errors(T, np.load(cartpole / "truth_poses.npz")["world_from_body"])
+    assert pos.max() < 0.003 and rot.max() < 0.5
+
+
+def _sphere_clip(path: Path, frames: int = 12) -> np.ndarray:
+    """A ball rolling out of the right edge of a 80x60 view in front of a wall; returns true poses."""
+    cam = Camera(80, 60, 70.0, 70.0, 39.5, 29.5)
+    ball = Shape("ball", "sphere", radius=0.06)
+    r = make_renderer(cam, [ball])
+    truth = np.tile(np.eye(4), (frames, 1, 1, 1))
+    truth[:, 0, 0, 3] = 0.09 * np.arange(frames)
+    truth[:, 0, 2, 3] = 1.0
+    with RecordingWriter(path, cam, {"ball": ball}) as w:
+        for i in range(frames):
+            out = r.render(torch.as_tensor(truth[i]))
+            d = np.where(out.body.numpy() >= 0, out.depth.numpy(), 2.0).reshape(60, 80)
+            w.add(d.astype(np.float32))
+    return truth
+
+
+def test_body_leaving_the_view_is_flagged_not_dragged(tmp_path):
+    truth = _sphere_clip(tmp_path / "ball")
+    rec = open_recording(tmp_path / "ball")
+    d0 = rec.depth(0)
+    seg = Segmentation((d0 < 1.5)[None].astype(np.uint8), 0, ["ball"], np.ones(1))
+    poses = track.run(track.TrackConfig(overlay=False), rec, seg, tmp_path)
+    x = truth[:, 0, 0, 3]
+    # The ball's centre projects at u = 39.5 + 70 x: gone entirely once x - r > 0.57 m.
+    inside = x + 0.06 < 39.5 / 70
+    gone = x - 0.06 > 40.5 / 70
+    err = np.linalg.norm(poses.world_from_body[:, 0, :3, 3] - truth[:, 0, :3, 3], axis=-1)
+    assert err[inside].max() < 0.002
+    assert poses.lost[gone, 0].all() and not poses.lost[inside, 0].any()
+    # Held at its last good pose while lost, not pushed somewhere by the wall's points.
+    last_good = poses.world_from_body[~poses.lost[:, 0]][-1, 0]
+    assert np.allclose(poses.world_from_body[gone, 0], last_good)
+    assert np.all(poses.residual[gone] >= poses.residual[inside].max())
+
+
+def test_body_names_suffix_repeated_shapes():
+    assert track.body_names(["link", "cart", "link"]) == ["link_0", "cart", "link_1"]
+    assert track.body_names(["cart", "pole"]) == ["cart", "pole"]
+
+
+def test_rgb_only_recording_is_refused_with_a_clear_message(tmp_path):
+    cam = Camera(32, 24, 30.0, 30.0, 15.5, 11.5)
+    with RecordingWriter(tmp_path / "rgb", cam, {"ball": Shape("ball", "sphere", radius=0.05)}) as w:
+        w.add(rgb=np.zeros((24, 32, 3), np.uint8))
+    seg = Segmentation(np.ones((1, 24, 32), np.uint8), 0, ["ball"], np.ones(1))
+    with pytest.raises(ValueError, match="RGB-only"):
+        track.run(track.TrackConfig(), open_recording(tmp_path / "rgb"), seg, tmp_path)
