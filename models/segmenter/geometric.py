@@ -358,3 +358,41 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
         cs = class_scores(cls, conf)
         dets.append(Detection(full, cls, float(conf), cs))
     return sorted(dets, key=lambda d: -d.score)
+
+
+def depth_regions(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """(H, W) int32 over-segmentation: connected pixels not separated by a depth
+    discontinuity or a concave crease (0 = edge or no depth)."""
+    d = smooth_depth(depth)
+    N = depth_to_normals(depth, K)
+    P = backproject(d, K)
+    fg = (d > 0) & np.any(N != 0, axis=-1) & ~discontinuities(d) & ~concave_creases(P, N)
+    _, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)
+    return lab
+
+
+def snap_to_regions(dets: list[Detection], regions: np.ndarray, min_share: float = 0.5) -> list[Detection]:
+    """Snap (blobby, 28x28-resolution) network masks to depth regions.
+
+    A region joins a mask when more than ``min_share`` of it lies inside the mask; the
+    mask's own pixels on region borders (edge pixels) stay. A mask that claims no
+    region is returned unchanged.
+    """
+    if not dets:
+        return dets
+    n = int(regions.max()) + 1
+    area = np.bincount(regions.ravel(), minlength=n)
+    out = []
+    taken = np.zeros(n, bool)
+    for d in dets:  # best first: a region goes to the most confident mask claiming it
+        inside = np.bincount(regions[d.mask], minlength=n)
+        share = inside / np.maximum(area, 1)
+        claim = (share > min_share) & ~taken
+        claim[0] = False
+        if not claim.any():
+            out.append(d)
+            continue
+        taken |= claim
+        m = claim[regions] | (d.mask & (regions == 0))
+        out.append(Detection(m, d.label, d.score, d.class_scores))
+    return out
