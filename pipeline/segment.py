@@ -46,6 +46,7 @@ class SegmentConfig:
     frames: tuple[int, ...] = (0, 3, 6)  # candidate frames; the one with the most confident parts is used
     score_threshold: float = 0.5  # parts scored below this are dropped
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
+    snap_to_depth: bool = True  # learned: snap the network's coarse masks to depth-edge regions
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
     min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
     unmatched: str = "error"  # a part fitting no library shape: "error" (name what was seen) or "ignore" (log, drop)
@@ -75,10 +76,14 @@ def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
-           checkpoint: str = "", min_pixels: int = 40) -> list[Detection]:
+           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True) -> list[Detection]:
     """Instances in one frame with the chosen segmenter, best first."""
     if method == "learned":
         dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)
+        if snap_to_depth:
+            from vid2sim.models.segmenter.geometric import depth_regions, snap_to_regions
+
+            dets = snap_to_regions(dets, depth_regions(depth, K))
     elif method == "geometric":
         from vid2sim.models.segmenter.geometric import segment_geometric
 
@@ -202,7 +207,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     for i in frames:
         depth, nimg, metric = frame_input(rec, i)
         dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
-                              cfg.min_pixels))
+                              cfg.min_pixels, cfg.snap_to_depth and metric))
         total = sum(d.score for d in dets)
         log.info("segment: frame %d: %d parts (%s), total score %.2f", i, len(dets),
                  ", ".join(CLASSES[d.label] for d in dets), total)

@@ -15,7 +15,9 @@ was not trained with). Per segmenter and noise setting:
   predicted class is right;
 - ``detected``: share of ground-truth instances matched at IoU >= 0.5.
 
-Also the time of one 320x240 frame (normal map + network) for the learned segmenter.
+``learned`` is the learned segmenter as the segment stage runs it (network masks snapped
+to depth-edge regions, ``SegmentConfig.snap_to_depth``); ``learned_raw`` the network alone.
+Also the time of one 320x240 frame (normal map + network + snapping) for the learned one.
 The last line printed is the JSON summary.
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_sample
-from vid2sim.models.segmenter.geometric import segment_geometric
+from vid2sim.models.segmenter.geometric import depth_regions, segment_geometric, snap_to_regions
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Segmenter
 from vid2sim.models.segmenter.normals import depth_to_normal_image
 
@@ -133,8 +135,10 @@ def main(argv=None) -> int:
             for m in methods:
                 if m == "learned":
                     t = time.perf_counter()
-                    dets = seg.predict(depth_to_normal_image(depth, s.K), args.score_threshold)
+                    raw = seg.predict(depth_to_normal_image(depth, s.K), args.score_threshold)
+                    dets = snap_to_regions(raw, depth_regions(depth, s.K))
                     times.append(time.perf_counter() - t)
+                    scores.setdefault(("learned_raw", noise), Scorer()).add(s.masks, s.labels, raw)
                 else:
                     dets = [d for d in segment_geometric(depth, s.K) if d.score >= args.score_threshold]
                 scores[(m, noise)].add(s.masks, s.labels, dets)
