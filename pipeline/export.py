@@ -3,12 +3,13 @@
 One link per tracked body, one URDF joint per inferred joint, in world coordinates
 at frame 0 (docs/interfaces.md §2):
 
-* Link frames. A body's link frame has the body's orientation at frame 0; its origin
-  is the point of the joint axis closest to the body's centre for a revolute joint
-  (a URDF revolute joint rotates about its child link's origin) and the body's
-  centre at frame 0 otherwise. Every joint coordinate is therefore 0 at frame 0:
-  revolute q = rotation angle about ``axis`` (right hand), prismatic q = displacement
-  along ``axis`` (m), both measured from frame 0. ``joint_coordinates`` computes
+* Link frames (the convention of ``vid2sim.models.joints.kinematics``): a body's link
+  frame has the body's orientation at frame 0 and its origin at the joint's pivot
+  (a URDF revolute joint rotates about its child link's origin; articulate puts the
+  pivot of prismatic and fixed joints at the child's centre), or at the body's centre
+  for a floating root and for free and planar joints. Every joint coordinate is therefore 0 at
+  frame 0: revolute q = rotation angle about ``axis`` (right hand), prismatic q =
+  displacement along ``axis`` (m), both measured from frame 0. ``joint_coordinates`` computes
   q(t) from pose tracks under this convention (used for the limits, and by forecast).
 * Fixed base: a link named ``world`` (no inertial) is the root, and every tree hangs
   from it. Floating base (one tree whose root joint is ``free``): the root body is
@@ -171,11 +172,8 @@ def link_frames(art: Articulation, poses: PoseTracks) -> dict[str, np.ndarray]:
     for b in art.bodies:
         T = poses.world_from_body[0, idx[b]].copy()
         j = art.joint_of(b)
-        if j is not None and j.type == "revolute":
-            a = np.asarray(j.axis, float) / np.linalg.norm(j.axis)
-            p = np.asarray(j.pivot, float)
-            c = T[:3, 3]
-            T[:3, 3] = p + a * ((c - p) @ a)
+        if j is not None and j.type in ("revolute", "prismatic", "fixed"):
+            T[:3, 3] = np.asarray(j.pivot, float)
         frames[b] = T
     return frames
 

@@ -8,13 +8,17 @@ Depth is normalised to [0, 1] over the scene's depth range (the 1st..99th percen
 of valid readings in the observed frames); pixels where the real frame has no reading
 are 0 in every image compared, so sensor holes score no method.
 
-* State estimate: a quadratic fitted per joint coordinate (joint_positions.npz) to the
-  observed frames, evaluated with its derivative at the last observed frame; a
-  floating root's pose the same way (angular velocity from the quaternion fit).
+* State estimate (``simulate_twin``): the joint coordinates of model.urdf computed from
+  the tracked poses (export's convention, the same as joint_positions.npz's) and the
+  floating root's pose; a quadratic fit at the first observed frame is the initial
+  guess, refined by single shooting: the state whose PyBullet simulation best matches
+  the tracked body poses over the observed frames (Levenberg-Marquardt).
 * Simulator: PyBullet on ``model.urdf`` (the exported twin; default motors disabled,
-  no extra link damping, Coulomb friction as a zero-velocity motor of force =
-  friction), 960 Hz substeps, 100 solver iterations. A ground plane is added when the articulation has a
-  free or planar joint (something must carry an unconstrained body).
+  no extra link damping, URDF joint damping, Coulomb friction as a zero-velocity motor
+  of force = friction), 960 Hz substeps, 100 solver iterations. A floor z = 0 (friction
+  and restitution ``floor.friction``/``floor.restitution`` from params.json, else 0.5
+  and 0) is added when the articulation has a free or planar joint. A pusher that is
+  not part of the twin can be replayed (``Tip``) by callers that know it.
 * Renderer: our own ray caster over the library primitives
   (``vid2sim.models.render.primitives.ray_hit``) with the recording's camera; the
   static background (everything not the mechanism) is the per-pixel median of the
@@ -27,7 +31,7 @@ are 0 in every image compared, so sensor holes score no method.
 
 Outputs: forecast.npz (predicted, mean and spread frames as float16, normalised
 depth), forecast.json (settings, metrics, renderer, simulator), and forecast.mp4
-(observed | predicted | |error|). It deliberately does not fit anything.
+(observed | predicted | |error|). It deliberately fits no dynamics parameter.
 """
 from __future__ import annotations
 

@@ -72,6 +72,23 @@ def test_pybullet_reproduces_tracked_poses(exported):
         assert np.abs(W[:, :3, :3] - ref[:, :3, :3]).max() < 1e-4, name
 
 
+def test_coordinates_follow_the_shared_convention(exported):
+    """export.joint_coordinates/root_poses are the q of models.joints.kinematics (articulate's)."""
+    from vid2sim.models.joints.kinematics import forward_kinematics, urdf_frames
+
+    name, path, art, poses, jp = exported
+    order = [poses.body_names.index(b) for b in art.bodies]
+    W = forward_kinematics(art, jp, poses.world_from_body[0, order])
+    assert np.abs(W - poses.world_from_body[:, order]).max() < 1e-6, name
+    frames = export.link_frames(art, poses)
+    for j in art.joints:  # same joint origins as the shared urdf_frames
+        if export.is_floating(art) and j.parent == "world":
+            continue
+        ref = urdf_frames(art, poses.world_from_body[0, order])[j.name]["origin"]
+        mine = np.linalg.inv(np.eye(4) if j.parent == "world" else frames[j.parent]) @ frames[j.child]
+        assert np.abs(ref - mine).max() < 1e-9, (name, j.name)
+
+
 def test_pinocchio_kinematics_match(exported):
     import pinocchio as pin
 
