@@ -137,7 +137,8 @@ def mujoco_fd(model, s0, dt, name, h=1e-6):
     if name == "pushed":
         x0, y0, z0 = TIP["start"]
         extra = (f'<body name="tip" pos="{x0} {y0} {z0}"><joint name="tip_y" type="slide" axis="0 1 0"/>'
-                 f'<geom type="cylinder" size="{TIP["radius"]} 0.03" mass="1000" friction="0.3 0 0"/></body>')
+                 '<inertial pos="0 0 0" mass="1000" diaginertia="1 1 1"/>'
+                 f'<geom type="cylinder" size="{TIP["radius"]} 0.03" mass="0" friction="0.3 0 0"/></body>')
     nbody, nv = model.num_bodies, model.nv
     base = mujoco.MjModel.from_xml_string(model_to_mjcf(model, 0, dt=dt, integrator="Euler",
                                                         geoms=name == "pushed", extra_world=extra))
