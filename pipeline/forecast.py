@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ import cv2
 import numpy as np
 import torch
 from scipy.spatial.transform import Rotation
+from tqdm import tqdm
 
 from vid2sim.datasets.recording import Camera, Recording
 from vid2sim.datasets.shapes import Shape
@@ -493,7 +495,8 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     reading = np.stack([rec.depth(at + 1 + k) > 0 for k in range(steps)])  # pixels the sensor measured
 
     def render_seq(Ws: np.ndarray) -> np.ndarray:
-        seq = np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi) for Wk in Ws])
+        seq = np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi)
+                        for Wk in tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr)])
         return np.where(reading, seq, 0.0)
 
     urdf = out_dir / export.MODEL_FILE
