@@ -67,3 +67,36 @@ def test_augmentation_learns_missing_damping_and_lasso_drops_position_inputs():
     probe = torch.tensor([[0.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
     tau = net(probe[:, None, :])[0, 0].detach().numpy()
     assert tau[0] < -0.1, tau
+
+
+BOX = """<robot name="box"><link name="box"><inertial><mass value="2.0"/>
+ <inertia ixx="0.01" iyy="0.02" izz="0.025" ixy="0" ixz="0" iyz="0"/></inertial>
+ <collision><geometry><box size="0.3 0.2 0.1"/></geometry></collision></link></robot>"""
+
+
+def test_contact_friction_insertion_point_adds_to_the_friction_force():
+    """A "contact_friction" network whose output is a constant X per touching point adds 4X
+    (four bottom corners) to the Coulomb force: the sliding distance follows v0^2 / (2 a)."""
+    k, m, g, mu, v0, X = 2e3, 2.0, 9.81, 0.3, 1.0, 0.5
+    model = model_from_urdf(BOX, batch=1, contact_points=8, contact_stiffness=k, contact_damping=50.0,
+                            contact_friction=mu).replace(slip_velocity=1e-3)
+    model = add_augmentation(model, "contact_friction", ["contact/slip", "contact/normal_force"])
+    with torch.no_grad():
+        model.nets[0].weights[-1].fill_(X)           # output bias; the output weights start at zero
+    q0 = model.zero_state().q.clone()
+    q0[:, 2] = 0.05 - m * g / (4 * k)
+    qd0 = torch.tensor([[v0, 0, 0, 0, 0, 0]], dtype=torch.float64)
+    tr = rollout(model, State(q0, qd0), 150, dt=2e-3)
+    decel = mu * g + 4 * X / m
+    np.testing.assert_allclose(tr.q[-1, 0, 0].item(), v0 ** 2 / (2 * decel), rtol=0.03)
+    # d(x after 40 ms)/dX by autograd through the rollout equals central differences
+    b_out = model.nets[0].weights[-1]
+    tr = rollout(model, State(q0, qd0), 20, dt=2e-3)
+    tr.q[-1, 0, 0].backward()
+    h, xs = 1e-5, []
+    for sign in (1, -1):
+        with torch.no_grad():
+            b_out.fill_(X + sign * h)
+            xs.append(rollout(model, State(q0, qd0), 20, dt=2e-3).q[-1, 0, 0].item())
+    np.testing.assert_allclose(b_out.grad.item(), (xs[0] - xs[1]) / (2 * h), rtol=1e-5)
+    assert b_out.grad.item() < 0                      # more friction, less sliding
