@@ -35,7 +35,7 @@ import numpy as np
 
 from vid2sim.models.joints import fit, se3
 from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, topological
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks
+from vid2sim.pipeline.artifacts import ArtifactError, Articulation, Joint, JointPositions, PoseTracks
 from vid2sim.pipeline.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class ArticulateConfig:
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
+    max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,12 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
     T, M = W.shape[:2]
     names = list(poses.body_names)
     valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
+    for m in np.flatnonzero((~valid).mean(0) > cfg.max_lost_fraction):
+        bad = np.flatnonzero(~valid[:, m])
+        raise ArtifactError(Path(out_dir) / PoseTracks.FILE,
+                            f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
+                            f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
+                            f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))

@@ -19,10 +19,19 @@ class OutputError(RuntimeError):
     """An output location cannot be written."""
 
 
-def _check_writable(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def ensure_writable_dir(folder: str | os.PathLike) -> Path:
+    """Create ``folder`` if needed; OutputError naming it when it cannot be written."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{folder}: output folder cannot be created ({e.strerror or e})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{folder}: output folder is not writable")
+    return folder
+
+
+_check_writable = ensure_writable_dir
 
 
 @contextlib.contextmanager
@@ -34,7 +43,10 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     path = Path(path)
     _check_writable(path.parent)
     suffix = path.suffix if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + suffix, dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + suffix, dir=path.parent)
+    except OSError as e:
+        raise OutputError(f"{path.parent}: output folder is not writable ({e.strerror or e})") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:

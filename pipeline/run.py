@@ -23,11 +23,12 @@ from typing import Any, Callable
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording, open_recording
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
-from vid2sim.pipeline.atomic import write_json
+from vid2sim.pipeline.atomic import ensure_writable_dir, write_json
 
 log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
+MIN_FRAMES = 10
 
 
 class StageError(RuntimeError):
@@ -210,14 +211,21 @@ def run_pipeline(recording: str | Path, run_dir: str | Path, configs: dict[str, 
     Stages missing from this build stop the chain (later stages need their files);
     that is reported, never papered over.
     """
-    rec = open_recording(recording)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with open_recording(recording) as rec:
+        return _run_stages(rec, Path(run_dir), configs, stages, force, on_stage)
+
+
+def _run_stages(rec: Recording, run_dir: Path, configs: dict[str, Any] | None, stages: list[str] | None,
+                force: bool, on_stage: Callable[[str, str], None] | None) -> dict[str, str]:
+    wanted = stages or [s.name for s in STAGES]
+    if rec.num_frames < MIN_FRAMES and {"track", "articulate"} & set(wanted):
+        raise RecordingError(rec.path, f"has {rec.num_frames} frame(s); the pipeline needs at least {MIN_FRAMES} "
+                                       "(joints are inferred from motion)")
+    run_dir = ensure_writable_dir(run_dir)
     for stale in run_dir.glob(".*.tmp*"):  # left by a run that was killed mid-write; never read
         stale.unlink()
     configs = configs if configs is not None else resolve_configs()
     write_json(run_dir / SETTINGS_FILE, {name: config_to_json(c) for name, c in configs.items()})
-    wanted = stages or [s.name for s in STAGES]
     status: dict[str, str] = {}
     for spec in STAGES:
         if spec.name not in wanted:
