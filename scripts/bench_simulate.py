@@ -21,16 +21,20 @@ other mode is reported with an ``eager_``/``compiled_`` prefix unless ``--only``
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
 
-if "--warm-cache" not in sys.argv:  # a cold compile: a fresh Inductor/AOT cache for this run
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_simulate_inductor_")
+if "--warm-cache" not in sys.argv:  # a cold compile: a fresh Inductor/AOT cache for this run, removed at exit
+    _CACHE = tempfile.mkdtemp(prefix="bench_simulate_inductor_")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, True)
 
 import numpy as np
 import torch
