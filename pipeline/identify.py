@@ -44,10 +44,10 @@ class IdentifyConfig:
     method: str = "csvgd"          # csvgd | adam | svgd | cmaes | mcmc
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
-    windows: int = 6               # multiple-shooting windows (csvgd only; 1 = single shooting)
+    windows: int = 4               # multiple-shooting windows (csvgd only; 1 = single shooting)
     seed: int = 0                  # Sobol scrambling / sampler seed
     observation: str = "joints"    # joints: tracked joint positions; video: pixel likelihood (not supported here)
-    sigma: float = 0.02            # observation noise std, joint units (rad or m)
+    sigma: float = 0.01            # observation noise std, joint units (rad or m)
     frames: int = 0                # use the first `frames` frames (0: all)
     substeps: int = 4              # simulator steps per video frame (semi-implicit Euler)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
@@ -57,7 +57,7 @@ class IdentifyConfig:
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
     friction_max_revolute: float = 0.05  # N m
     friction_max_prismatic: float = 1.0  # N
-    lr: float = 0.02               # Adam step in normalised parameter units (gradient methods)
+    lr: float = 0.05               # Adam step in normalised parameter units (gradient methods), decays 10x
     plots: bool = True             # write posterior_pairs.png and trajectories.png
 
 
@@ -144,7 +144,7 @@ def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np
 def make_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: float) -> Problem:
     """Observed positions q (T, nv) -> Problem over the simulator's parameters (state = [q, qd])."""
     qt = torch.as_tensor(q, dtype=torch.float64)
-    qd = torch.as_tensor(np.gradient(q, 1.0 / fps, axis=0), dtype=torch.float64)
+    qd = torch.as_tensor(np.gradient(q, 1.0 / fps, axis=0, edge_order=2), dtype=torch.float64)
     nq = q.shape[1]
     return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate, [qt],
                    [torch.cat([qt, qd], 1)], observe=lambda s: s[..., :nq], sigma=cfg.sigma)

@@ -96,8 +96,9 @@ def main() -> None:
     ap.add_argument("--fps", type=float, default=30.0)
     ap.add_argument("--particles", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=150)
-    ap.add_argument("--windows", type=int, default=6)
-    ap.add_argument("--substeps", type=int, default=4)
+    ap.add_argument("--sigma", type=float, default=0.01, help="observation noise std (rad / m)")
+    ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--substeps", type=int, default=2)
     ap.add_argument("--protocol", choices=("anchored", "all_free"), default="anchored")
     ap.add_argument("--both", action="store_true", help="run both protocols; 'nmae' is --protocol's")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -105,7 +106,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(1)
     art, jp, poses, shapes, truth = truth_inputs(a.mechanism, a.seed, a.frames, a.fps)
-    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, substeps=a.substeps,
+    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, substeps=a.substeps, sigma=a.sigma,
                          seed=a.seed, plots=False)
     methods = a.methods.split(",")
     protocols = ("anchored", "all_free") if a.both else (a.protocol,)

@@ -123,19 +123,19 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
-          lr: float = 0.02, lr_final: float | None = 0.002, c: float = 10.0, lr_multiplier: float = 0.01) -> InferenceResult:
+          lr: float = 0.05, lr_final: float | None = 0.005, c: float = 1.0, lr_multiplier: float = 0.01) -> InferenceResult:
     """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting)."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier, lr_final)
 
 
-def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.02,
-         lr_final: float | None = 0.002) -> InferenceResult:
+def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,
+         lr_final: float | None = 0.005) -> InferenceResult:
     """Plain SVGD: single shooting, limits by clamping."""
     return _gradient_method("svgd", problem, particles, iterations, seed, 1, False, True, lr, 0.0, 0.0, lr_final)
 
 
-def adam(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.02,
-         lr_final: float | None = 0.002) -> InferenceResult:
+def adam(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,
+         lr_final: float | None = 0.005) -> InferenceResult:
     """``particles`` independent Adam maximum-likelihood runs (single shooting); the best is the estimate."""
     return _gradient_method("adam", problem, particles, iterations, seed, 1, False, False, lr, 0.0, 0.0, lr_final)
 

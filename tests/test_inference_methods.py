@@ -1,0 +1,71 @@
+"""Every inference method on a damped oscillator written in torch (known parameters)."""
+import pytest
+import torch
+
+from vid2sim.models.inference import METHODS, Problem, Shooting, infer, nmae, sobol_unit
+
+DT = 0.05
+TRUTH = torch.tensor([4.0, 0.3], dtype=torch.float64)  # stiffness, damping
+
+
+def oscillator(theta, x0, steps):
+    """Semi-implicit Euler: theta (B, 2) = (k, b); x0 (B, 2) = (x, v) -> (B, steps, 2)."""
+    k, b = theta[:, 0], theta[:, 1]
+    x, v = x0[:, 0], x0[:, 1]
+    out = [x0]
+    for _ in range(steps - 1):
+        v = v + DT * (-k * x - b * v)
+        x = x + DT * v
+        out.append(torch.stack([x, v], 1))
+    return torch.stack(out, 1)
+
+
+def problem():
+    traj = oscillator(TRUTH[None], torch.tensor([[1.0, 0.0]], dtype=torch.float64), 60)[0]
+    pos = traj[:, :1]
+    vel = torch.gradient(pos[:, 0], spacing=DT)[0][:, None]   # a rough velocity guess, as from video
+    return Problem(("k", "b"), [0.5, 0.0], [10.0, 2.0], oscillator, [pos], [torch.cat([pos, vel], 1)],
+                   observe=lambda s: s[..., :1], sigma=0.05)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_method_recovers_oscillator(method):
+    prob = problem()
+    opts = {"windows": 4} if method == "csvgd" else {}
+    res = infer(method, prob, particles=16, iterations=150, seed=0, **opts)
+    assert res.theta.shape == (16, 2) and res.start.shape == (16, 1, 2)
+    assert res.evaluations == 16 * 150
+    tol = 0.05 if method in ("mcmc", "svgd") else 0.01   # samplers spread over the posterior; the rest converge
+    assert nmae(res.estimate, TRUTH, prob.lower, prob.upper) < tol, res.estimate
+    assert ((res.theta >= prob.lower - 1e-9) & (res.theta <= prob.upper + 1e-9)).all()
+
+
+def test_multiple_shooting_defects_close():
+    prob = problem()
+    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4)
+    assert res.trace["windows"] == 4 and res.trace["window_length"] == 14
+    assert res.trace["max_violation"][-1] < 0.05       # defects in units of the state spread
+
+
+def test_shooting_windows_and_defects_at_truth():
+    prob = problem()
+    sh = Shooting(prob, 3)
+    assert sh.num_windows == 3 and sh.L == 19 and sh.cur.tolist() == [0, 1]
+    truth_states = oscillator(TRUTH[None], torch.tensor([[1.0, 0.0]], dtype=torch.float64), 60)[0]
+    starts = truth_states[sh.start][None]                   # exact window starts
+    ll, ll_k, defects = sh.evaluate(TRUTH[None], starts)
+    assert float(defects.abs().max()) < 1e-12
+    assert ll_k.shape == (1, 1) and float(ll) == pytest.approx(float(ll_k[0, 0]))
+
+
+def test_sobol_within_unit_cube_and_seeded():
+    a, b = sobol_unit(16, 3, 0), sobol_unit(16, 3, 0)
+    assert torch.equal(a, b) and a.shape == (16, 3) and float(a.min()) >= 0 and float(a.max()) <= 1
+    assert not torch.equal(a, sobol_unit(16, 3, 1))
+
+
+def test_unknown_method_and_bad_limits():
+    with pytest.raises(ValueError, match="unknown inference method"):
+        infer("nope", problem())
+    with pytest.raises(ValueError, match="empty limits"):
+        Problem(("k",), [1.0], [1.0], oscillator, [torch.zeros(5, 1)], [torch.zeros(5, 2)])
