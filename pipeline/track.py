@@ -66,6 +66,8 @@ class TrackConfig:
     w_color: float = 1.0  # 0: ignore colour; else colour silhouettes (chromaticity labels) join in
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
     damping: float = 1e-3  # Levenberg-Marquardt damping (relative to the diagonal)
+    relax: float = 1.0  # step fraction from step ``relax_after`` on (< 1 damps two-pose cycles; 0.5 measured worse)
+    relax_after: int = 2
     converged_step: float = 2e-5  # stop when no pose parameter moves more than this (m or rad)
     planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only
     velocity_smoothing: float = 0.5  # velocity = this * previous velocity + (1 - this) * last frame's motion
@@ -73,6 +75,7 @@ class TrackConfig:
     prior_rad: float = 0.01  # ... and of its rotation error (0 = no motion prior)
     roi_pad_px: int = 10  # region of interest: projected bounding sphere plus this margin
     stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
+    max_rays: int = 20000  # ... coarser where the region of interest holds more pixels than this
     reach_m: float = 0.05  # rays/points farther than this from the predicted bodies are dropped
     background_tol_m: float = 0.02  # within this of the background depth = background
     inlier_m: float = 0.01  # a depth point this close to its body supports it
@@ -108,6 +111,10 @@ class _Scene:
         d_cam = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones_like(u, float)], -1)
         self.dirs = torch.as_tensor(d_cam.reshape(-1, 3), dtype=DT) @ T_wc[:3, :3].T
         self.background = np.zeros((cam.height, cam.width), np.float32)
+        half = [np.array(p.half_size) if p.kind == "box" else np.array([p.radius, p.radius, p.radius + p.half_length])
+                for p in prims]
+        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
+        self.corners = [signs * h for h in half]
 
     def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None) -> None:
         """Static background (depth; colour) from the segmentation frame outside (dilated) part masks,
@@ -134,20 +141,18 @@ class _Scene:
         return label
 
     def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
-        """(H, W) bool: projected bounding spheres of ``bodies`` (default all) plus padding."""
+        """(H, W) bool: image boxes of the bodies' posed bounding boxes, plus padding."""
         cam = self.cam
         out = np.zeros((cam.height, cam.width), bool)
         for m in range(len(self.prims)) if bodies is None else bodies:
-            c = T[m, :3, 3].numpy()
-            uv, z = cam.project(c[None])
-            z = float(z[0])
-            if z <= 1e-3:
+            corners = self.corners[m] @ T[m, :3, :3].numpy().T + T[m, :3, 3].numpy()
+            uv, z = cam.project(corners)
+            if np.any(z <= 1e-3):  # partly behind the camera: no meaningful box
                 continue
-            r = self.prims[m].bounding_radius * max(cam.fx, cam.fy) / max(z - self.prims[m].bounding_radius, 1e-3)
-            r += self.cfg.roi_pad_px
-            u0, v0 = uv[0]
-            x0, x1 = int(max(math.floor(u0 - r), 0)), int(min(math.ceil(u0 + r) + 1, cam.width))
-            y0, y1 = int(max(math.floor(v0 - r), 0)), int(min(math.ceil(v0 + r) + 1, cam.height))
+            pad = self.cfg.roi_pad_px
+            x0, y0 = np.floor(uv.min(0) - pad).astype(int)
+            x1, y1 = np.ceil(uv.max(0) + pad).astype(int) + 1
+            x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, cam.width), min(y1, cam.height)
             if x0 < x1 and y0 < y1:
                 out[y0:y1, x0:x1] = True
         return out
@@ -195,12 +200,15 @@ def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
         x = axes[1] - axes[1] @ z * z
         x /= np.linalg.norm(x)
         return [np.stack([x, np.cross(z, x), z], 1)]
+    # A box seen in part (occluded, one face visible) has misleading principal axes, and
+    # man-made boxes usually stand square to gravity: try the world axes too.
     hyps = []
-    for perm in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
-        R = np.stack([axes[perm[0]], axes[perm[1]], axes[perm[2]]], 1)
-        if np.linalg.det(R) < 0:
-            R[:, 2] *= -1
-        hyps.append(R)
+    for basis in (axes, np.eye(3)):
+        for perm in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
+            R = np.stack([basis[perm[0]], basis[perm[1]], basis[perm[2]]], 1)
+            if np.linalg.det(R) < 0:
+                R[:, 2] *= -1
+            hyps.append(R)
     return hyps
 
 
@@ -269,7 +277,9 @@ class _Tracker:
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
         roi = scene.roi(T0)
-        obs, flat = scene.observe(depth, roi, stride=cfg.stride)
+        # Big parts (a cabinet filling the view) need no more rays than small ones to be pinned down.
+        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.max_rays, 1))))
+        obs, flat = scene.observe(depth, roi, stride=stride)
         keep = relevant_rays(scene.prims, T0, obs, cfg.reach_m)
         obs, flat = obs.subset(keep), flat[keep.numpy()]
         if rgb is not None and scene.body_chroma is not None:
@@ -282,7 +292,8 @@ class _Tracker:
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
                                     w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
                                     planar=self.planar, T_prior=T0 if use_prior and cfg.prior_m > 0 else None,
-                                    prior_sigma=(cfg.prior_m, cfg.prior_rad))
+                                    prior_sigma=(cfg.prior_m, cfg.prior_rad),
+                                    step_scale=cfg.relax if it >= cfg.relax_after else 1.0)
             T = res.T
             # A body whose render finds few of its points within the gate is far from its
             # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.

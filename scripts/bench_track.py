@@ -10,7 +10,8 @@ from its previous result and started at the true pose of frame 0, which favours 
 Errors are means over frames and bodies: position of the shape centre (m) and a
 symmetry-aware rotation error (deg): none for spheres, the axis angle (sign-free) for
 capsules and cylinders (roll about the axis is unobservable), and the smallest angle
-over the box's four proper symmetry rotations for boxes. Frames flagged lost are
+over the box's proper symmetry rotations for boxes (4, or 8 with a square
+cross-section, 24 for a cube). Frames flagged lost are
 included. The last stdout line is the JSON
 ``{mechanism: {"tracker": {"pos_err_m", "rot_err_deg", "fps", ...}, "icp": {...}}}``.
 
@@ -37,15 +38,32 @@ from vid2sim.pipeline.artifacts import Segmentation
 BOX_SYMMETRIES = [np.diag(d) for d in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1))]
 
 
-def rotation_error_deg(kind: str, R_est: np.ndarray, R_true: np.ndarray) -> np.ndarray:
-    """R_*: (T, 3, 3) -> (T,) symmetry-aware angle in degrees."""
+def box_symmetries(size) -> list[np.ndarray]:
+    """Proper rotations mapping a box onto itself: the 4 half-turns, plus quarter-turns about
+    an axis whose two cross-section sides are equal (all 24 for a cube)."""
+    from itertools import permutations, product
+
+    out = []
+    for perm in permutations(range(3)):
+        if any(abs(size[i] - size[p]) > 1e-9 for i, p in enumerate(perm)):
+            continue
+        for signs in product((1, -1), repeat=3):
+            S = np.zeros((3, 3))
+            S[list(perm), range(3)] = signs
+            if np.linalg.det(S) > 0:
+                out.append(S)
+    return out
+
+
+def rotation_error_deg(kind: str, R_est: np.ndarray, R_true: np.ndarray, size=None) -> np.ndarray:
+    """R_*: (T, 3, 3) -> (T,) symmetry-aware angle in degrees (``size``: box extents)."""
     if kind == "sphere":
         return np.zeros(len(R_est))
     if kind in ("capsule", "cylinder"):
         c = np.abs(np.einsum("ti,ti->t", R_est[:, :, 2], R_true[:, :, 2]))
         return np.degrees(np.arccos(np.clip(c, -1, 1)))
     best = np.full(len(R_est), np.inf)
-    for S in BOX_SYMMETRIES:
+    for S in (BOX_SYMMETRIES if size is None else box_symmetries(size)):
         D = np.einsum("tji,tjk->tik", R_true, R_est @ S)
         c = (np.trace(D, axis1=1, axis2=2) - 1) / 2
         best = np.minimum(best, np.degrees(np.arccos(np.clip(c, -1, 1))))
@@ -99,7 +117,8 @@ def icp_baseline(rec, seg: Segmentation, prims: list[Primitive], T_start: np.nda
 
 def errors(est: np.ndarray, truth: np.ndarray, prims: list[Primitive], names: list[str]) -> dict:
     pos = np.linalg.norm(est[:, :, :3, 3] - truth[:, :, :3, 3], axis=-1)  # (T, M)
-    rot = np.stack([rotation_error_deg(p.kind, est[:, m, :3, :3], truth[:, m, :3, :3]) for m, p in enumerate(prims)], 1)
+    rot = np.stack([rotation_error_deg(p.kind, est[:, m, :3, :3], truth[:, m, :3, :3], [2 * h for h in p.half_size])
+                    for m, p in enumerate(prims)], 1)
     return {"pos_err_m": float(pos.mean()), "rot_err_deg": float(rot.mean()),
             "per_body": {n: {"pos_err_m": float(pos[:, m].mean()), "rot_err_deg": float(rot[:, m].mean()),
                              "pos_err_max_m": float(pos[:, m].max())} for m, n in enumerate(names)}}

@@ -96,6 +96,14 @@ class StepResult:
     step_norm: float
 
 
+def _at_most(idx: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
+    """An evenly strided subset of at most n indices and the weight that keeps their total."""
+    if idx.numel() <= n:
+        return idx, 1.0
+    step = idx.numel() / n
+    return idx[(torch.arange(n) * step).long()], step
+
+
 def huber_weights(r: torch.Tensor, scale: float) -> torch.Tensor:
     a = r.abs()
     return torch.where(a <= scale, torch.ones_like(a), scale / a.clamp(min=1e-12))
@@ -157,7 +165,8 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
                       scale: float = 0.004, freespace_tol: float = 0.02, w_depth: float = 1.0,
                       w_silhouette: float = 1.0, damping: float = 1e-3, planar: bool = False,
                       active: torch.Tensor | None = None, T_prior: torch.Tensor | None = None,
-                      prior_sigma: tuple[float, float] = (0.005, 0.03)) -> StepResult:
+                      prior_sigma: tuple[float, float] = (0.005, 0.03), max_silhouette: int = 256,
+                      step_scale: float = 1.0) -> StepResult:
     """One LM step for all bodies; ``gate`` per body (M,) or shared; ``active`` (M,) bool bodies to update.
 
     A body with no assigned depth point is not moved: free-space residuals alone would
@@ -165,6 +174,9 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     model's prediction, adds the residual (t - t_prior, log(R R_prior^T)) with standard
     deviations ``prior_sigma`` (m, rad): directions the frame barely observes (a box
     sliding along a face, a pole seen end-on) follow the motion instead of the noise.
+    ``step_scale`` < 1 relaxes the step: which rays a body covers changes with its pose,
+    so full steps can cycle between two poses straddling the optimum (a box's end face
+    alternately covering and uncovering a few depth points); relaxed steps settle.
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
@@ -220,18 +232,20 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         J1 = torch.cat([Jd[keep_d], jac[m][sel]])
         s1 = torch.cat([ray_sig[on][keep_d], sig[sel]]).clamp(min=1e-4)
         w1 = w_depth * huber_weights(r1 / s1, 1.345) / s1**2
-        rays = (freespace & (visible == m)).nonzero().squeeze(-1)
-        r2, J2 = margin_residuals(prim, T[m], obs.origin, obs.dirs[rays])
-        s2 = near[rays] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+        rays = _at_most((freespace & (visible == m)).nonzero().squeeze(-1), max_silhouette)
+        r2, J2 = margin_residuals(prim, T[m], obs.origin, obs.dirs[rays[0]])
+        s2 = near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+        k2 = torch.full_like(r2, rays[1])
         if obs.label is not None:
-            cover = ((obs.label == m) & (visible != m)).nonzero().squeeze(-1)
-            r3, J3 = margin_residuals(prim, T[m], obs.origin, obs.dirs[cover])
+            cover = _at_most(((obs.label == m) & (visible != m)).nonzero().squeeze(-1), max_silhouette)
+            r3, J3 = margin_residuals(prim, T[m], obs.origin, obs.dirs[cover[0]])
             r3 = r3.clamp(max=0)
             s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
                                  else scale)
             r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
+            k2 = torch.cat([k2, torch.full_like(r3, cover[1])])
         s2 = s2.clamp(min=1e-4)
-        w2 = w_silhouette * huber_weights(r2 / s2, 1.345) / s2**2
+        w2 = w_silhouette * k2 * huber_weights(r2 / s2, 1.345) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):
             continue
@@ -245,7 +259,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             H = H + torch.diag(wp)
             g = g + wp * e
         H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
-        delta = -torch.linalg.solve(H, g)
+        delta = -step_scale * torch.linalg.solve(H, g)
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
