@@ -3,24 +3,30 @@
 Analysis by synthesis (paper §4.3.3.1-2, on the CPU): the known primitives are
 rendered in the recording's camera (``vid2sim.models.render``, closed-form ray casting,
 all bodies together so occlusions are right) and, frame by frame, their poses are
-moved by damped Gauss-Newton until the render explains the observed depth:
-point-to-surface residuals of the back-projected depth plus silhouette (free-space)
-residuals, Huber-weighted (``models/render/align.py``).
+moved by damped Gauss-Newton until the render explains the observation
+(``models/render/align.py``): rendered-vs-observed depth along each ray the part
+covers, point-to-surface distances of depth points it does not cover yet, and
+silhouette residuals where the render and the observation disagree about which part
+(if any) a ray sees, by depth (seen through) and, where colour is given, by colour
+(chromaticity of each part in the segmentation frame). Residuals are whitened by the
+depth noise (sigma = k z^2) and Huber-weighted.
 
 - Initial poses (segmentation frame): each mask's point cloud is fitted by its
-  primitive from several orientation hypotheses (PCA axes; for a box every
-  assignment of its edges to the axes), keeping the best; a sphere needs no
-  orientation, a capsule/cylinder only its axis (roll is unobservable and stays).
-- Later frames start from the previous pose plus a constant-velocity prediction and
-  run forward, then backward from the segmentation frame to frame 0.
+  primitive from several orientation hypotheses (principal axes and world axes, every
+  assignment to a box's edges), keeping the best; a sphere needs no orientation, a
+  capsule/cylinder only its axis (roll about it is unobservable and stays put).
+- Later frames start from a constant-velocity prediction (smoothed velocity) that is
+  also a weak prior (``prior_m``, ``prior_rad``), forward from the segmentation frame,
+  then backward to frame 0. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
   no longer supported by the depth is flagged ``lost`` and held at its last good pose
-  instead of being dragged by its neighbours' points; the per-frame ``residual``
+  instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
-Deliberately not here: RGB-only recordings (needs silhouettes from colour and an
-initial depth; raises a clear error), meshes (need a rasteriser backend).
+Deliberately not here: RGB-only recordings (need an initial depth from the masks;
+raises a clear error, though the silhouette residuals and planar mode are ready for
+it), meshes (need a rasteriser backend), re-acquiring a body after it was lost.
 """
 from __future__ import annotations
 
@@ -346,27 +352,30 @@ def _overlay_frame(rec: Recording, i: int, depth: np.ndarray | None, flat: np.nd
     return np.concatenate([img, over], 1)
 
 
+class _NoVideoCodec(RuntimeError):
+    pass
+
+
 def _write_overlay(frames: list[np.ndarray], fps: float, out_dir: Path) -> Path:
     """mp4 through cv2.VideoWriter; a PNG strip of up to 8 frames if no mp4 codec is available."""
     h, w = frames[0].shape[:2]
     path = out_dir / OVERLAY_FILE
-    with atomic_path(path) as tmp:
-        vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-        ok = vw.isOpened()
-        if ok:
-            for f in frames:
+    try:
+        with atomic_path(path) as tmp:
+            vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+            ok = vw.isOpened()
+            for f in frames if ok else []:
                 vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
-        vw.release()
-        ok = ok and tmp.stat().st_size > 0
-        if not ok:
-            raise_later = True
-        else:
-            raise_later = False
-    if raise_later:
-        path = out_dir / "track_overlay.png"
-        picks = frames[:: max(1, len(frames) // 8)][:8]
-        okp, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
-        write_bytes(path, buf.tobytes())
+            vw.release()
+            if not ok or tmp.stat().st_size == 0:
+                raise _NoVideoCodec  # atomic_path then drops the temporary file
+        return path
+    except _NoVideoCodec:
+        log.warning("track: no mp4 codec in OpenCV; writing a PNG strip instead of %s", OVERLAY_FILE)
+    path = out_dir / "track_overlay.png"
+    picks = frames[:: max(1, len(frames) // 8)][:8]
+    _, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
+    write_bytes(path, buf.tobytes())
     return path
 
 

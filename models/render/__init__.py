@@ -7,25 +7,29 @@ differentiable w.r.t. ``T_world_body`` by autograd. A GPU rasteriser (nvdiffrast
 is one more file exposing a class with the same ``render`` and one line in
 ``make_renderer``.
 
-Backend choice, measured on this machine (2 shared CPU cores, OMP_NUM_THREADS=1,
-320x240, cartpole = box + capsule, depth + backward, float64):
+Backend choice, measured on this machine (2 shared CPU cores, one thread, 320x240,
+cartpole = box + capsule, depth render + backward of the summed depth, float64):
 
-- ``analytic`` (this package, ``analytic.py``): closed-form ray casting of
-  sphere / capsule / cylinder / box. Full image 6 ms forward+backward, a 60x60
-  region around the parts under 1 ms; exact occlusions; interior depth gradients
-  exact (gradcheck), silhouette-edge gradients through the ray-to-shape margin
-  (continuous across the edge, so not limited to the one-pixel band of an
-  anti-aliasing rasteriser). No tessellation error: a capsule is a capsule.
-- DEODR 0.2.3 (``deodr.pytorch``, C core): the same scene tessellated to ~500
-  triangles, depth + backward about 6-9 ms at 320x240 with its Python scene set-up per
-  call, edge gradients only in the one-pixel anti-aliased band, and tessellation
-  error of ~0.5 mm on a 3 cm capsule at 24 segments.
+- DEODR 0.2.3 (``deodr.pytorch``, C core), the scene tessellated to 880 triangles:
+  1.9-2.8 ms. Fastest per full image, but (a) its backward gives one vector-Jacobian
+  product per pass, so the per-residual Jacobians of a Gauss-Newton step cost one
+  pass per pose parameter (12 for two bodies, ~30 ms), and first-order optimisers need
+  tens of steps per frame; (b) silhouette gradients exist only in its one-pixel
+  anti-aliased band; (c) tessellation error (0.2 mm on a 24-segment, 25 mm capsule).
+- ``analytic`` (this package, ``analytic.py``): closed-form ray casting of sphere /
+  capsule / cylinder / box. Full image 40 ms, a 60x60 region 5-6 ms through autograd;
+  but the same closed forms give every residual's Jacobian directly (depth by the
+  implicit-function theorem, silhouette margin by the envelope theorem; tests check
+  both against autograd), so a whole Gauss-Newton step of the tracker over the parts'
+  region costs ~10 ms and 6 steps converge a frame. Exact geometry and occlusions;
+  silhouette gradients at any distance from the edge (``ray_margin``), which the
+  colour-silhouette residuals need.
 
-So primitives render analytically; meshes (``type: mesh``) are not supported by the
-analytic backend and raise, pending a rasteriser backend. The tracker
-(``pipeline/track.py``) uses the same closed forms (``primitives.sdf``) for its
-Gauss-Newton Jacobians. This package deliberately does no lighting model: colour is
-a flat per-body albedo, enough to compare silhouettes and segment colours.
+So primitives render analytically. Meshes (``type: mesh``) are not supported by
+the analytic backend and raise: they need a rasteriser backend (DEODR on the CPU,
+nvdiffrast on a GPU) behind the same ``render``, not written yet. The tracker
+(``pipeline/track.py``) uses the closed forms through ``align.py``. This package
+deliberately does no lighting model: colour is a flat per-body albedo.
 """
 from __future__ import annotations
 

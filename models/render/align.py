@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from vid2sim.models.render.poses import perturb
-from vid2sim.models.render.primitives import Primitive, ray_margin, ray_margin_and_grad, sdf_and_grad
+from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -151,8 +151,6 @@ def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs
 
 def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
     """(M, N) first-hit depth of each body along world rays (inf on a miss), no graph."""
-    from vid2sim.models.render.primitives import ray_hit
-
     hits = []
     with torch.no_grad():
         for m, prim in enumerate(prims):
