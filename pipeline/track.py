@@ -43,6 +43,7 @@ from tqdm import tqdm
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
+from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.models.render.poses import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
@@ -87,6 +88,8 @@ class TrackConfig:
     inlier_m: float = 0.01  # a depth point this close to its body supports it
     lost_min_pixels: int = 20  # fewer visible rendered pixels than this: body lost
     lost_min_support: float = 0.3  # fewer supporting points than this fraction of them: lost
+    reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
+    reacquire_reach: float = 2.5  # ... within this many bounding radii of it
     overlay: bool = True  # write the side-by-side overlay video
     max_overlay_frames: int = 600
 
@@ -218,11 +221,36 @@ def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
     return hyps
 
 
+def _fit_primitive(cfg: TrackConfig, prim: Primitive, obs: Observation) -> tuple[float, torch.Tensor]:
+    """Fit one primitive to the foreground points of ``obs`` from every orientation hypothesis.
+
+    Returns (cost, (4, 4) world pose): cost = mean clipped squared point residual plus a
+    penalty per free-space ray (a pose that covers background is wrong).
+    """
+    p = obs.points[obs.foreground].numpy()
+    view = p.mean(0) - obs.origin.numpy()
+    view /= np.linalg.norm(view)
+    # The visible surface lies in front of the centre by about half the shape's depth.
+    centre = p.mean(0) + view * (prim.radius if prim.kind != "box" else min(prim.half_size))
+    best = (float("inf"), None)
+    for R in _rot_hypotheses(prim, p):
+        T = torch.eye(4, dtype=DT)
+        T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
+        T = T[None]
+        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping)
+        for _ in range(cfg.init_iterations):
+            T = gauss_newton_step([prim], T, obs, w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, **kw).T
+        res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
+        r = res.point_res[torch.isfinite(res.point_res)]
+        cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
+            res.freespace.sum()) / max(len(r), 1)
+        if cost < best[0]:
+            best = (cost, T[0])
+    return best
+
+
 def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
     """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud."""
-    cam = scene.cam
-    T_wc = np.asarray(cam.world_from_camera, float)
-    pts_cam = cam.backproject(depth)
     poses = []
     for k, prim in enumerate(scene.prims):
         mask = cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
@@ -231,31 +259,9 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
             mask = (seg.masks[k] > 0) & (depth > 0)
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
-        p = pts_cam[mask] @ T_wc[:3, :3].T + T_wc[:3, 3]
-        view = p.mean(0) - T_wc[:3, 3]
-        view /= np.linalg.norm(view)
-        depth_half = prim.radius if prim.kind != "box" else min(prim.half_size)
-        centre = p.mean(0) + view * depth_half
         roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.roi_pad_px + 1,) * 2, np.uint8)) > 0
         obs, _ = scene.observe(depth, roi, foreground=mask)
-        best = None
-        for R in _rot_hypotheses(prim, p):
-            T = torch.eye(4, dtype=DT)
-            T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
-            T = T[None]
-            for it in range(cfg.init_iterations):
-                res = gauss_newton_step([prim], T, obs, gate=prim.bounding_radius * 2, scale=cfg.huber_m,
-                                        freespace_tol=cfg.freespace_tol_m, w_depth=cfg.w_depth,
-                                        w_silhouette=cfg.w_silhouette, damping=cfg.damping)
-                T = res.T
-            res = gauss_newton_step([prim], T, obs, gate=prim.bounding_radius * 2, scale=cfg.huber_m,
-                                    freespace_tol=cfg.freespace_tol_m, damping=cfg.damping)
-            r = res.point_res[torch.isfinite(res.point_res)]
-            cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
-                res.freespace.sum()) / max(len(r), 1)
-            if best is None or cost < best[0]:
-                best = (cost, T[0])
-        poses.append(best[1])
+        poses.append(_fit_primitive(cfg, prim, obs)[1])
     return torch.stack(poses)
 
 
@@ -330,7 +336,58 @@ class _Tracker:
         if lost.any():
             T = T.clone()
             T[torch.as_tensor(lost)] = T_hold[torch.as_tensor(lost)]
+            if cfg.reacquire:
+                for m in np.flatnonzero(lost):
+                    found = _reacquire(self, depth, T, lost, m)
+                    if found is not None:
+                        T[m], lost[m], per_body[m] = found
         return T, lost, float(per_body.mean()), (flat, res.visible.numpy())
+
+
+def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.ndarray, m: int):
+    """Search for lost body m among the depth points no tracked body explains, near where it was.
+
+    Returns (pose, False, residual) when a fit there is supported by the depth again, else None.
+    """
+    cfg, scene = self.cfg, self.scene
+    prim = scene.prims[m]
+    reach = prim.bounding_radius * cfg.reacquire_reach
+    roi = _roi_of(scene, T[m, :3, 3].numpy(), reach)
+    obs, flat = scene.observe(depth, roi, stride=2)
+    fg = obs.foreground & (obs.depth > 0)
+    pts = obs.points
+    for k, other in enumerate(scene.prims):  # drop points that a tracked body explains
+        if k != m and not lost[k]:
+            R, t = T[k, :3, :3], T[k, :3, 3]
+            fg &= sdf_and_grad(other, (pts - t) @ R)[0].abs() > cfg.gate_m
+    fg &= (pts - T[m, :3, 3]).norm(dim=-1) < reach
+    if int(fg.sum()) < cfg.lost_min_pixels:
+        return None
+    obs.foreground = fg
+    cost, T_new = _fit_primitive(cfg, prim, obs)
+    res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
+    visible = int((res.visible == 0).sum())
+    support = int(((res.assigned == 0) & (res.point_res < cfg.inlier_m)).sum())
+    if visible * 4 < cfg.lost_min_pixels or support < max(cfg.lost_min_support, 0.5) * visible:
+        return None
+    r = res.point_res[res.assigned == 0]
+    return T_new, False, float(r.square().mean().sqrt())
+
+
+def _roi_of(scene: _Scene, c: np.ndarray, radius: float) -> np.ndarray:
+    """(H, W) bool image box of the ball of ``radius`` about world point ``c``."""
+    cam = scene.cam
+    corners = c + radius * np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
+    uv, z = cam.project(corners)
+    out = np.zeros((cam.height, cam.width), bool)
+    if np.any(z <= 1e-3):
+        return out
+    x0, y0 = np.floor(uv.min(0)).astype(int)
+    x1, y1 = np.ceil(uv.max(0)).astype(int) + 1
+    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, cam.width), min(y1, cam.height)
+    if x0 < x1 and y0 < y1:
+        out[y0:y1, x0:x1] = True
+    return out
 
 
 def _overlay_frame(rec: Recording, i: int, depth: np.ndarray | None, flat: np.ndarray, visible: np.ndarray,
