@@ -451,7 +451,6 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
     planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
-    torch_threads = torch.get_num_threads()
     scene = _Scene(rec, prims, cfg)
     d0 = rec.depth(seg.frame)
     scene.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
@@ -470,6 +469,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
             vel = torch.zeros(M, 6, dtype=DT)
             good = T_prev.clone()
+            was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
                 depth = rec.depth(i)
@@ -483,11 +483,12 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 good[keep] = T[keep]
                 if not first:  # no velocity across the seed frame (its pose is not a motion)
                     b = cfg.velocity_smoothing
-                    vel = torch.where(keep.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
+                    moving = keep & ~was_lost  # a re-acquired body's jump from its held pose is no velocity
+                    vel = torch.where(moving.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
+                was_lost = ~keep
                 first = False
                 T_prev = T
                 bar.update(1)
-    torch.set_num_threads(torch_threads)
     nlost = lost.sum(0)
     for m in range(M):
         if nlost[m]:
@@ -495,7 +496,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     if cfg.overlay and render_cache:
         colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
                            [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
-        frames = [_overlay_frame(rec, i, rec.depth(i), *render_cache[i], lost[i], names, colors)
+        frames = [_overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
                   for i in sorted(render_cache)]
         _write_overlay(frames, rec.fps, out_dir)
     return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost)
