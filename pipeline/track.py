@@ -58,7 +58,7 @@ OVERLAY_FILE = "track_overlay.mp4"
 class TrackConfig:
     """Settings of the track stage (lengths in metres)."""
 
-    iterations: int = 6  # Gauss-Newton steps per frame (stops earlier once converged)
+    iterations: int = 8  # Gauss-Newton steps per frame (stops earlier once converged)
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis
     gate_m: float = 0.03  # a depth point farther than this from every body is not used (1st step)
     gate_final_m: float = 0.012  # ... shrinking to this by the last step
