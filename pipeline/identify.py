@@ -44,7 +44,9 @@ class IdentifyConfig:
     method: str = "csvgd"          # csvgd | adam | svgd | cmaes | mcmc
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
-    windows: int = 4               # multiple-shooting windows (csvgd only; 1 = single shooting)
+    windows: int = 1               # shooting windows (csvgd only). 1 = single shooting: on 2-s synthetic
+                                   # cartpole clips it beat 4 windows (NMAE 0.055 vs 0.134); use more
+                                   # for long or chaotic clips
     seed: int = 0                  # Sobol scrambling / sampler seed
     observation: str = "joints"    # joints: tracked joint positions; video: pixel likelihood (not supported here)
     sigma: float = 0.01            # observation noise std, joint units (rad or m)

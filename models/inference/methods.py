@@ -85,7 +85,7 @@ def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[T
 
 def _gradient_method(name: str, problem: Problem, particles: int, iterations: int, seed: int, windows: int,
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
-                     lr_final: float | None) -> InferenceResult:
+                     lr_final: float | None, ramp: float = 0.0) -> InferenceResult:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     sh = Shooting(problem, windows)
@@ -111,7 +111,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
     # the augmented-Lagrangian term weighs like the likelihood of the observed values
     weight = float(sh.num_obs) / max(sh.num_traj, 1) / float((problem.sigma ** 2).mean()) * 1e-2
     x, _, tr = run_svgd(density, torch.cat([u0, s0], 1), iterations, lr=lr, lr_final=lr_final, kernel_dims=P, c=c,
-                        lr_multiplier=lr_multiplier, constraint_weight=weight,
+                        lr_multiplier=lr_multiplier, constraint_weight=weight, ramp=ramp,
                         project=None if constrained else clamp, use_kernel=use_kernel)
     theta = problem.to_physical(x[:, :P].clamp(0.0, 1.0))
     starts = x[:, P:].reshape(-1, W, S) * scale
@@ -123,9 +123,14 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
-          lr: float = 0.05, lr_final: float | None = 0.005, c: float = 1.0, lr_multiplier: float = 0.01) -> InferenceResult:
-    """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting)."""
-    return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier, lr_final)
+          lr: float = 0.05, lr_final: float | None = 0.005, c: float = 1.0, lr_multiplier: float = 0.01,
+          ramp: float = 0.6) -> InferenceResult:
+    """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting).
+
+    ``ramp``: fraction of the iterations over which the constraint weight grows from 1 %
+    to 100 % (see ``run_svgd``)."""
+    return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
+                            lr_final, ramp)
 
 
 def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,

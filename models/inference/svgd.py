@@ -57,7 +57,7 @@ class SVGDTrace:
 
 def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, kernel_dims: int | None = None,
              lr_final: float | None = None, c: float = 1.0, lr_multiplier: float = 1.0, constraint_weight: float = 1.0,
-             project: Callable[[Tensor], Tensor] | None = None, use_kernel: bool = True,
+             ramp: float = 0.0, project: Callable[[Tensor], Tensor] | None = None, use_kernel: bool = True,
              callback: Callable[[int, Tensor, Tensor], None] | None = None) -> tuple[Tensor, Tensor, SVGDTrace]:
     """Run (constrained) SVGD from ``x0: (N, D)``; returns (x (N, D), log_prob (N,), trace).
 
@@ -67,7 +67,10 @@ def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, 
     ``constraint_weight`` multiplies the augmented-Lagrangian term so it is commensurate
     with the log density (e.g. the number of observed values); the multiplier update is
     ``lambda += lr_multiplier * g``. The Adam step size decays geometrically from ``lr``
-    to ``lr_final`` (default: constant). ``use_kernel=False`` turns SVGD into independent
+    to ``lr_final`` (default: constant). ``ramp`` > 0 grows the constraint weight
+    geometrically from 1 % to 100 % over that fraction of the iterations (continuation:
+    shooting windows first fit their own data, then the defects are closed), instead of
+    letting large initial defects dominate the first steps. ``use_kernel=False`` turns SVGD into independent
     gradient ascent (the Adam baseline). ``project`` maps x back after each step (e.g.
     clamping to limits, for the unconstrained baselines).
     """
@@ -89,7 +92,8 @@ def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, 
         if g is not None and g.shape[1] > 0:
             if lam is None:
                 lam = torch.zeros_like(g.detach())
-            pen = constraint_weight * ((lam * g).sum() + 0.5 * c * (g * g).sum())
+            w = constraint_weight * (0.01 ** max(0.0, 1.0 - it / (ramp * iterations)) if ramp > 0 else 1.0)
+            pen = w * ((lam * g).sum() + 0.5 * c * (g * g).sum())
             grad_pen, = torch.autograd.grad(pen, x)
             direction = direction - grad_pen
             lam = lam + lr_multiplier * g.detach()
