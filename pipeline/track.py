@@ -73,6 +73,7 @@ class TrackConfig:
     w_color: float = 1.0  # 0: ignore colour; else colour silhouettes (chromaticity labels) join in
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
     damping: float = 1e-3  # Levenberg-Marquardt damping (relative to the diagonal)
+    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last
     relax: float = 1.0  # step fraction from step ``relax_after`` on (< 1 damps two-pose cycles; 0.5 measured worse)
     relax_after: int = 2
     converged_step: float = 2e-5  # stop when no pose parameter moves more than this (m or rad)
@@ -300,12 +301,15 @@ class _Tracker:
         n = max(cfg.iterations, 1)
         gate = torch.full((M,), cfg.gate_m, dtype=DT)
         shrink = (cfg.gate_m - cfg.gate_final_m) / max(n - 1, 1)
+        best = None
         for it in range(n + cfg.search_iterations):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
                                     w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
                                     planar=self.planar, T_prior=T0 if use_prior and cfg.prior_m > 0 else None,
                                     prior_sigma=(cfg.prior_m, cfg.prior_rad),
                                     step_scale=cfg.relax if it >= cfg.relax_after else 1.0)
+            if best is None or res.cost < best[0]:
+                best = (res.cost, T)
             T = res.T
             # A body whose render finds few of its points within the gate is far from its
             # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.
@@ -324,6 +328,11 @@ class _Tracker:
         res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
                                 freespace_tol=cfg.freespace_tol_m, damping=cfg.damping, planar=self.planar,
                                 active=torch.zeros(M, dtype=torch.bool))
+        if cfg.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
+            T = best[1]
+            res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
+                                    freespace_tol=cfg.freespace_tol_m, damping=cfg.damping, planar=self.planar,
+                                    active=torch.zeros(M, dtype=torch.bool))
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
         for m in range(M):

@@ -94,6 +94,7 @@ class StepResult:
     visible: torch.Tensor  # (N,) rendered body per ray, -1 background
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     step_norm: float
+    cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 9 per free-space ray
 
 
 def _at_most(idx: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
@@ -262,4 +263,8 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
         step_norm = max(step_norm, float(delta.abs().max()))
-    return StepResult(T_new, assigned, point_res, visible, freespace, step_norm)
+    # A fixed, truncated objective of the input poses, comparable across steps (the residual
+    # sets above change with the pose, so the caller keeps the best pose it has seen).
+    cost = float((best.values / sig).clamp(max=3).square().sum()) if idx.numel() else 0.0
+    cost += 9.0 * float(freespace.sum())
+    return StepResult(T_new, assigned, point_res, visible, freespace, step_norm, cost)
