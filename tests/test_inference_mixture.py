@@ -31,10 +31,12 @@ def near(theta, mode, tol=0.03):
 
 def test_mixture_keeps_two_modes_product_does_not():
     torch.manual_seed(0)
-    mix = infer("csvgd", two_mode_problem("mixture"), particles=16, iterations=80, seed=0, windows=1, lr=0.03)
+    mix = infer("csvgd", two_mode_problem("mixture"), particles=16, iterations=80, seed=0, windows=1,
+                 lr=0.03, lr_final=0.002)
     n_a, n_b = near(mix.theta, MODES[0]), near(mix.theta, MODES[1])
     assert n_a >= 3 and n_b >= 3, (n_a, n_b, mix.theta)
     assert n_a + n_b >= 12, mix.theta   # hardly any particle stranded between the modes
-    prod = infer("csvgd", two_mode_problem("product"), particles=16, iterations=80, seed=0, windows=1, lr=0.03)
+    prod = infer("csvgd", two_mode_problem("product"), particles=16, iterations=80, seed=0, windows=1,
+                 lr=0.03, lr_final=0.002)
     # the product likelihood wants one compromise: no particle explains either setting
     assert near(prod.theta, MODES[0]) + near(prod.theta, MODES[1]) == 0, prod.theta
