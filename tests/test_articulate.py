@@ -11,7 +11,7 @@ from vid2sim.models.joints import forward_kinematics
 from vid2sim.models.joints.evaluate import add_noise, compare, pose_errors
 from vid2sim.models.joints.kinematics import coordinate_names, floating_root
 from vid2sim.pipeline.articulate import ArticulateConfig, run
-from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
+from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 
 SP, SR_DEG = 0.002, 1.0
 # pushed, seeds 0-2: an end link pivots about a point of the floor for the whole clip
@@ -132,5 +132,8 @@ def test_a_body_seen_in_few_frames_does_not_hijack_the_tree(tmp_path):
     lost = np.zeros((60, 2), bool)
     lost[4:, 1] = True
     names = [b["name"] for b in sim.truth["bodies"]]
-    art, _ = run(ArticulateConfig(plots=False), PoseTracks(W, names, names, np.zeros(60), 30.0, lost), tmp_path)
+    tracks = PoseTracks(W, names, names, np.zeros(60), 30.0, lost)
+    with pytest.raises(ArtifactError, match=r"poses\.npz: body 'pole' is lost .* in 56 of 60 frames"):
+        run(ArticulateConfig(plots=False), tracks, tmp_path)  # by default that is an error...
+    art, _ = run(ArticulateConfig(plots=False, max_lost_fraction=1.0), tracks, tmp_path)  # ...unless allowed
     assert art.joint_of("cart").type == "prismatic" and art.joint_of("cart").parent == "world"
