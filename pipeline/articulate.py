@@ -150,14 +150,19 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
     tree, table = _forest(cfg, W, valid, names, sp, sr)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
-    for comp in nx.connected_components(tree):
+    def comp_order(c: set) -> tuple[int, int]:
+        return (0 if "world" in c else 1, min((names.index(b) for b in c if b != "world"), default=-1))
+
+    for comp in sorted(nx.connected_components(tree), key=comp_order):
         if "world" in comp:
             root = "world"
         else:  # nothing ties it to the world: a free body, the best-connected one as root
             sub = tree.subgraph(comp)
             root = max(sorted(comp, key=names.index), key=lambda b: sub.degree(b))
             roots.append((root, "free", None))
-        for parent, child in nx.bfs_edges(tree, root):
+        # Neighbours in body order: the MST's adjacency order varies between processes
+        # (hash seeds), and the artifact must be byte-identical for the same input.
+        for parent, child in nx.bfs_edges(tree, root, sort_neighbors=lambda ns: sorted(ns, key=lambda b: -1 if b == "world" else names.index(b))):
             attr = tree.edges[parent, child]
             kind, f = attr["kind"], attr["fit"]
             if kind == "planar":

@@ -26,7 +26,8 @@ from vid2sim.pipeline.atomic import OutputError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Turn a video of a moving mechanism into a simulation of it (a URDF digital twin).")
 err = Console(stderr=True)
-USER_ERRORS = (RecordingError, ArtifactError, OutputError, runner.StageError, FileExistsError, PermissionError)
+USER_ERRORS = (RecordingError, ArtifactError, OutputError, runner.StageError, FileExistsError, PermissionError,
+               NotImplementedError)
 
 
 @app.callback()
@@ -99,6 +100,21 @@ def inspect_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or 
         sheet = sheet or Path.cwd() / f"{Path(rec).stem}_contact.png"
         contact_sheet(r, sheet, n=n)
     err.print(f"[green]contact sheet[/] {sheet}")
+
+
+@app.command("train-segmenter")
+def train_segmenter_cmd(images: Path = typer.Option(..., help="Folder of 16-bit depth PNGs (+ camera.json) or RGB frames."),
+                        masks: Path = typer.Option(..., help="Folder of instance-id PNGs + labels.json."),
+                        out: Path = typer.Option(..., "--out", help="Checkpoint to write (.pt)."),
+                        checkpoint: Optional[Path] = typer.Option(None, help="Start from this checkpoint (default: the shipped one)."),
+                        iters: int = typer.Option(300, help="Training iterations."),
+                        lr: float = typer.Option(2e-4, help="Learning rate."),
+                        batch: int = typer.Option(2, help="Images per iteration.")) -> None:
+    """Fine-tune the learned segmenter on your own labelled frames."""
+    from vid2sim.models.segmenter.train import train_segmenter
+
+    path = train_segmenter(images, masks, out, checkpoint=checkpoint, iters=iters, lr=lr, batch=batch)
+    err.print(f"[green]wrote[/] {path}  (use it with --set segment.method=learned --set segment.checkpoint={path})")
 
 
 @app.command()
