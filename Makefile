@@ -22,7 +22,7 @@ install: $(STAMP)
 # noise the geometric segmenter still splits parts (see README, "Status").
 demo: $(STAMP)
 	$(BIN)/vid2sim synth cabinet --out $(DEMO)/cabinet --frames 90 --size 320x240 --noise none --overwrite
-	$(BIN)/vid2sim run $(DEMO)/cabinet --out $(DEMO)/run
+	$(BIN)/vid2sim run $(DEMO)/cabinet --out $(DEMO)/run --set identify.iterations=50
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

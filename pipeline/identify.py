@@ -183,7 +183,7 @@ def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = Non
     b = res.best
     extra = dict(extra or {})
     extra.update({"start_state": res.start[b, 0].tolist(), "particle_log_likelihood": res.log_likelihood.tolist(),
-                  "evaluations": res.evaluations, "seconds": res.seconds})
+                  "evaluations": res.evaluations})  # no wall time: the artifact must be reproducible
     return Posterior(names, {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)},
                      {n: float(v) for n, v in zip(names, res.theta[b])}, res.theta.numpy().astype(float),
                      res.method, float(res.log_likelihood[b]), extra)

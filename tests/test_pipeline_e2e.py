@@ -2,6 +2,7 @@
 resuming, CLI. (The cartpole does not yet survive segmentation end to end: README.)"""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,8 +52,9 @@ def test_every_stage_runs_and_finds_the_cabinet(full_run, cabinet_rec):
     assert jp.q.shape[0] == 60 and "world_to_drawer" in jp.names
 
 
-def test_second_run_is_cached_and_a_changed_setting_reruns_downstream_only(full_run, cabinet_rec):
-    run_dir, _ = full_run
+def test_second_run_is_cached_and_a_changed_setting_reruns_downstream_only(full_run, cabinet_rec, tmp_path):
+    run_dir = tmp_path / "run"  # a copy: the other tests compare against the original
+    shutil.copytree(full_run[0], run_dir)
     before = {f: (run_dir / f).read_bytes() for f in ("poses.npz", "articulation.json")}
     status = runner.run_pipeline(cabinet_rec, run_dir, runner.resolve_configs(FAST))
     assert set(status.values()) == {"cached"}
