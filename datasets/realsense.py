@@ -539,12 +539,6 @@ class BagRecording(Recording):
         for reader in getattr(self, "_readers", {}).values():
             reader.close()
 
-    def __enter__(self) -> "BagRecording":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __del__(self) -> None:
         try:
             self.close()

@@ -153,12 +153,6 @@ class VideoRecording(Recording):
             self._cap.release()
             self._cap = None
 
-    def __enter__(self) -> "VideoRecording":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __del__(self) -> None:
         try:
             self.close()
