@@ -56,6 +56,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import write_text
 
@@ -356,20 +357,6 @@ def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, fl
     return lo - m_lo, hi + m_hi, continuous
 
 
-def _tree_order(art: Articulation) -> list[Joint]:
-    """Joints ordered parents-first."""
-    done, order, pending = {"world"}, [], list(art.joints)
-    while pending:
-        ready = [j for j in pending if j.parent in done]
-        if not ready:
-            raise ValueError(f"articulation has a cycle or dangling parent among {[j.name for j in pending]}")
-        for j in ready:
-            order.append(j)
-            done.add(j.child)
-            pending.remove(j)
-    return order
-
-
 def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],
                poses: PoseTracks, name: str = "vid2sim_twin") -> str:
     """The URDF text of the twin (see the module docstring for every convention)."""
@@ -379,7 +366,7 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
     qnames, qs = joint_coordinates(art, poses)
     qcol = {n: qs[:, i] for i, n in enumerate(qnames)}
     floating = is_floating(art)
-    joints = _tree_order(art)
+    joints = topological(art)
     # bodies without a joint float (a URDF needs every link connected)
     for b in art.bodies:
         if art.joint_of(b) is None:

@@ -229,7 +229,7 @@ def fit_root(root_pose: np.ndarray, dt: float, at: int = -1) -> tuple[np.ndarray
 
 @dataclass(frozen=True)
 class Floor:
-    """A floor z = height under unconstrained bodies (friction/restitution on both sides, as synthetic)."""
+    """A floor z = height under unconstrained bodies; friction/restitution are the effective part-floor values."""
 
     height: float = 0.0
     friction: float = 0.5
@@ -282,7 +282,9 @@ class BulletTwin:
         if floor is not None:
             box = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
             fid = pb.createMultiBody(0, box, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
-            pb.changeDynamics(fid, -1, lateralFriction=floor.friction, restitution=floor.restitution, physicsClientId=cid)
+            # Bullet multiplies the two bodies' coefficients: the floor carries 1.0 and each
+            # part the effective value (the convention of datasets/synthetic/physics.py).
+            pb.changeDynamics(fid, -1, lateralFriction=1.0, restitution=1.0, physicsClientId=cid)
         if tip is not None:
             cyl = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
             self.tid = pb.createMultiBody(50.0, cyl, basePosition=list(tip.positions[0]), physicsClientId=cid)
