@@ -5,7 +5,7 @@ dampings; the loss is sum over particles and steps of |q|^2. Ours: one rollout w
 autograd, then ``backward`` to the (B, N) masses and (B, nv) dampings. MuJoCo: one
 ``mujoco.rollout`` call over 64 * (2p + 1) models (nominal and each parameter +-h, per
 particle) and central differences — the same task in the same process, single thread
-for both (torch.set_num_threads(1), one MjData).
+for both (torch.set_num_threads(1), one MjData); both timings are medians of ``--repeats``.
 
 For the contact-free scenes both engines run the same semi-implicit Euler scheme on the
 same coordinates, so the two gradients must agree; ``grad_rel_err`` reports it. The
@@ -132,7 +132,7 @@ def ours_value_grad(model, s0, dt, controls, compile: bool):
     return loss.detach(), mass.grad, damping.grad
 
 
-def mujoco_fd(model, s0, dt, name, h=1e-6):
+def mujoco_fd(model, s0, dt, name, h=1e-6, repeats=3):
     """Value and central-difference gradient wrt the same masses and dampings, one rollout call."""
     import mujoco
     from mujoco import rollout as mj_rollout
@@ -183,9 +183,12 @@ def mujoco_fd(model, s0, dt, name, h=1e-6):
         return loss[0], grad.T
 
     run()  # warm-up (thread pool, caches)
-    t = time.perf_counter()
-    value, grad = run()
-    return value, grad, (time.perf_counter() - t) * 1e3, nq_ours
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        value, grad = run()
+        times.append((time.perf_counter() - t) * 1e3)
+    return value, grad, float(np.median(times)), nq_ours
 
 
 def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
@@ -205,7 +208,7 @@ def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
             ours_value_grad(model, s0, dt, controls, comp)
             times.append((time.perf_counter() - t) * 1e3)
         out[prefix + "value_grad_ms"] = round(float(np.median(times)), 2)
-    mj_value, mj_grad, mj_ms, _ = mujoco_fd(model, s0, dt, name)
+    mj_value, mj_grad, mj_ms, _ = mujoco_fd(model, s0, dt, name, repeats=repeats)
     out["mujoco_fd_ms"] = round(mj_ms, 2)
     out["ratio"] = round(out["value_grad_ms"] / mj_ms, 3)
     for prefix in ("eager_", "compiled_"):

@@ -67,6 +67,12 @@ def main(argv=None) -> int:
     ap.add_argument("--log", type=Path, default=Path("runs/segmenter/train_log.jsonl"))
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from this checkpoint's weights with a fresh optimizer and schedule "
+                         "(a warm restart); samples continue after --skip-samples")
+    ap.add_argument("--skip-samples", type=int, default=0,
+                    help="first stream sample to train on (so a warm restart sees new samples)")
+    ap.add_argument("--warmup", type=int, default=200)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)
@@ -79,13 +85,19 @@ def main(argv=None) -> int:
         st = torch.load(state_path, map_location="cpu", weights_only=True)
         start, opt_state = int(st["iter"]), st["optimizer"]
         logging.info("resuming at iteration %d", start)
+    elif args.init is not None:
+        model, _ = load_checkpoint(args.init)
+        logging.info("warm restart from %s", args.init)
+        if args.log.exists():
+            args.log.unlink()
     else:
         model = build_model()
         if args.log.exists():
             args.log.unlink()
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "batch": args.batch,
             "input": "normal map from depth (models/segmenter/normals.py)", "input_size": list(INPUT_SIZE)}
-    fit(model, batches(start * args.batch, args.batch, args.workers), args.iters, lr=args.lr,
+    fit(model, batches(args.skip_samples + start * args.batch, args.batch, args.workers), args.iters, lr=args.lr,
+        warmup=args.warmup,
         log_path=args.log, checkpoint=args.out, save_every=args.save_every, start_iter=start,
         meta=meta, optimizer_state=opt_state, state_path=state_path,
         time_budget_s=args.minutes * 60 if args.minutes else None)

@@ -131,6 +131,22 @@ def joint_force(model, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor | None
     return total
 
 
+def generalized_force(model, q: torch.Tensor, qd: torch.Tensor, control, spring_index, spring_mask) -> torch.Tensor:
+    """tau (B, nv) of every force acting in joint space: damping, smoothed Coulomb friction,
+    springs (``spring_index``: q index per dof, ``spring_mask``: 0 for free dofs), the
+    control's ``tau`` and the ``joint_force`` augmentation. Shared by both algorithms."""
+    m = model
+    tau = -m.damping * qd - m.friction * torch.tanh(qd / m.friction_velocity) \
+        - m.stiffness * (q[:, spring_index] - m.rest) * spring_mask
+    if control is not None and control.tau is not None:
+        tau = tau + control.tau
+    if m.nets:
+        extra = joint_force(m, q, qd)
+        if extra is not None:
+            tau = tau + extra
+    return tau
+
+
 def friction_function(model):
     """A callable feats -> (B, P) summing "contact_friction" networks, or None."""
     nets = [n for n in model.nets if n.point == "contact_friction"]

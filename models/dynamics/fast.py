@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .algorithms import motion_subspace, _plane_basis
-from .augment import friction_function, joint_force
+from .augment import friction_function, generalized_force
 from .contact import has_contact, point_forces
 from .model import JOINT_NV, Control, Model
 from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot, skew
@@ -97,7 +97,7 @@ def fast_prepare(model: Model) -> FastPrep:
     dt = model.dtype
     anc = torch.zeros(n, nv, dtype=dt)
     dof_body, cols = [], []
-    rev_b, rev_q, pri_b, pri_q, others, spring_index = [], [], [], [], [], []
+    rev_b, rev_q, pri_b, pri_q, others = [], [], [], [], []
     for i, t in enumerate(model.joint_types):
         j = i
         while j >= 0:
@@ -108,7 +108,6 @@ def fast_prepare(model: Model) -> FastPrep:
         if JOINT_NV[t]:
             cols.append(motion_subspace(t, model.joint_axis[i]))
         qs = model.q_slice(i).start
-        spring_index += [0] * 6 if t == "free" else [qs + k for k in range(JOINT_NV[t])]
         if t == "revolute":
             rev_b.append(i)
             rev_q.append(qs)
@@ -123,7 +122,7 @@ def fast_prepare(model: Model) -> FastPrep:
     g = model.gravity
     return FastPrep(model, anc, dof_body, S[:, :3], S[:, 3:],
                     (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
-                    others, spring_index, torch.tensor(model.spring_mask, dtype=dt),
+                    others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt),
                     torch.cat([torch.zeros_like(g), g], -1))
 
 
@@ -183,14 +182,7 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
     mass = m.mass[..., None]
     f = _inertia_times(mass, c, Ic, a) + cross_force(V, _inertia_times(mass, c, Ic, V))
     # generalized forces
-    tau = -m.damping * qd - m.friction * torch.tanh(qd / m.friction_velocity) \
-        - m.stiffness * (q[:, fp.spring_index] - m.rest) * fp.spring_mask
-    if control is not None and control.tau is not None:
-        tau = tau + control.tau
-    if m.nets:
-        extra = joint_force(m, q, qd)
-        if extra is not None:
-            tau = tau + extra
+    tau = generalized_force(m, q, qd, control, fp.spring_index, fp.spring_mask)
     if has_contact(m, control):
         idx = list(m.contact_body)
         x = p[:, idx] + mv(R[:, idx], m.contact_points)

@@ -13,22 +13,14 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch._functorch.config  # noqa: F401  (activation_memory_budget, see rollout)
 
 from .algorithms import aba_from_kinematics, kinematics, prepare, Prepared
-from .augment import friction_function, joint_force
+from .augment import friction_function, generalized_force
 from .contact import contact_wrenches
 from .fast import FastPrep, accel_fast, fast_prepare
 from .model import JOINT_NQ, JOINT_NV, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
-
-
-def _spring_index(model: Model) -> list[int]:
-    """For each velocity dof the q index its spring acts on (0 for free dofs, masked out)."""
-    idx = []
-    for i, t in enumerate(model.joint_types):
-        qs = model.q_slice(i).start
-        idx += [0] * 6 if t == "free" else [qs + k for k in range(JOINT_NV[t])]
-    return idx
 
 
 def _prepare(model: Model, algorithm: str):
@@ -44,16 +36,8 @@ def _accel(prep, q, qd, control: Control | None) -> torch.Tensor:
         return accel_fast(prep, q, qd, control)
     m = prep.model
     kin = kinematics(prep, q, qd)
-    tau = -m.damping * qd - m.friction * torch.tanh(qd / m.friction_velocity)
-    if m.nv:
-        mask = torch.tensor(m.spring_mask, dtype=q.dtype, device=q.device)
-        tau = tau - m.stiffness * (q[:, _spring_index(m)] - m.rest) * mask
-    if control is not None and control.tau is not None:
-        tau = tau + control.tau
-    if m.nets:
-        extra = joint_force(m, q, qd)
-        if extra is not None:
-            tau = tau + extra
+    mask = torch.tensor(m.spring_mask, dtype=q.dtype, device=q.device)
+    tau = generalized_force(m, q, qd, control, list(m.spring_index), mask)
     w = contact_wrenches(prep, kin, control, friction_function(m) if m.nets else None)
     f_ext = None if w is None else list(w.unbind(1))
     return aba_from_kinematics(prep, kin, tau, f_ext)
@@ -136,8 +120,11 @@ def _get_compiled():
         # Scalar (non-SIMD) C++ kernels: the tensors are tiny, so SIMD code buys nothing at run
         # time (measured 0.35 s vs 0.47 s per 64x200 cartpole value+grad) but costs most of
         # Inductor's code generation time; one compile thread avoids starting a worker pool.
+        # No pattern-matcher passes: they cost ~2 s of a cold compile and bought nothing
+        # measurable on these graphs (bench_simulate, cartpole: 12 s vs 14 s cold, same run time).
         _compiled_step = torch.compile(_step_impl, dynamic=False,
-                                       options={"cpp.vec_isa_ok": False, "compile_threads": 1})
+                                       options={"cpp.vec_isa_ok": False, "compile_threads": 1,
+                                                "pattern_matcher": False})
     return _compiled_step
 
 
@@ -160,6 +147,12 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
     with contextlib.ExitStack() as stack:
+        if compile:
+            # Save only the step's inputs for backward and recompute the rest there: a step's
+            # intermediates are ~100 tiny tensors whose allocation costs more than recomputing
+            # them (cartpole 64 x 200 value+grad: 53 ms vs 70 ms). Read when AOTAutograd
+            # partitions the joint graph, i.e. at (re)compilation inside this loop.
+            stack.enter_context(torch._functorch.config.patch(activation_memory_budget=0.0))
         for k in range(steps):
             if controls is None:
                 ctrl = None

@@ -144,6 +144,15 @@ class Model:
         """(nv,) which dofs the joint spring acts on (all but free-joint dofs)."""
         return tuple(t != "free" for t in self.joint_types for _ in range(JOINT_NV[t]))
 
+    @property
+    def spring_index(self) -> tuple[int, ...]:
+        """(nv,) the q index each dof's spring acts on (0 for free-joint dofs, masked out)."""
+        idx = []
+        for i, t in enumerate(self.joint_types):
+            qs = self.q_slice(i).start
+            idx += [0] * 6 if t == "free" else [qs + k for k in range(JOINT_NV[t])]
+        return tuple(idx)
+
     # --- parameters by name --------------------------------------------------------------
     def param_names(self) -> list[str]:
         names = []
