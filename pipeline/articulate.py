@@ -10,7 +10,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 3. a minimum spanning forest (Prim, networkx) over the bodies *and the world*, so a
    body attached to the world gets the joint RANSAC found for its world motion;
    components without the world are rooted at their best-connected body, attached
-   with a ``planar`` joint if one fits its world motion, else ``free``;
+   with a ``planar`` joint if one fits its world motion, else ``free``; a component
+   hung from the world by a planar joint is re-hung by its body with the fewest-
+   coordinate fitting world joint (a cartpole's cart on its rail, not its pole);
 4. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that
@@ -104,9 +106,44 @@ def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
             # frames where either body is lost carry no evidence: extrapolate the cost per
             # valid frame, so that a pair seen in few frames does not look cheap
             n_ok = int(_valid(valid, names, a, b).sum())
-            G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a)
+            G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
+                       every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    return nx.minimum_spanning_tree(G, algorithm="prim"), table
+    return _reroot_planar(nx.minimum_spanning_tree(G, algorithm="prim"), G), table
+
+
+def _reroot_planar(tree: nx.Graph, G: nx.Graph) -> nx.Graph:
+    """A mechanism hung from the world by a planar joint is re-hung by a 0/1-dof joint
+    where one of its bodies has a fitting fixed, prismatic or revolute joint to the world.
+
+    The spanning tree compares edges one at a time, so a precisely tracked pole sliding
+    in a plane (3 coordinates) can beat the cart's prismatic rail (1 coordinate) although
+    the cart then moves with 4 coordinates instead of 1. Fewest coordinates first, then
+    cost, among the component's bodies; only a joint that explains every frame the planar
+    one explains qualifies (an end link of a chain pushed over a floor pivots about one
+    point most of the time, and a revolute joint there misses the frames where it slides).
+    """
+    for _, b in [e for e in tree.edges("world") if tree.edges[e]["kind"] == "planar"]:
+        planar_inliers = tree.edges["world", b]["fit"].inliers
+        cut = tree.copy()
+        cut.remove_edge("world", b)
+        comp = nx.node_connected_component(cut, b)
+        options = []
+        for c in sorted(comp):
+            if not G.has_edge("world", c):
+                continue
+            attr = G.edges["world", c]
+            for kind, f in attr["every"].items():
+                if kind != "planar" and not (planar_inliers & ~f.inliers).any():
+                    options.append((fit.DOF[kind], f.cost * attr["scale"], c, kind, f))
+        if not options:
+            continue
+        dof, w, c, kind, f = min(options, key=lambda o: o[:3])
+        log.info("root: %s attached to the world by %s (%d coordinate%s) instead of %s by planar",
+                 c, kind, dof, "" if dof == 1 else "s", b)
+        tree.remove_edge("world", b)
+        tree.add_edge("world", c, weight=w, kind=kind, fit=f, parent="world")
+    return tree
 
 
 def _canonical_axis(a: np.ndarray) -> np.ndarray:

@@ -61,6 +61,9 @@ class IdentifyConfig:
     friction_max_prismatic: float = 1.0  # N
     lr: float = 0.05               # Adam step in normalised parameter units (gradient methods), decays 10x
     plots: bool = True             # write posterior_pairs.png and trajectories.png
+    compile: bool = False          # torch.compile the simulator step: ~15 s to compile per batch size
+                                   # shape, then ~5x faster per rollout; pays off for long clips and many
+                                   # iterations (2-s cartpole, 50 iterations: 12 s eager, 48 s compiled)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class TwinSimulator:
     dof_names: list[str]
     dt: float
     substeps: int
+    compile: bool = False
 
     def model_for(self, theta: torch.Tensor):
         """theta: (B, P) physical -> Model with batch B (masses, inertias, damping, friction set)."""
@@ -93,7 +97,8 @@ class TwinSimulator:
 
         model = self.model_for(theta)
         nq = model.nq
-        st = rollout(model, State(start[:, :nq], start[:, nq:]), (steps - 1) * self.substeps, dt=self.dt)
+        st = rollout(model, State(start[:, :nq], start[:, nq:]), (steps - 1) * self.substeps, dt=self.dt,
+                     compile=self.compile)
         x = torch.cat([st.q, st.qd], -1)[:: self.substeps]  # (steps, B, S)
         return x.transpose(0, 1)
 
@@ -130,7 +135,7 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
     unit = model.inertia.clone()  # built with unit masses
     return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
-                         1.0 / (fps * cfg.substeps), cfg.substeps)
+                         1.0 / (fps * cfg.substeps), cfg.substeps, cfg.compile)
 
 
 def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:

@@ -226,12 +226,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
                               cfg.min_pixels, cfg.snap_to_depth and metric))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
-        # matched), then by confidence: a frame where two parts both look like the cart
-        # is worse than one where the cart and the pole are each seen once.
+        # matched), then by parts left unexplained, then by parts that repeat a library
+        # shape (each entry of shapes.json is one body), then by confidence: a frame where
+        # the pole cuts the cart's image in two is worse than one where each is seen once.
         seen_i = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
-        rank = (len({n for n in matched if n is not None}), -sum(n is None for n in matched), total)
+        named = [n for n in matched if n is not None]
+        rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
         log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),
                  ", ".join(CLASSES[d.label] for d in dets), rank[0], total)
         if best is None or rank > best[0]:

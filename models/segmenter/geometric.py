@@ -165,8 +165,10 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
     """Join regions that are one part seen on both sides of a thinner part in front of it.
 
     Two regions merge when the straight gap between their closest pixels crosses a
-    surface nearer the camera than both ends and nothing behind them, and the depths at
-    the two ends agree (within 8 %): a pole in front of a cart cuts the cart's image in two.
+    surface (or passes within 4 px of a segmented part) nearer the camera than both ends and nothing behind
+    them, and the depths at the two ends agree (within 8 %): a pole in front of a cart
+    cuts the cart's image in two, and the depth-discontinuity band around the pole widens
+    the cut so that the gap may pass just beside the pole's end.
     """
     lab = lab.copy()
     ids = list(ids)
@@ -196,7 +198,10 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
                 between = ~(A[vs, us] | B[vs, us])
                 zs = depth[vs, us][between]
                 zfront = min(za, zb) - max(0.01, 0.02 * min(za, zb))
-                front = (zs > 0) & (zs < zfront)
+                # nearest depth of the other segmented parts (not the room's planes) within 4 px
+                other = (depth > 0) & np.isin(lab, ids) & ~A & ~B
+                near = cv2.erode(np.where(other, depth, np.inf).astype(np.float32), np.ones((9, 9), np.uint8))
+                front = ((zs > 0) & (zs < zfront)) | (near[vs, us][between] < zfront)
                 behind = (zs <= 0) | (zs > max(za, zb) * 1.04 + 0.01)
                 if front.any() and not behind.any():
                     lab[B] = ia
