@@ -9,6 +9,9 @@ method of ``vid2sim.models.inference`` against the tracked joint positions. Writ
 posterior scatter (like the dissertation's Fig. 4.21) and simulated vs observed joint
 trajectories with the particle spread.
 
+``augment=true`` also fits a neural joint force at the best particle
+(``identify_augment.py``; NeuralSim).
+
 Deliberately not done here: floating-base mechanisms (free/planar root joints; their
 contact parameters need the root pose in the state), kinematic fine-tuning, and the
 pixel-space ("video") likelihood, which needs the recording that ``run`` does not
@@ -61,6 +64,14 @@ class IdentifyConfig:
     friction_max_prismatic: float = 1.0  # N
     lr: float = 0.05               # Adam step in normalised parameter units (gradient methods), decays 10x
     plots: bool = True             # write posterior_pairs.png and trajectories.png
+    augment: bool = False          # also fit a neural joint force (2x5 ELU on q, qd; sparse group lasso) at the
+                                   # best particle, end to end through rollouts (identify_augment.py)
+    augment_window: int = 10       # frames per training window
+    augment_holdout: float = 0.25  # last fraction of the clip kept out of training (held-out error)
+    augment_iterations: int = 200  # Adam steps (each for the analytical-only and the augmented fit)
+    augment_lr: float = 0.02
+    augment_lasso: float = 0.2     # group-lasso weight per input (proximal steps)
+    augment_hidden: int = 5        # units per hidden layer (TDS: 5)
     compile: bool = False          # torch.compile the simulator step: ~15 s to compile per batch size
                                    # shape, then ~5x faster per rollout; pays off for long clips and many
                                    # iterations (2-s cartpole, 50 iterations: 12 s eager, 48 s compiled)
@@ -173,8 +184,13 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     res = infer(cfg.method, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
-    post = posterior_from(res, prob, extra={"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(),
-                                            "dofs": sim.dof_names, "config": asdict(cfg)})
+    extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
+             "config": asdict(cfg)}
+    if cfg.augment:
+        from vid2sim.pipeline.identify_augment import fit_augmentation
+
+        extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
+    post = posterior_from(res, prob, extra=extra)
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:
