@@ -18,11 +18,11 @@ $(STAMP): pyproject.toml setup.py
 install: $(STAMP)
 
 # Synthetic recording -> every pipeline stage -> outputs in $(DEMO)/run.
-# The cabinet (drawer + door), clean depth: on the cartpole and on realistic sensor
-# noise the geometric segmenter still splits parts (see README, "Status").
+# The cartpole, clean depth (on realistic sensor noise the default geometric segmenter
+# still mislabels parts: see README, "Status").
 demo: $(STAMP)
-	$(BIN)/vid2sim synth cabinet --out $(DEMO)/cabinet --frames 90 --size 320x240 --noise none --overwrite
-	$(BIN)/vid2sim run $(DEMO)/cabinet --out $(DEMO)/run --set identify.iterations=50
+	$(BIN)/vid2sim synth cartpole --out $(DEMO)/cartpole --frames 90 --size 320x240 --noise none --overwrite
+	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run --set identify.iterations=50
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

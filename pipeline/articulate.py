@@ -57,6 +57,8 @@ class ArticulateConfig:
     complexity_penalty: float = 2.0        # cost per joint coordinate per frame (AIC-like; + log(n) per parameter)
     min_motion_sigma: float = 6.0          # a joint must move more than this many sigmas of q, else it is fixed
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
+    mounted_prior: float = 1.0             # cost per coordinate per frame a mechanism saves by hanging
+                                           # from the world by a 0/1-dof joint instead of a planar one
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
     max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
@@ -109,22 +111,24 @@ def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
             G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
                        every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    return _reroot_planar(nx.minimum_spanning_tree(G, algorithm="prim"), G), table
+    return _reroot_planar(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
 
 
-def _reroot_planar(tree: nx.Graph, G: nx.Graph) -> nx.Graph:
+def _reroot_planar(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     """A mechanism hung from the world by a planar joint is re-hung by a 0/1-dof joint
     where one of its bodies has a fitting fixed, prismatic or revolute joint to the world.
 
     The spanning tree compares edges one at a time, so a precisely tracked pole sliding
     in a plane (3 coordinates) can beat the cart's prismatic rail (1 coordinate) although
     the cart then moves with 4 coordinates instead of 1. Fewest coordinates first, then
-    cost, among the component's bodies; only a joint that explains every frame the planar
-    one explains qualifies (an end link of a chain pushed over a floor pivots about one
-    point most of the time, and a revolute joint there misses the frames where it slides).
+    cost, among the component's bodies. A body qualifies only where model selection
+    prefers the fewer-coordinate joint for its own world motion, with a prior for mounted
+    mechanisms of ``prior`` per saved coordinate per frame (the planar joint's extra
+    coordinates also absorb tracking errors that are not noise): the cart's 1-D motion
+    gains little from a planar joint, while an end link of a chain pushed over a floor,
+    which pivots about one point most of the time but also slides, gains a lot.
     """
     for _, b in [e for e in tree.edges("world") if tree.edges[e]["kind"] == "planar"]:
-        planar_inliers = tree.edges["world", b]["fit"].inliers
         cut = tree.copy()
         cut.remove_edge("world", b)
         comp = nx.node_connected_component(cut, b)
@@ -133,8 +137,10 @@ def _reroot_planar(tree: nx.Graph, G: nx.Graph) -> nx.Graph:
             if not G.has_edge("world", c):
                 continue
             attr = G.edges["world", c]
+            own_planar = attr["every"].get("planar")
             for kind, f in attr["every"].items():
-                if kind != "planar" and not (planar_inliers & ~f.inliers).any():
+                saved = prior * (fit.DOF["planar"] - fit.DOF[kind]) * frames
+                if kind != "planar" and (own_planar is None or f.cost <= own_planar.cost + saved):
                     options.append((fit.DOF[kind], f.cost * attr["scale"], c, kind, f))
         if not options:
             continue

@@ -219,7 +219,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not rec.shapes:
         raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
-    best = None
+    candidates = []
     for i in frames:
         depth, nimg, metric = frame_input(rec, i)
         dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
@@ -227,8 +227,11 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched), then by parts left unexplained, then by parts that repeat a library
-        # shape (each entry of shapes.json is one body), then by confidence: a frame where
-        # the pole cuts the cart's image in two is worse than one where each is seen once.
+        # shape (each entry of shapes.json is one body): a frame where the pole cuts the
+        # cart's image in two is worse than one where each is seen once. Among the frames
+        # that rank best, the earliest within 10 % of the best total score: the tracker
+        # runs backward from the segmentation frame without a velocity history, so the
+        # fewer frames before it the better (a fast pole is lost from a later start).
         seen_i = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
@@ -236,9 +239,11 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
         log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),
                  ", ".join(CLASSES[d.label] for d in dets), rank[0], total)
-        if best is None or rank > best[0]:
-            best = (rank, i, depth, nimg, metric, dets)
-    _, i, depth, nimg, metric, dets = best
+        candidates.append((rank, i, depth, nimg, metric, dets))
+    top = max(c[0][:3] for c in candidates)
+    good = [c for c in candidates if c[0][:3] == top]
+    best_total = max(c[0][3] for c in good)
+    _, i, depth, nimg, metric, dets = min((c for c in good if c[0][3] >= 0.9 * best_total), key=lambda c: c[1])
     if not dets:
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
