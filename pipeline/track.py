@@ -374,6 +374,8 @@ def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.nd
         return None
     obs.foreground = fg
     cost, T_new = _fit_primitive(cfg, prim, obs)
+    if T_new is None:  # no orientation hypothesis left a finite residual: nothing re-acquired
+        return None
     res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
     visible = int((res.visible == 0).sum())
     support = int(((res.assigned == 0) & (res.point_res < cfg.inlier_m)).sum())
