@@ -1,13 +1,19 @@
 """Train the segmenter from scratch on the synthetic primitive stream.
 
-The shipped checkpoint ``models/segmenter/segmenter.pt`` was made by (see the report of
-issue 3 for the curves; the log is ``runs/segmenter/train_log.jsonl``):
+The shipped checkpoint ``models/segmenter/segmenter.pt`` (5717 iterations in all) was
+made in two runs on the 2 shared cores of the development machine (the learning-rate
+schedule follows wall-clock time, so the iteration count reached depends on the load;
+curves in ``models/segmenter/train_curve.json``):
 
     OMP_NUM_THREADS=1 python scripts/train_segmenter.py --minutes 95 --batch 4 \
-        --out models/segmenter/segmenter.pt --log runs/segmenter/train_log.jsonl
+        --out runs/segmenter/segmenter.pt --log runs/segmenter/train_log.jsonl     # 2150 iterations
+    OMP_NUM_THREADS=1 python scripts/train_segmenter.py --init runs/segmenter/segmenter.pt \
+        --skip-samples 20000 --minutes 100 --batch 4 --lr 5e-4 --warmup 100 \
+        --out models/segmenter/segmenter.pt --log runs/segmenter2/train_log.jsonl  # + 5717 iterations
 
-(on the 2 shared cores of the development machine; the learning-rate schedule follows
-wall-clock time, so the iteration count reached depends on the load: see the log).
+The second is a warm restart (fresh AdamW and cosine schedule, new samples): the first
+run's schedule had decayed to 2e-5 with the loss flat at 0.89; the restart brought it to
+0.54 (mean of the last 50 iterations) and the held-out mean IoU from 0.56 to 0.78.
 
 Samples ``0, 1, 2, ...`` of stream ``TRAIN_SEED`` (clean or realistic depth noise, 1/2
 each) are rendered by one background worker while the main process trains, so training

@@ -50,14 +50,17 @@ def _check_bodies(rec_path: Path, seg: Segmentation) -> None:
     assert not extra, f"parts that are no body: {extra}"
 
 
-LEARNED_BELOW_TARGET = pytest.mark.xfail(
-    strict=False, reason="shipped checkpoint (2150 CPU iterations) is below the issue-3 target: "
-                         "it misses thin parts on the mechanisms; see scripts/bench_segment.py")
+# The shipped checkpoint (5717 CPU iterations, scripts/train_segmenter.py) is below the
+# issue-3 target: on these mechanisms it misses or merges a part (thin links, a door
+# against its carcass). Strict, so that a better checkpoint shows up as a failure here.
+LEARNED_MISSES = {"rott", "tree5", "cabinet", "pushed"}
 
 
-@pytest.mark.parametrize("method", [pytest.param("learned", marks=LEARNED_BELOW_TARGET), "geometric"])
-def test_segment_finds_each_body_once(mechanism, method, tmp_path):
+@pytest.mark.parametrize("method", ["learned", "geometric"])
+def test_segment_finds_each_body_once(mechanism, method, tmp_path, request):
     name, rec_path = mechanism
+    if method == "learned" and name in LEARNED_MISSES:
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason="learned checkpoint below target here"))
     # ``pushed``'s library has no shape for the pusher tip, so that one part is let go.
     cfg = SegmentConfig(method=method, frames=(0,), unmatched="ignore" if name == "pushed" else "error")
     seg = run(cfg, open_recording(rec_path), tmp_path)
