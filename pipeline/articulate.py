@@ -12,7 +12,8 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    components without the world are rooted at their best-connected body, attached
    with a ``planar`` joint if one fits its world motion, else ``free``; a component
    hung from the world by a planar joint is re-hung by its body with the fewest-
-   coordinate fitting world joint (a cartpole's cart on its rail, not its pole);
+   coordinate world joint that model selection, with a prior for mounted mechanisms,
+   prefers for that body (a cartpole's cart on its rail, not its pole);
 4. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that

@@ -165,10 +165,11 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
     """Join regions that are one part seen on both sides of a thinner part in front of it.
 
     Two regions merge when the straight gap between their closest pixels crosses a
-    surface (or passes within 4 px of a segmented part) nearer the camera than both ends and nothing behind
-    them, and the depths at the two ends agree (within 8 %): a pole in front of a cart
-    cuts the cart's image in two, and the depth-discontinuity band around the pole widens
-    the cut so that the gap may pass just beside the pole's end.
+    surface (or passes within 4 px of a segmented part) nearer the camera than both
+    ends and nothing behind them, and the depths at the two ends agree (within 8 %): a
+    pole in front of a cart cuts the cart's image in two, and the depth-discontinuity
+    band around the pole widens the cut so that the gap may pass just beside the pole's
+    end. The room's planes (a floor nearer the camera below a part) do not count.
     """
     lab = lab.copy()
     ids = list(ids)
