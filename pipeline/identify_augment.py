@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from vid2sim.pipeline.atomic import write_bytes
 
@@ -75,12 +76,11 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
         held_posterior = error(z0, (), *held).item()
     scale = 1.0 / max(train_posterior, 1e-12)        # loss 1 = the posterior estimate's error
     lr = cfg.augment_lr
-    from tqdm import tqdm
 
     def fit(with_net: bool):
         """Adam on the parameters (within their limits) and, with_net, the network, same budget."""
         z = z0.clone().requires_grad_()
-        model = sim.model_for(z0[None])
+        model = sim.model_for((lo + span * torch.sigmoid(z0))[None])  # holds the network (structure only)
         if with_net:
             model = add_augmentation(model, "joint_force", inputs, hidden=cfg.augment_hidden, layers=2, seed=cfg.seed)
         nets = model.nets
