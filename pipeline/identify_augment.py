@@ -33,9 +33,7 @@ log = logging.getLogger(__name__)
 
 def _windows(q: np.ndarray, qd: np.ndarray, lo: int, hi: int, length: int, stride: int):
     """Start states and targets of every window of ``length`` frames inside frames [lo, hi)."""
-    starts = list(range(lo, hi - length, stride))
-    if not starts:
-        return None
+    starts = list(range(lo, hi - length, stride))   # non-empty: fit_augmentation checks the lengths
     x0 = torch.as_tensor(np.stack([np.r_[q[k], qd[k]] for k in starts]))
     target = torch.as_tensor(np.stack([q[k + 1:k + 1 + length] for k in starts]))   # (W, length, nv)
     return x0, target
@@ -102,6 +100,7 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
     z_n, model, curve, train_aug, held_aug = fit(True)
     net = model.nets[0]
     norms = net.input_norms().detach().numpy()
+    stride = max(1, cfg.augment_iterations // 100)
     record = {
         "point": "joint_force", "inputs": inputs, "hidden": [cfg.augment_hidden] * 2, "activation": "elu",
         "input_norms": {n: float(v) for n, v in zip(inputs, norms)},
@@ -111,8 +110,8 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
         "theta_analytic": dict(zip(sim.names, (lo + span * torch.sigmoid(z_a)).tolist())),
         "theta_augmented": dict(zip(sim.names, (lo + span * torch.sigmoid(z_n)).tolist())),
         "window_frames": length, "train_frames": split, "heldout_frames": T - split,
-        "iterations": cfg.augment_iterations, "lasso": cfg.augment_lasso, "loss_curve_stride": max(1, len(curve) // 100), "loss_curve": curve[:: max(1, len(curve) // 100)],
-        "loss_curve_analytic": curve_a[:: max(1, len(curve_a) // 100)],
+        "iterations": cfg.augment_iterations, "lasso": cfg.augment_lasso,
+        "loss_curve_stride": stride, "loss_curve": curve[::stride], "loss_curve_analytic": curve_a[::stride],
     }
     log.info("identify: augmentation held-out MSE %.3g (analytical %.3g); input norms %s", held_aug, held_analytic,
              {n: round(float(v), 3) for n, v in zip(inputs, norms)})
