@@ -102,11 +102,12 @@ class TwinSimulator:
         friction = torch.stack([cols.get(f"{d}.friction", zero) for d in m.dof_names], 1)
         return m.replace(mass=mass, inertia=self.unit_inertia * mass[:, :, None, None], damping=damping, friction=friction)
 
-    def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int) -> torch.Tensor:
-        """theta (B, P), start (B, nq + nv) -> (B, steps, nq + nv) sampled every ``substeps`` simulator steps."""
+    def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = ()) -> torch.Tensor:
+        """theta (B, P), start (B, nq + nv) -> (B, steps, nq + nv) sampled every ``substeps`` simulator steps
+        (``nets``: neural augmentations added to the model, ``identify_augment``)."""
         from vid2sim.models.dynamics import State, rollout
 
-        model = self.model_for(theta)
+        model = self.model_for(theta).replace(nets=tuple(nets))
         nq = model.nq
         st = rollout(model, State(start[:, :nq], start[:, nq:]), (steps - 1) * self.substeps, dt=self.dt,
                      compile=self.compile)

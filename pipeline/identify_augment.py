@@ -4,9 +4,10 @@ After the posterior over the analytical parameters, a small MLP (2 x 5 ELU, TDS'
 at the simulator's ``joint_force`` insertion point reads the joint positions and
 velocities and adds a generalized force; it is trained end to end through rollouts of
 the twin, together with the analytical parameters (started at the best particle, kept
-within their limits), on short windows of the tracked joint trajectory, with the sparse group lasso on its input weights (proximal Adam steps,
-``vid2sim.models.dynamics.augment``) so that inputs the missing force does not depend
-on are switched off. The last ``augment_holdout`` of the clip is never trained on: the
+within their limits), on short windows of the tracked joint trajectory (simulated by
+identify's own ``TwinSimulator.simulate``), with the sparse group lasso on its input
+weights (proximal Adam steps, ``vid2sim.models.dynamics.augment``) so that inputs the
+missing force does not depend on are switched off. The last ``augment_holdout`` of the clip is never trained on: the
 prediction error there, with and without the network, says whether it generalises.
 
 Written by hand because no library trains a network inside an articulated-body
@@ -42,8 +43,7 @@ def _windows(q: np.ndarray, qd: np.ndarray, lo: int, hi: int, length: int, strid
 def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out_dir: Path | None) -> dict:
     """Train the ``joint_force`` network on the first (1 - holdout) of ``q`` (T, nv) at the
     physical parameters ``theta`` (P,); returns the record stored in params.json."""
-    from vid2sim.models.dynamics import State, adam_group_lasso_step, add_augmentation, augmentation_penalty, \
-        group_lasso_prox, rollout
+    from vid2sim.models.dynamics import adam_group_lasso_step, add_augmentation, augmentation_penalty, group_lasso_prox
 
     T, nv = q.shape
     length = int(cfg.augment_window)
@@ -59,13 +59,10 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
     u0 = ((torch.as_tensor(theta, dtype=torch.float64) - lo) / span).clamp(1e-3, 1 - 1e-3)
     dofs = list(sim.dof_names)
     inputs = [f"q/{d}" for d in dofs] + [f"qd/{d}" for d in dofs]
-    steps = length * sim.substeps
 
     def error(z, nets, x0, target):
         th = (lo + span * torch.sigmoid(z))[None].expand(x0.shape[0], -1)
-        m = sim.model_for(th).replace(nets=nets)
-        st = rollout(m, State(x0[:, :nv], x0[:, nv:]), steps, dt=sim.dt)
-        pred = st.q[sim.substeps::sim.substeps].transpose(0, 1)       # (W, length, nv)
+        pred = sim.simulate(th, x0, length + 1, nets)[:, 1:, :nv]    # (W, length, nv)
         return (pred - target).pow(2).mean()
 
     z0 = torch.logit(u0)
