@@ -288,7 +288,11 @@ class BulletTwin:
         if tip is not None:
             cyl = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
             self.tid = pb.createMultiBody(50.0, cyl, basePosition=list(tip.positions[0]), physicsClientId=cid)
-            pb.changeDynamics(self.tid, -1, lateralFriction=tip.friction, linearDamping=0, angularDamping=0,
+            # ``tip.friction`` is the effective tip-part value; Bullet multiplies it by the
+            # part's own coefficient (the floor friction here), so divide that out as
+            # datasets/synthetic/physics.py does
+            part = floor.friction if floor is not None and floor.friction > 0 else 1.0
+            pb.changeDynamics(self.tid, -1, lateralFriction=tip.friction / part, linearDamping=0, angularDamping=0,
                               physicsClientId=cid)
             if floor is not None:
                 pb.setCollisionFilterPair(self.tid, fid, -1, -1, 0, physicsClientId=cid)
