@@ -12,10 +12,13 @@ trajectories with the particle spread.
 ``augment=true`` also fits a neural joint force at the best particle
 (``identify_augment.py``; NeuralSim).
 
+``observation=video`` replaces the tracked joint positions by the paper's pixel-space
+likelihood: the simulated parts are rendered at pixels around the mechanism and
+compared with the observed depth (``identify_video.py``). The tracked joint positions
+still give the initial guess of the shooting states.
+
 Deliberately not done here: floating-base mechanisms (free/planar root joints; their
-contact parameters need the root pose in the state), kinematic fine-tuning, and the
-pixel-space ("video") likelihood, which needs the recording that ``run`` does not
-receive (``IdentifyConfig.observation`` rejects it with that reason).
+contact parameters need the root pose in the state) and kinematic fine-tuning.
 
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
@@ -51,8 +54,11 @@ class IdentifyConfig:
                                    # cartpole clips it beat 4 windows (NMAE 0.055 vs 0.134); use more
                                    # for long or chaotic clips
     seed: int = 0                  # Sobol scrambling / sampler seed
-    observation: str = "joints"    # joints: tracked joint positions; video: pixel likelihood (not supported here)
+    observation: str = "joints"    # joints: tracked joint positions; video: rendered vs observed depth (identify_video.py)
     sigma: float = 0.01            # observation noise std, joint units (rad or m)
+    pixel_sigma: float = 0.02      # observation=video: depth noise std (m) per pixel
+    pixels: int = 1000             # observation=video: pixels compared per frame (drawn around the mechanism)
+    pixel_margin: int = 6          # observation=video: px added around the parts' silhouettes
     frames: int = 0                # use the first `frames` frames (0: all)
     substeps: int = 4              # simulator steps per video frame (semi-implicit Euler)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
@@ -169,20 +175,38 @@ def make_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: fl
                    [torch.cat([qt, qd], 1)], observe=lambda s: s[..., :nq], sigma=cfg.sigma)
 
 
+def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: float, rec,
+                       poses: PoseTracks, shapes: dict[str, Shape]) -> Problem:
+    """Like ``make_problem``, but observed is the depth at pixels around the mechanism (T, pixels)."""
+    from vid2sim.pipeline.identify_video import DepthObserver, select_pixels
+
+    bodies = list(sim.model.body_names)
+    shape_of = dict(zip(poses.body_names, poses.shape_names))
+    obs = select_pixels(rec, poses, bodies, shapes, q.shape[0], cfg.pixels, cfg.pixel_margin, cfg.seed)
+    T0 = np.stack([poses.world_from_body[0, poses.body_names.index(b)] for b in bodies])
+    observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs)
+    joints = make_problem(cfg, sim, q, fps)
+    return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate,
+                   [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)
+
+
 def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
-        shapes: dict[str, Shape], out_dir: Path) -> Posterior:
-    """Estimate the posterior over masses/damping(/friction) from the tracked joint positions."""
-    if cfg.observation != "joints":
-        raise NotImplementedError(f"identify: observation {cfg.observation!r} is not supported: the pixel-space "
-                                  "likelihood needs the recording's frames, which identify.run does not receive")
+        shapes: dict[str, Shape], out_dir: Path, rec=None) -> Posterior:
+    """Estimate the posterior over masses/damping(/friction) from the tracked joint positions
+    (``observation=joints``) or from the recording's depth frames ``rec`` (``observation=video``)."""
+    if cfg.observation not in ("joints", "video"):
+        raise ValueError(f"identify: observation must be 'joints' or 'video', got {cfg.observation!r}")
+    if cfg.observation == "video" and rec is None:
+        raise ValueError("identify: observation 'video' needs the recording (identify.run(..., rec=...))")
     fps = float(poses.fps)
     sim = build_simulator(cfg, art, poses, shapes, fps)
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)
+    fit = make_video_problem(cfg, sim, q, fps, rec, poses, shapes) if cfg.observation == "video" else prob
     opts = {"windows": cfg.windows} if cfg.method == "csvgd" else {}
     if cfg.method in ("csvgd", "svgd", "adam"):
         opts["lr"] = cfg.lr
-    res = infer(cfg.method, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
+    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
@@ -191,7 +215,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
         extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
-    post = posterior_from(res, prob, extra=extra)
+    post = posterior_from(res, fit, extra=extra)
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:

@@ -125,7 +125,7 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> Non
         art.save(p("articulation.json"))
     elif spec.name == "identify":
         post = mod.run(cfg, Articulation.load(p("articulation.json")), JointPositions.load(p("joint_positions.npz")),
-                       PoseTracks.load(p("poses.npz")), shapes, run_dir)
+                       PoseTracks.load(p("poses.npz")), shapes, run_dir, rec=rec)
         post.save(p("params.json"))
     elif spec.name == "export":
         mod.run(cfg, Articulation.load(p("articulation.json")), Posterior.load(p("params.json")), shapes,

@@ -66,9 +66,3 @@ def test_run_writes_posterior_and_plots(inputs, tmp_path):
     post.save(tmp_path / Posterior.FILE)
     back = Posterior.load(tmp_path / Posterior.FILE)
     assert back.names == post.names and np.allclose(back.particles, post.particles)
-
-
-def test_video_observation_is_rejected_with_reason(inputs, tmp_path):
-    art, jp, poses, shapes, _ = inputs
-    with pytest.raises(NotImplementedError, match="recording"):
-        identify.run(identify.IdentifyConfig(observation="video"), art, jp, poses, shapes, tmp_path)
