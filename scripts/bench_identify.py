@@ -18,6 +18,12 @@ value (one part weighed), which makes the rest identifiable; ``--protocol all_fr
 estimates everything. Both are reported when ``--both`` is given.
 
     python scripts/bench_identify.py [--out bench_identify.json] [--iterations 150] [--both]
+        [--input truth|video] [--observation joints|video]
+
+``--observation video`` fits the rendered depth of the simulated parts to the recording's
+depth at pixels around the mechanism (``pipeline/identify_video.py``, the paper's
+pixel-space likelihood) instead of the tracked joint positions; the tracked positions
+then only seed the shooting states.
 
 JSON: {"nmae": {"csvgd", "adam", "cmaes", "mcmc", "svgd"}, "seconds": {...}, ...}.
 """
@@ -35,7 +41,7 @@ import torch
 
 from vid2sim.models.inference import infer, nmae
 from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks
-from vid2sim.pipeline.identify import IdentifyConfig, build_simulator, joint_trajectory, make_problem
+from vid2sim.pipeline.identify import IdentifyConfig, build_simulator, joint_trajectory, make_problem, make_video_problem
 
 log = logging.getLogger("bench_identify")
 METHODS = ("csvgd", "adam", "cmaes", "mcmc", "svgd")
@@ -81,10 +87,11 @@ def video_inputs(name: str, seed: int, frames: int, fps: float, noise: str, work
         inferred = next((j.name for j in art.joints if by_child.get(j.child) == head), None)
         truth[f"{inferred}.{field}" if inferred else k] = v
     log.info("pipeline articulation: %s", [(j.name, j.type) for j in art.joints])
-    return art, jp, poses, shapes, truth
+    return art, jp, poses, shapes, truth, rec
 
 
-def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dict[str, float], methods) -> dict:
+def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dict[str, float], methods,
+                 rec=None) -> dict:
     fps = poses.fps
     sim = build_simulator(cfg, art, poses, shapes, fps)
     if anchor:  # a known parameter: limits collapsed to a sliver around its value
@@ -92,7 +99,8 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
             i = sim.names.index(n)
             sim.lower[i], sim.upper[i] = v * 0.999, v * 1.001
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
-    prob = make_problem(cfg, sim, q, fps)
+    prob = make_video_problem(cfg, sim, q, fps, rec, poses, shapes) if cfg.observation == "video" \
+        else make_problem(cfg, sim, q, fps)
     free = [i for i, n in enumerate(sim.names) if n not in anchor]
     names = [sim.names[i] for i in free]
     t_true = np.array([truth[n] for n in names])
@@ -135,16 +143,30 @@ def main() -> None:
     ap.add_argument("--input", choices=("truth", "video"), default="truth",
                     help="truth: the synthetic joint trajectories; video: depth video -> segment -> track -> articulate")
     ap.add_argument("--noise", default="none", help="sensor noise of the video input (none | realistic)")
+    ap.add_argument("--observation", choices=("joints", "video"), default="joints",
+                    help="likelihood: tracked joint positions, or rendered vs observed depth (pixel space)")
+    ap.add_argument("--pixels", type=int, default=1000, help="pixels per frame of --observation video")
+    ap.add_argument("--pixel-sigma", type=float, default=0.02, help="depth noise std (m) of --observation video")
     ap.add_argument("--work", type=Path, default=Path("runs/bench_identify"), help="recording and run of --input video")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(1)
+    rec = None
     if a.input == "video":
-        art, jp, poses, shapes, truth = video_inputs(a.mechanism, a.seed, a.frames, a.fps, a.noise, a.work)
+        art, jp, poses, shapes, truth, rec_path = video_inputs(a.mechanism, a.seed, a.frames, a.fps, a.noise, a.work)
     else:
         art, jp, poses, shapes, truth = truth_inputs(a.mechanism, a.seed, a.frames, a.fps)
+        if a.observation == "video":  # the recording of the same synthetic run, for the pixel likelihood
+            from vid2sim.datasets.synthetic import make_recording
+
+            rec_path = make_recording(a.mechanism, a.work / "recording", seed=a.seed, frames=a.frames, fps=a.fps,
+                                      noise=a.noise, overwrite=True)
+    if a.observation == "video":
+        from vid2sim.datasets.recording import open_recording
+
+        rec = open_recording(rec_path)
     cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, substeps=a.substeps, sigma=a.sigma,
-                         seed=a.seed, plots=False)
+                         seed=a.seed, plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
     methods = a.methods.split(",")
     protocols = ("anchored", "all_free") if a.both else (a.protocol,)
     first_mass = next(k for k in truth if k.endswith(".mass"))  # the truth's first body (the cart)
@@ -152,17 +174,18 @@ def main() -> None:
     for p in protocols:
         anchor = {first_mass: truth[first_mass]} if p == "anchored" else {}
         log.info("protocol %s (anchor %s)", p, anchor)
-        runs[p] = run_protocol(art, jp, poses, shapes, truth, cfg, anchor, methods)
+        runs[p] = run_protocol(art, jp, poses, shapes, truth, cfg, anchor, methods, rec)
     main_run = runs[a.protocol]
     result = {"nmae": main_run["nmae"], "seconds": main_run["seconds"], "protocol": a.protocol,
               "input": ("ground-truth joint trajectories (synthetic .q) and truth articulation; no track/articulate"
                         if a.input == "truth" else f"depth video ({a.noise} noise) -> segment -> track -> articulate"),
+              "observation": a.observation,
               "mechanism": a.mechanism, "frames": a.frames, "fps": a.fps, "particles": a.particles,
               "iterations": a.iterations, "windows": a.windows, "substeps": a.substeps,
               "budget_rollouts_per_method": a.particles * a.iterations, "config": dataclasses.asdict(cfg),
               "runs": runs}
     a.out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({"nmae": result["nmae"], "seconds": result["seconds"]}))
+    print(json.dumps({"nmae": result["nmae"], "seconds": result["seconds"], "observation": a.observation}))
 
 
 if __name__ == "__main__":
