@@ -111,20 +111,143 @@ def _step_impl(prep, q, qd, control, dt: float, integrator: str):
     raise ValueError(f"unknown integrator {integrator!r} (euler, rk4)")
 
 
+# Inductor options for the compiled step. Scalar (non-SIMD) C++ kernels: the tensors are tiny,
+# so SIMD code buys nothing at run time (measured 0.35 s vs 0.47 s per 64x200 cartpole
+# value+grad) but costs most of Inductor's code generation time; one compile thread avoids
+# starting a worker pool. No pattern-matcher passes: they cost ~2 s of a cold compile and bought
+# nothing measurable on these graphs (bench_simulate, cartpole: 12 s vs 14 s cold, same run
+# time). No size/stride asserts in the generated wrapper: ~25 checks per step forward and
+# backward, and the replay path below only runs a graph on the inputs it was compiled for.
+_INDUCTOR_OPTIONS = {"cpp.vec_isa_ok": False, "compile_threads": 1, "pattern_matcher": False,
+                     "size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
+
+
+class _Graph:
+    """One Inductor-compiled step as Dynamo traced it: where its inputs come from (Dynamo's
+    source names, e.g. ``L['prep'].model.mass``), the compiled forward/backward kernels and
+    their numbers of outputs/inputs."""
+
+    def __init__(self, sources: list[str]):
+        self.fw = self.bw = None
+        self.training = False
+        self.n_fw_out = self.n_bw_in = self.n_tangents = -1
+        try:
+            self.gather = eval("lambda L: (" + "".join(f"{s}, " for s in sources) + ")", {})
+        except SyntaxError:
+            self.gather = None
+
+    def ready(self) -> bool:
+        if self.gather is None or self.fw is None:
+            return False
+        if not self.training:
+            return self.n_fw_out == 2
+        # forward: (q, qd, *saved); backward: (*saved, grad q, grad qd)
+        return self.bw is not None and self.n_tangents == 2 and self.n_bw_in == self.n_fw_out
+
+
+class _Replay(torch.autograd.Function):
+    """Runs a captured forward graph and, in backward, its backward graph: what AOTAutograd's
+    runtime wrapper does, without its generic per-call bookkeeping (input/output aliasing,
+    mutations, subclasses, RNG, which do not occur in a step)."""
+
+    @staticmethod
+    def forward(ctx, graph, *inputs):
+        outs = graph.fw(list(inputs))
+        ctx.graph = graph
+        ctx.save_for_backward(*outs[2:])
+        return outs[0], outs[1]
+
+    @staticmethod
+    def backward(ctx, g_q, g_qd):
+        return (None, *ctx.graph.bw([*ctx.saved_tensors, g_q.contiguous(), g_qd.contiguous()]))
+
+
+def _num_outputs(gm) -> int:
+    return len(gm.graph.output_node().args[0])
+
+
+class _CompiledStep:
+    """``_step_impl`` under ``torch.compile``, plus a replay path for the rest of a rollout.
+
+    Every step of a rollout after the first calls the same graph on inputs of the same shapes,
+    dtypes, strides and requires_grad, so once Dynamo (guards) and AOTAutograd (runtime
+    wrappers) have run it for step 1, the later steps call its compiled kernels directly
+    (``replay``): those wrappers cost ~60 us per step forward and backward, more than the
+    kernels (64 x 200 cartpole value+grad, scripts/bench_simulate.py: 79 -> 56 ms in one run).
+    The backend records, per compiled graph, Dynamo's input sources and the Inductor forward
+    and backward (compiled eagerly, at the first call; it is compiled at the first backward
+    anyway). A graph is replayed only if step 1 ran exactly one graph, from inputs that its
+    sources find in this call's arguments, to the step's outputs; otherwise every step goes
+    through Dynamo as before.
+    """
+
+    def __init__(self):
+        self.runs = []
+        self.fn = torch.compile(_step_impl, dynamic=False, backend=self._backend)
+
+    def _backend(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        try:
+            graph = _Graph([n.meta["grapharg"].source.name for n in gm.graph.find_nodes(op="placeholder")])
+        except (AttributeError, KeyError):
+            graph = _Graph([])
+            graph.gather = None
+
+        def inner(g, ex, **kw):
+            out = compile_fx_inner(g, ex, **kw)
+            if kw.get("is_backward"):
+                graph.bw = out
+                phs = [n.name for n in g.graph.find_nodes(op="placeholder")]
+                graph.n_bw_in, graph.n_tangents = len(phs), sum(n.startswith("tangents") for n in phs)
+            else:
+                graph.fw, graph.training, graph.n_fw_out = out, not kw.get("is_inference", False), _num_outputs(g)
+            return out
+
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=_INDUCTOR_OPTIONS)
+
+        def run(*args):
+            out = compiled(*args)
+            self.runs.append((graph, tuple(map(id, args)), tuple(map(id, out))))
+            return out
+
+        return run
+
+    def __call__(self, prep, q, qd, control, dt: float, integrator: str):
+        self.runs = []
+        return self.fn(prep, q, qd, control, dt, integrator)
+
+    def replayable(self, out, prep, q, qd, control, dt: float, integrator: str):
+        """The graph that the latest call, with these arguments and outputs, ran if it can be
+        replayed for the following steps, else None."""
+        if len(self.runs) != 1:
+            return None
+        graph, in_ids, out_ids = self.runs[0]
+        if not graph.ready() or out_ids[:2] != (id(out[0]), id(out[1])):
+            return None
+        try:
+            inputs = graph.gather(dict(prep=prep, q=q, qd=qd, control=control, dt=dt, integrator=integrator))
+        except Exception:  # a source that is not a plain attribute/item path of the arguments
+            return None
+        return graph if tuple(map(id, inputs)) == in_ids else None
+
+    @staticmethod
+    def replay(graph, prep, q, qd, control, dt: float, integrator: str):
+        inputs = graph.gather(dict(prep=prep, q=q, qd=qd, control=control, dt=dt, integrator=integrator))
+        if graph.training:
+            return _Replay.apply(graph, *inputs)
+        outs = graph.fw(list(inputs))
+        return outs[0], outs[1]
+
+
 _compiled_step = None
 
 
-def _get_compiled():
+def _get_compiled() -> _CompiledStep:
     global _compiled_step
     if _compiled_step is None:
-        # Scalar (non-SIMD) C++ kernels: the tensors are tiny, so SIMD code buys nothing at run
-        # time (measured 0.35 s vs 0.47 s per 64x200 cartpole value+grad) but costs most of
-        # Inductor's code generation time; one compile thread avoids starting a worker pool.
-        # No pattern-matcher passes: they cost ~2 s of a cold compile and bought nothing
-        # measurable on these graphs (bench_simulate, cartpole: 12 s vs 14 s cold, same run time).
-        _compiled_step = torch.compile(_step_impl, dynamic=False,
-                                       options={"cpp.vec_isa_ok": False, "compile_threads": 1,
-                                                "pattern_matcher": False})
+        _compiled_step = _CompiledStep()
     return _compiled_step
 
 
@@ -143,9 +266,10 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     callable (k, state) -> Control.
     """
     prep = _prepare(model, algorithm)
-    fn = _get_compiled() if compile else _step_impl
+    compiled = _get_compiled() if compile else None
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
+    graph = None
     with contextlib.ExitStack() as stack:
         if compile:
             # Save only the step's inputs for backward and recompute the rest there: a step's
@@ -160,13 +284,21 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                 ctrl = controls(k, State(q, qd))
             else:
                 ctrl = controls.at(k)
-            if compile and k == 2 and not callable(controls):
-                # from here on every call sees the inputs the guards already accepted (same
-                # tensors' shapes/dtypes/requires_grad, same model), so skip re-checking them
-                stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
-            # the first step runs eagerly: its input q0 may not require grad while later ones do,
-            # which would otherwise cost a second compilation
-            q, qd = (_step_impl if k == 0 else fn)(prep, q, qd, ctrl, float(dt), integrator)
+            if graph is not None:
+                q, qd = compiled.replay(graph, prep, q, qd, ctrl, float(dt), integrator)
+            elif k == 0 or not compile:
+                # the first step runs eagerly: its input q0 may not require grad while later ones
+                # do, which would otherwise cost a second compilation
+                q, qd = _step_impl(prep, q, qd, ctrl, float(dt), integrator)
+            else:
+                if k == 2 and not callable(controls):
+                    # no replay (see _CompiledStep): every call sees the inputs that step 1's
+                    # guards accepted (same shapes/dtypes/requires_grad, same model)
+                    stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
+                args = (prep, q, qd, ctrl, float(dt), integrator)
+                q, qd = compiled(*args)
+                if k == 1 and not callable(controls):
+                    graph = compiled.replayable((q, qd), *args)
             qs.append(q)
             qds.append(qd)
     return State(torch.stack(qs), torch.stack(qds))
