@@ -204,7 +204,10 @@ class _CompiledStep:
                 graph.fw, graph.training, graph.n_fw_out = out, not kw.get("is_inference", False), _num_outputs(g)
             return out
 
-        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+        # AOTAutograd's cache would hand back its wrapped function without calling ``inner``;
+        # without it a warm start re-traces the joint graph (~2 s) and Inductor's FX graph
+        # cache still serves the kernels.
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True, enable_autograd_cache=False):
             compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=_INDUCTOR_OPTIONS)
 
         def run(*args):
