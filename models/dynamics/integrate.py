@@ -139,6 +139,10 @@ class _Graph:
     def ready(self) -> bool:
         if self.gather is None or self.fw is None:
             return False
+        # the generated ``call`` itself, without CompiledFxGraph.__call__'s per-call bookkeeping
+        # (profiler records, autotune-cache context; nothing to do after the first call)
+        self.fw_call = getattr(self.fw, "current_callable", None) or self.fw
+        self.bw_call = getattr(self.bw, "current_callable", None) or self.bw
         if not self.training:
             return self.n_fw_out == 2
         # forward: (q, qd, *saved); backward: (*saved, grad q, grad qd)
@@ -152,14 +156,14 @@ class _Replay(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, graph, *inputs):
-        outs = graph.fw(list(inputs))
+        outs = graph.fw_call(list(inputs))
         ctx.graph = graph
         ctx.save_for_backward(*outs[2:])
         return outs[0], outs[1]
 
     @staticmethod
     def backward(ctx, g_q, g_qd):
-        return (None, *ctx.graph.bw([*ctx.saved_tensors, g_q.contiguous(), g_qd.contiguous()]))
+        return (None, *ctx.graph.bw_call([*ctx.saved_tensors, g_q.contiguous(), g_qd.contiguous()]))
 
 
 def _num_outputs(gm) -> int:
@@ -240,11 +244,12 @@ class _CompiledStep:
         inputs = graph.gather(dict(prep=prep, q=q, qd=qd, control=control, dt=dt, integrator=integrator))
         if graph.training:
             return _Replay.apply(graph, *inputs)
-        outs = graph.fw(list(inputs))
+        outs = graph.fw_call(list(inputs))
         return outs[0], outs[1]
 
 
 _compiled_step = None
+_ACTIVATION_BUDGET = 0.0
 
 
 def _get_compiled() -> _CompiledStep:
@@ -279,7 +284,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             # intermediates are ~100 tiny tensors whose allocation costs more than recomputing
             # them (cartpole 64 x 200 value+grad: 53 ms vs 70 ms). Read when AOTAutograd
             # partitions the joint graph, i.e. at (re)compilation inside this loop.
-            stack.enter_context(torch._functorch.config.patch(activation_memory_budget=0.0))
+            stack.enter_context(torch._functorch.config.patch(activation_memory_budget=_ACTIVATION_BUDGET))
         for k in range(steps):
             if controls is None:
                 ctrl = None
