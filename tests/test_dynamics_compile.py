@@ -41,8 +41,9 @@ def _count_replays(monkeypatch):
 def test_compiled_rollout_value_and_gradients_equal_eager(monkeypatch):
     base, mass, damping, q0, qd0, tau = _problem()
 
-    def run(compile):
+    def run(compile, q0_grad=True):
         m, d, q = (t.clone().requires_grad_() for t in (mass, damping, q0))
+        q.requires_grad_(q0_grad)
         tr = rollout(base.replace(mass=m, damping=d), State(q, qd0), STEPS, dt=0.01, controls=tau,
                      compile=compile)
         (tr.q[1:].pow(2).sum() + tr.qd[-1].sin().sum()).backward()
@@ -50,11 +51,17 @@ def test_compiled_rollout_value_and_gradients_equal_eager(monkeypatch):
 
     calls = _count_replays(monkeypatch)
     compiled = run(True)
-    assert len(calls) == STEPS - 2          # step 0 eager, step 1 through torch.compile
+    assert len(calls) == STEPS - 1          # step 0 through torch.compile
     compiled = run(True)                    # a second rollout replays again
-    assert len(calls) == 2 * (STEPS - 2)
+    assert len(calls) == 2 * (STEPS - 1)
     for a, b in zip(compiled, run(False)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+    # q0 that does not require grad (step 0 then sees a copy that does, like the later steps)
+    compiled = run(True, q0_grad=False)
+    assert len(calls) == 3 * (STEPS - 1)
+    for a, b in zip(compiled[:4], run(False, q0_grad=False)[:4]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+    assert compiled[4] is None
 
 
 def test_compiled_rollout_without_grad_equals_eager(monkeypatch):
@@ -63,7 +70,7 @@ def test_compiled_rollout_without_grad_equals_eager(monkeypatch):
     calls = _count_replays(monkeypatch)
     with torch.no_grad():
         compiled = rollout(model, State(q0, qd0), STEPS, dt=0.01, controls=tau, compile=True)
-    assert len(calls) == STEPS - 2 and not compiled.q.requires_grad
+    assert len(calls) == STEPS - 1 and not compiled.q.requires_grad
     eager = rollout(model, State(q0, qd0), STEPS, dt=0.01, controls=tau)
     np.testing.assert_allclose(compiled.q.numpy(), eager.q.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(compiled.qd.numpy(), eager.qd.numpy(), rtol=1e-10, atol=1e-12)

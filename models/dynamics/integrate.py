@@ -11,6 +11,7 @@ the number of steps.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 import torch._functorch.config  # noqa: F401  (activation_memory_budget, see rollout)
@@ -259,6 +260,17 @@ def _get_compiled() -> _CompiledStep:
     return _compiled_step
 
 
+def _requires_grad(model: Model, state0: State, controls) -> bool:
+    """Whether any tensor a step reads (state, model parameters, neural augmentation, controls)
+    requires grad, i.e. whether the states after step 0 will."""
+    tensors = [state0.q, state0.qd]
+    tensors += [getattr(model, f.name) for f in dataclasses.fields(model)]
+    tensors += [p for n in model.nets for p in n.parameters()]
+    if controls is not None:
+        tensors += [controls.tau, controls.tip_pos, controls.tip_vel]
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
 def step(model: Model, state: State, control: Control | None = None, dt: float = 1e-3,
          integrator: str = "euler", algorithm: str = "jsim") -> State:
     """One time step of length dt (s); algorithm as in ``accelerations``."""
@@ -277,6 +289,19 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     compiled = _get_compiled() if compile else None
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
+    # Steps that run through torch.compile: from step 1 on every step's inputs have the same
+    # shapes, dtypes, strides and requires_grad (step 0's q0 may not require grad while later
+    # q do, which would cost a second compilation, so step 0 runs eagerly) ...
+    first = 1
+    if compile and not callable(controls):
+        if torch.is_grad_enabled() and _requires_grad(model, state0, controls):
+            # ... unless step 0 gets a q0/qd0 that requires grad like the later ones: a copy whose
+            # gradient nobody reads (state0 itself is what index 0 of the result holds)
+            first = 0
+            q = q if q.requires_grad else q.detach().requires_grad_()
+            qd = qd if qd.requires_grad else qd.detach().requires_grad_()
+        elif not (q.requires_grad or qd.requires_grad):
+            first = 0                   # no state will require grad
     graph = None
     with contextlib.ExitStack() as stack:
         if compile:
@@ -294,18 +319,16 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                 ctrl = controls.at(k)
             if graph is not None:
                 q, qd = compiled.replay(graph, prep, q, qd, ctrl, float(dt), integrator)
-            elif k == 0 or not compile:
-                # the first step runs eagerly: its input q0 may not require grad while later ones
-                # do, which would otherwise cost a second compilation
+            elif k < first or not compile:
                 q, qd = _step_impl(prep, q, qd, ctrl, float(dt), integrator)
             else:
-                if k == 2 and not callable(controls):
-                    # no replay (see _CompiledStep): every call sees the inputs that step 1's
-                    # guards accepted (same shapes/dtypes/requires_grad, same model)
+                if k == first + 1 and not callable(controls):
+                    # no replay (see _CompiledStep): every call sees the inputs that the first
+                    # compiled step's guards accepted (same shapes/dtypes/requires_grad, same model)
                     stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
                 args = (prep, q, qd, ctrl, float(dt), integrator)
                 q, qd = compiled(*args)
-                if k == 1 and not callable(controls):
+                if k == first and not callable(controls):
                     graph = compiled.replayable((q, qd), *args)
             qs.append(q)
             qds.append(qd)
