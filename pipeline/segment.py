@@ -9,6 +9,10 @@ extents). A part that fits no library shape is an error naming what was seen.
 Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``learned`` (Mask R-CNN, ``models/segmenter``, trained on synthetic primitives) and
 ``geometric`` (training-free: discontinuities, normal clustering, primitive fitting).
+On metric depth the learned detections are checked and completed with the depth
+(``models/segmenter/refine``: masks snapped to depth regions, low-score detections kept
+where the depth shows an unexplained part, class scores combined with the geometric
+classifier's).
 Several early frames can be looked at; the one with the most confident parts is kept.
 Writes ``segmentation_overlay.png`` beside the artifact.
 
@@ -49,7 +53,10 @@ class SegmentConfig:
     frames: tuple[int, ...] = (0, 3, 6, 9, 12)  # candidate frames; the one explaining most library shapes (then most confident) is used
     score_threshold: float = 0.5  # parts scored below this are dropped
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
-    snap_to_depth: bool = True  # learned: snap the network's coarse masks to depth-edge regions
+    # learned: check and complete the network's detections with the depth (models/segmenter/refine.py:
+    # masks snapped to depth-edge regions, depth-confirmed low-score detections kept, class
+    # scores combined with primitive fitting); False = the network alone
+    snap_to_depth: bool = True
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
     min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
     unmatched: str = "error"  # a part fitting no library shape: "error" (name what was seen) or "ignore" (log, drop)
@@ -82,11 +89,13 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
            checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True) -> list[Detection]:
     """Instances in one frame with the chosen segmenter, best first."""
     if method == "learned":
-        dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)
         if snap_to_depth:
-            from vid2sim.models.segmenter.geometric import depth_regions, snap_to_regions
+            from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
-            dets = snap_to_regions(dets, depth_regions(depth, K))
+            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, min(LOW_SCORE, score_threshold))
+            dets = refine_detections(dets, depth, K, score_threshold)
+        else:
+            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)
     elif method == "geometric":
         from vid2sim.models.segmenter.geometric import segment_geometric
 
@@ -172,6 +181,19 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return out
 
 
+def _confirmed(dets: list[Detection], names: list[str | None], score_threshold: float) -> list[int]:
+    """Indices of the detections to keep: all scored at or above the threshold, and those
+    below it (kept by ``refine_detections`` for what the depth shows) only where they
+    explain a library shape that no more confident part explains: a low-score piece of
+    the cart beside the cart is not a second body."""
+    keep, taken = [], set()
+    for k in sorted(range(len(dets)), key=lambda k: -dets[k].score):
+        if dets[k].score >= score_threshold or (names[k] is not None and names[k] not in taken):
+            keep.append(k)
+            taken.add(names[k])
+    return sorted(keep)
+
+
 def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:
     kept: list[Detection] = []
     for d in dets:
@@ -235,6 +257,10 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         seen_i = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+            keep = _confirmed(dets, matched, cfg.score_threshold)
+            if len(keep) < len(dets):
+                dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
+                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
         named = [n for n in matched if n is not None]
         rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
         log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),

@@ -15,9 +15,12 @@ was not trained with). Per segmenter and noise setting:
   predicted class is right;
 - ``detected``: share of ground-truth instances matched at IoU >= 0.5.
 
-``learned`` is the learned segmenter as the segment stage runs it (network masks snapped
-to depth-edge regions, ``SegmentConfig.snap_to_depth``); ``learned_raw`` the network alone.
-Also the time of one 320x240 frame (normal map + network + snapping) for the learned one.
+``learned`` is the learned segmenter as the segment stage runs it (``SegmentConfig.snap_to_depth``,
+``models/segmenter/refine.py``: network masks snapped to depth-edge regions, depth-confirmed
+detections down to score ``LOW_SCORE`` kept, class scores combined with the geometric
+classifier's); ``learned_raw`` the network alone at the score threshold, so the difference
+is what the geometry adds. Also the time of one 320x240 frame (normal map + network +
+refinement) for the learned one.
 The last line printed is the JSON summary.
 """
 from __future__ import annotations
@@ -34,9 +37,10 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_sample
-from vid2sim.models.segmenter.geometric import depth_regions, segment_geometric, snap_to_regions
+from vid2sim.models.segmenter.geometric import segment_geometric
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Segmenter
 from vid2sim.models.segmenter.normals import depth_to_normal_image
+from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
 
 def iou_matrix(gt: np.ndarray, pred: list[np.ndarray]) -> np.ndarray:
@@ -135,9 +139,10 @@ def main(argv=None) -> int:
             for m in methods:
                 if m == "learned":
                     t = time.perf_counter()
-                    raw = seg.predict(depth_to_normal_image(depth, s.K), args.score_threshold)
-                    dets = snap_to_regions(raw, depth_regions(depth, s.K))
+                    low = seg.predict(depth_to_normal_image(depth, s.K), min(LOW_SCORE, args.score_threshold))
+                    dets = refine_detections(low, depth, s.K, args.score_threshold)
                     times.append(time.perf_counter() - t)
+                    raw = [d for d in low if d.score >= args.score_threshold]
                     scores.setdefault(("learned_raw", noise), Scorer()).add(s.masks, s.labels, raw)
                 else:
                     dets = [d for d in segment_geometric(depth, s.K) if d.score >= args.score_threshold]

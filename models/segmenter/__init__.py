@@ -10,6 +10,9 @@
   frames; ``vid2sim train-segmenter --images DIR --masks DIR``).
 - ``geometric``: the training-free baseline (discontinuities, normal clustering,
   primitive fitting).
+- ``refine``: the learned detections as the segment stage uses them, checked and
+  completed with the depth (snapping, depth-confirmed low-score detections, class by
+  ``class_head``: network scores + geometric cues, fitted on the training stream).
 
 The shipped checkpoint is reproduced by ``scripts/train_segmenter.py`` (command in its
 docstring) and measured by ``scripts/bench_segment.py``.

@@ -127,11 +127,21 @@ def _fit_sphere(p: np.ndarray) -> tuple[np.ndarray, float]:
     return c, r
 
 
-def classify_region(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
-    """p, n: (N, 3) points and normals of one region -> (class index, confidence in [0, 1])."""
+# region_features columns: planar fraction, sphere inliers, log elongation, rounded ends, flat ends
+FEATURES = ("planar", "sphere_inliers", "log_elongation", "round_ends", "flat_ends")
+
+
+def region_features(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """p, n: (N, 3) points and normals of one region -> (5,) the cues ``classify_region`` decides on.
+
+    planar: share of normals in at most three perpendicular directions (box faces);
+    sphere_inliers: share of points on the least-squares sphere with radial normals;
+    log_elongation: log ratio of the two largest point-spread eigenvalues; round_ends,
+    flat_ends: at the ends of the rod's axis, share of normals that turn smoothly
+    towards it (a capsule's hemispheres) or lie along it (a cylinder's flat cap); -1
+    where the region has no ends to look at.
+    """
     planar = _planar_fraction(n, rng)
-    if planar > 0.75:
-        return BOX, planar
     q = p - p.mean(0)
     evals, evecs = np.linalg.eigh(q.T @ q / len(q))
     elong = float(evals[2] / max(evals[1], 1e-12))
@@ -139,8 +149,6 @@ def classify_region(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> t
     res = np.abs(np.linalg.norm(p - c, axis=1) - r)
     radial = (p - c) / np.maximum(np.linalg.norm(p - c, axis=1, keepdims=True), 1e-9)
     sphere_inl = float(np.mean((res < np.maximum(0.05 * r, _noise_tol(p[:, 2]))) & ((radial * n).sum(1) > 0.85)))
-    if sphere_inl > 0.9 and elong < 4.0:
-        return SPHERE, sphere_inl
     # Axis: the points' main direction when elongated; otherwise the direction the side
     # normals are perpendicular to (smallest eigenvector of sum n n^T).
     axis = evecs[:, 2]
@@ -152,10 +160,27 @@ def classify_region(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> t
     # The ends decide: a capsule's hemispheres turn their normals smoothly towards the
     # axis; a cylinder's end is its side (normals across the axis) or a flat cap (along it).
     ends = (t < t.min() + radius) | (t > t.max() - radius)
-    if ends.sum() < 5:
+    round_ = flat = -1.0
+    if ends.sum() >= 5:
+        round_ = float(np.mean((a_dot[ends] > 0.35) & (a_dot[ends] < 0.92)))
+        flat = float(np.mean(a_dot[ends] >= 0.92))
+    return np.array([planar, sphere_inl, np.log(max(elong, 1e-12)), round_, flat])
+
+
+def classify_region(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
+    """p, n: (N, 3) points and normals of one region -> (class index, confidence in [0, 1])."""
+    return classify_features(region_features(p, n, rng))
+
+
+def classify_features(f: np.ndarray) -> tuple[int, float]:
+    """The training-free decision on ``region_features``: (class index, confidence)."""
+    planar, sphere_inl, log_elong, round_, flat = (float(x) for x in f)
+    if planar > 0.75:
+        return BOX, planar
+    if sphere_inl > 0.9 and log_elong < np.log(4.0):
+        return SPHERE, sphere_inl
+    if round_ < 0:
         return CYLINDER, 0.5
-    round_ = float(np.mean((a_dot[ends] > 0.35) & (a_dot[ends] < 0.92)))
-    flat = float(np.mean(a_dot[ends] >= 0.92))
     if round_ > 0.25 and round_ > flat:
         return CAPSULE, min(1.0, 0.5 + round_)
     return CYLINDER, min(1.0, 1.0 - round_)
