@@ -59,6 +59,7 @@ class IdentifyConfig:
     pixel_sigma: float = 0.02      # observation=video: depth noise std (m) per pixel
     pixels: int = 1000             # observation=video: pixels compared per frame (drawn around the mechanism)
     pixel_margin: int = 6          # observation=video: px added around the parts' silhouettes
+    render_dtype: str = "float32"  # observation=video: ray casting precision (float32 | float64)
     frames: int = 0                # use the first `frames` frames (0: all)
     substeps: int = 4              # simulator steps per video frame (semi-implicit Euler)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
@@ -184,7 +185,10 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, f
     shape_of = dict(zip(poses.body_names, poses.shape_names))
     obs = select_pixels(rec, poses, bodies, shapes, q.shape[0], cfg.pixels, cfg.pixel_margin, cfg.seed)
     T0 = np.stack([poses.world_from_body[0, poses.body_names.index(b)] for b in bodies])
-    observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs)
+    if cfg.render_dtype not in ("float32", "float64"):
+        raise ValueError(f"identify: render_dtype must be 'float32' or 'float64', got {cfg.render_dtype!r}")
+    observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs,
+                             dtype=getattr(torch, cfg.render_dtype))
     joints = make_problem(cfg, sim, q, fps)
     return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate,
                    [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)

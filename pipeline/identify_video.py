@@ -25,6 +25,11 @@ frame, then ``pixels`` of them drawn at random (seeded). The background is the
 per-pixel median of the frames where no part covers the pixel (forecast's
 ``static_background``). Deliberately not done: colour (depth only), meshes (analytic
 primitives only) and occluders that are not parts of the mechanism.
+
+Rendering runs in float32 by default (``IdentifyConfig.render_dtype``): on the test
+cartpole (16 particles x 30 frames x 1000 pixels, forward + backward) 4.4 s against
+8.7-12.4 s in float64 on the shared 2-core machine, the same mean depth error to 1e-7 m;
+kinematics and dynamics stay float64.
 """
 from __future__ import annotations
 
@@ -90,28 +95,28 @@ class DepthObserver:
     """``observe`` for ``Problem``: states (..., S) -> composited depth (..., N) at the chosen pixels."""
 
     def __init__(self, model, nq: int, rec: Recording, shapes: list[Shape], T_world_body0: np.ndarray,
-                 obs: PixelObservation, tau: float = 0.003):
+                 obs: PixelObservation, tau: float = 0.003, dtype: torch.dtype = torch.float32):
         from vid2sim.models.dynamics import forward_kinematics
 
         self.fk, self.model, self.nq, self.tau = forward_kinematics, model, nq, tau
         self.prims = [Primitive.from_shape(s) for s in shapes]
-        dt = torch.float64
+        self.dtype = dt = dtype
         cam = rec.camera
         px = torch.as_tensor(obs.pixels, dtype=dt)
         self.d_cam = torch.stack([(px[:, 0] - cam.cx) / cam.fx, (px[:, 1] - cam.cy) / cam.fy, torch.ones_like(px[:, 0])], -1)
         self.T_camera_world = torch.as_tensor(cam.camera_from_world, dtype=dt)
         self.background = torch.as_tensor(obs.background, dtype=dt)
         # model frame -> part (shape) frame: constant, from frame 0 where the model's q = 0
-        q0 = torch.zeros(1, model.nq, dtype=dt)
+        q0 = torch.zeros(1, model.nq, dtype=torch.float64)
         F0 = forward_kinematics(model, q0)[0]
-        self.offset = torch.linalg.solve(F0, torch.as_tensor(T_world_body0, dtype=dt))  # (M, 4, 4)
+        self.offset = torch.linalg.solve(F0, torch.as_tensor(T_world_body0, dtype=torch.float64))  # (M, 4, 4)
 
     def __call__(self, states: torch.Tensor) -> torch.Tensor:
         lead = states.shape[:-1]
         q = states.reshape(-1, states.shape[-1])[:, :self.nq]
-        T_cam_body = self.T_camera_world @ (self.fk(self.model, q) @ self.offset)  # (B, M, 4, 4)
-        depth = self.composite(T_cam_body)
-        return depth.reshape(*lead, -1)
+        T_world_body = self.fk(self.model, q) @ self.offset                         # (B, M, 4, 4)
+        depth = self.composite(self.T_camera_world @ T_world_body.to(self.dtype))
+        return depth.to(states.dtype).reshape(*lead, -1)
 
     def composite(self, T_cam_body: torch.Tensor) -> torch.Tensor:
         """(B, M, 4, 4) camera-frame part poses -> (B, N) depth, soft edges, nearest part in front."""

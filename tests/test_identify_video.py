@@ -27,7 +27,7 @@ def case(tmp_path_factory):
     poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]],
                        np.zeros(FRAMES), 30.0)
     jp = JointPositions(np.asarray(s.q, float), list(s.joint_names))
-    cfg = identify.IdentifyConfig(observation="video", substeps=8)
+    cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float64")
     sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
     q = identify.joint_trajectory(jp, sim.dof_names)
     prob = identify.make_video_problem(cfg, sim, q, 30.0, rec, poses, s.shapes)
@@ -90,3 +90,12 @@ def test_video_observation_needs_the_recording(case, tmp_path):
         identify.run(identify.IdentifyConfig(observation="video"), art, jp, poses, s.shapes, tmp_path)
     with pytest.raises(ValueError, match="'joints' or 'video'"):
         identify.run(identify.IdentifyConfig(observation="pixels"), art, jp, poses, s.shapes, tmp_path)
+
+
+def test_float32_rendering_equals_float64(case):
+    rec, art, jp, poses, s, sim, prob, _ = case
+    q = identify.joint_trajectory(jp, sim.dof_names)
+    cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float32")
+    prob32 = identify.make_video_problem(cfg, sim, q, 30.0, rec, poses, s.shapes)
+    x = prob.state_guess[0][None]
+    assert (prob32.observe(x) - prob.observe(x)).abs().max() < 1e-4   # m
