@@ -6,7 +6,11 @@ scheme on (q, qd) with the same renormalisation. ``rollout(compile=True)`` wraps
 step in ``torch.compile`` (traced once per model structure; a few seconds cold) which
 fuses the hundreds of tiny batched ops of a step into a few kernels for forward and
 backward; the rollout itself stays a Python loop so compile time does not grow with
-the number of steps.
+the number of steps, and after the first step it calls the compiled kernels directly
+(``_CompiledStep``) instead of going through torch.compile's per-call machinery.
+Not done here: compiling several steps per call or the whole loop (``scan``): compile
+time grows with the graph (2 steps: 24 s, 4 steps: 66 s cold vs 10 s for one) and
+Inductor's while-loop lowering of ``scan`` ran slower (133 ms vs 95 ms, 45 s cold).
 """
 from __future__ import annotations
 
@@ -117,9 +121,14 @@ def _step_impl(prep, q, qd, control, dt: float, integrator: str):
 # value+grad) but costs most of Inductor's code generation time; one compile thread avoids
 # starting a worker pool. No pattern-matcher passes: they cost ~2 s of a cold compile and bought
 # nothing measurable on these graphs (bench_simulate, cartpole: 12 s vs 14 s cold, same run
-# time). No size/stride asserts in the generated wrapper: ~25 checks per step forward and
-# backward, and the replay path below only runs a graph on the inputs it was compiled for.
+# time). No scheduler reordering passes (loop order after fusion, peak memory, locality, index
+# inversion): ~0.5-1 s of a cold compile, run time unchanged or better (cartpole 12.5/13.4 s vs
+# 12.9/14.5 s cold, 42 vs 44-46 ms, alternating runs). No size/stride asserts in the generated
+# wrapper: ~25 checks per step forward and backward, and a replayed graph (below) only ever
+# sees the inputs it was compiled for.
 _INDUCTOR_OPTIONS = {"cpp.vec_isa_ok": False, "compile_threads": 1, "pattern_matcher": False,
+                     "loop_ordering_after_fusion": False, "reorder_for_peak_memory": False,
+                     "reorder_for_locality": False, "loop_index_inversion_in_fusion": False,
                      "size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
 
 
@@ -164,6 +173,8 @@ class _Replay(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_q, g_qd):
+        if torch.is_grad_enabled():     # the kernels record no graph, like torch.compile's backward
+            raise RuntimeError("rollout(compile=True) does not support double backward (create_graph=True)")
         return (None, *ctx.graph.bw_call([*ctx.saved_tensors, g_q.contiguous(), g_qd.contiguous()]))
 
 
@@ -174,16 +185,17 @@ def _num_outputs(gm) -> int:
 class _CompiledStep:
     """``_step_impl`` under ``torch.compile``, plus a replay path for the rest of a rollout.
 
-    Every step of a rollout after the first calls the same graph on inputs of the same shapes,
-    dtypes, strides and requires_grad, so once Dynamo (guards) and AOTAutograd (runtime
-    wrappers) have run it for step 1, the later steps call its compiled kernels directly
-    (``replay``): those wrappers cost ~60 us per step forward and backward, more than the
-    kernels (64 x 200 cartpole value+grad, scripts/bench_simulate.py: 79 -> 56 ms in one run).
+    All compiled steps of a rollout call the same graph on inputs of the same shapes, dtypes,
+    strides and requires_grad (``rollout`` sees to it), so once Dynamo (guards) and AOTAutograd
+    (runtime wrappers) have run it for the first of them, the later steps call its compiled
+    kernels directly (``replay``): those wrappers cost more than the kernels, ~100 us of the
+    ~265 us per cartpole step forward and backward (64 x 200 value+grad in
+    scripts/bench_simulate.py: 60 -> 44 ms vs the previous torch.compile-only loop in one run).
     The backend records, per compiled graph, Dynamo's input sources and the Inductor forward
-    and backward (compiled eagerly, at the first call; it is compiled at the first backward
-    anyway). A graph is replayed only if step 1 ran exactly one graph, from inputs that its
-    sources find in this call's arguments, to the step's outputs; otherwise every step goes
-    through Dynamo as before.
+    and backward (compiled eagerly at the first call instead of at the first backward). A graph
+    is replayed only if that first call ran exactly one graph, from inputs that its sources
+    find in the call's arguments, to the step's outputs; otherwise every step goes through
+    Dynamo as before.
     """
 
     def __init__(self):
@@ -250,7 +262,7 @@ class _CompiledStep:
 
 
 _compiled_step = None
-_ACTIVATION_BUDGET = 0.0
+_ACTIVATION_BUDGET = 0.0    # AOTAutograd's activation_memory_budget for the step (see rollout)
 
 
 def _get_compiled() -> _CompiledStep:
