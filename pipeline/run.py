@@ -41,6 +41,7 @@ class StageSpec:
     config_class: str  # attribute of vid2sim.pipeline.<name>
     inputs: tuple[str, ...]  # artifact files in RUN this stage reads
     outputs: tuple[str, ...]  # files in RUN this stage writes
+    optional: tuple[str, ...] = ()  # files it reads when present (part of the cache key, not required)
 
     @property
     def module_name(self) -> str:
@@ -64,7 +65,10 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("export", "ExportConfig", ("articulation.json", "params.json", "poses.npz"), ("model.urdf",)),
     StageSpec("forecast", "ForecastConfig", ("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "model.urdf"),
               ("forecast.npz", "forecast.json")),
-    StageSpec("report", "ReportConfig", ("segmentation.npz",), ("report.html",)),
+    # the report shows whatever later stages wrote: a changed artifact must re-make it
+    StageSpec("report", "ReportConfig", ("segmentation.npz",), ("report.html",),
+              optional=("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "model.urdf",
+                        "forecast.json", "forecast.npz")),
 )
 STAGE_BY_NAME = {s.name: s for s in STAGES}
 
@@ -149,6 +153,8 @@ def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> str:
                          "recording": rec.fingerprint()}, sort_keys=True).encode())
     for f in spec.inputs:
         h.update(f.encode() + _file_digest(run_dir / f).encode())
+    for f in spec.optional:
+        h.update(f.encode() + (_file_digest(run_dir / f) if (run_dir / f).exists() else "absent").encode())
     return h.hexdigest()
 
 

@@ -62,6 +62,7 @@ def test_second_run_is_cached_and_a_changed_setting_reruns_downstream_only(full_
     status = runner.run_pipeline(cabinet_rec, run_dir, runner.resolve_configs(changed))
     assert [status[s] for s in ("segment", "track", "articulate")] == ["cached"] * 3
     assert status["identify"] == "ran" and status["export"] in ("ran", "cached")
+    assert status["report"] == "ran"   # it shows params.json: a stale page would mislead
     assert before == {f: (run_dir / f).read_bytes() for f in before}
 
 
