@@ -9,10 +9,10 @@ extents). A part that fits no library shape is an error naming what was seen.
 Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``learned`` (Mask R-CNN, ``models/segmenter``, trained on synthetic primitives) and
 ``geometric`` (training-free: discontinuities, normal clustering, primitive fitting).
-On metric depth the learned detections are checked and completed with the depth
-(``models/segmenter/refine``: masks snapped to depth regions, low-score detections kept
-where the depth shows an unexplained part, class scores combined with the geometric
-classifier's).
+On metric depth the learned detections (class scores averaged with a mirrored pass) are
+checked and completed with the depth (``models/segmenter/refine``: masks snapped to depth
+regions, low-score detections kept where the depth shows an unexplained part, class from
+the network's scores and geometric cues).
 Several early frames can be looked at; the one with the most confident parts is kept.
 Writes ``segmentation_overlay.png`` beside the artifact.
 
@@ -53,9 +53,10 @@ class SegmentConfig:
     frames: tuple[int, ...] = (0, 3, 6, 9, 12)  # candidate frames; the one explaining most library shapes (then most confident) is used
     score_threshold: float = 0.5  # parts scored below this are dropped
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
-    # learned: check and complete the network's detections with the depth (models/segmenter/refine.py:
-    # masks snapped to depth-edge regions, depth-confirmed low-score detections kept, class
-    # scores combined with primitive fitting); False = the network alone
+    # learned: class scores averaged over a mirrored pass, then the detections checked and completed
+    # with the depth (models/segmenter/refine.py: masks snapped to depth-edge regions,
+    # depth-confirmed low-score detections kept, class from network scores + geometric cues);
+    # False = the network alone
     snap_to_depth: bool = True
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
     min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
@@ -92,7 +93,8 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
         if snap_to_depth:
             from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
-            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, min(LOW_SCORE, score_threshold))
+            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, min(LOW_SCORE, score_threshold),
+                                                                     mirror=True)
             dets = refine_detections(dets, depth, K, score_threshold)
         else:
             dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)

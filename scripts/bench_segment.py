@@ -15,11 +15,12 @@ was not trained with). Per segmenter and noise setting:
   predicted class is right;
 - ``detected``: share of ground-truth instances matched at IoU >= 0.5.
 
-``learned`` is the learned segmenter as the segment stage runs it (``SegmentConfig.snap_to_depth``,
-``models/segmenter/refine.py``: network masks snapped to depth-edge regions, depth-confirmed
-detections down to score ``LOW_SCORE`` kept, class scores combined with the geometric
-classifier's); ``learned_raw`` the network alone at the score threshold, so the difference
-is what the geometry adds. Also the time of one 320x240 frame (normal map + network +
+``learned`` is the learned segmenter as the segment stage runs it (``SegmentConfig.snap_to_depth``):
+the network's class scores averaged with a left-right mirrored pass (``Segmenter.predict(mirror=True)``),
+then ``models/segmenter/refine.py`` (masks snapped to depth-edge regions, depth-confirmed
+detections down to score ``LOW_SCORE`` kept, class from the network's scores and geometric
+cues by ``class_head``); ``learned_raw`` the network alone, one pass, at the score
+threshold. Also the time of one 320x240 frame (normal map + both network passes +
 refinement) for the learned one.
 The last line printed is the JSON summary.
 """
@@ -139,8 +140,9 @@ def main(argv=None) -> int:
             for m in methods:
                 if m == "learned":
                     t = time.perf_counter()
-                    low = seg.predict(depth_to_normal_image(depth, s.K), min(LOW_SCORE, args.score_threshold))
-                    dets = refine_detections(low, depth, s.K, args.score_threshold)
+                    img = depth_to_normal_image(depth, s.K)
+                    low = seg.predict(img, min(LOW_SCORE, args.score_threshold))
+                    dets = refine_detections(seg.mirror_average(img, low), depth, s.K, args.score_threshold)
                     times.append(time.perf_counter() - t)
                     raw = [d for d in low if d.score >= args.score_threshold]
                     scores.setdefault(("learned_raw", noise), Scorer()).add(s.masks, s.labels, raw)

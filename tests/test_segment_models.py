@@ -201,3 +201,14 @@ def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():
         truth[v0:v1, u0:u1] = True
         assert not (d.mask & ~truth).any() and d.mask.sum() / truth.sum() > 0.87
     assert refine_detections(dets, depth, K, score_threshold=0.5, low_score=0.25, classify=False)[-1].score == 0.9
+
+
+def test_mirrored_normal_image_is_that_of_the_mirrored_depth():
+    """The mirrored pass of ``Segmenter.predict(mirror=True)`` sees what a mirrored camera would (to rounding)."""
+    from vid2sim.models.segmenter.model import mirror_normal_image
+
+    s = make_sample(3, HELD_OUT_SEED)
+    K_m = s.K.copy()
+    K_m[0, 2] = s.depth.shape[1] - 1 - K_m[0, 2]
+    direct = depth_to_normal_image(np.ascontiguousarray(s.depth[:, ::-1]), K_m).astype(int)
+    assert np.abs(mirror_normal_image(depth_to_normal_image(s.depth, s.K)).astype(int) - direct).max() <= 1

@@ -1,7 +1,8 @@
 """The instance's class from the network's class scores and the depth's geometric cues.
 
 A multinomial logistic regression (10 inputs, 4 classes) on: the log of the network's
-best score under each class, ``geometric.region_features`` of the instance's
+best score under each class (averaged with the mirrored pass,
+``Segmenter.predict(mirror=True)``), ``geometric.region_features`` of the instance's
 back-projected points (planar faces, sphere inliers, elongation, rounded and flat ends)
 and the log of its pixel count. The network and the geometric cues err differently on
 capsule vs cylinder; a fitted combination weighs them per class instead of by one hand
@@ -11,7 +12,7 @@ Fitted on the training stream only (``TRAIN_SEED``, frames ``0..N-1``, clean and
 realistic noise, instances the refined detector finds at IoU >= 0.5), never on the
 benchmark's held-out seed; the weights are ``class_head.json`` beside this module:
 
-    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --frames 300
+    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --frames 300   (~3 min)
 
 It does not find or reshape instances (``refine``), and it knows only the four classes.
 """
@@ -106,7 +107,7 @@ def training_set(frames: int) -> tuple[np.ndarray, np.ndarray]:
         for noise in ("none", "realistic"):
             depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
             depth = np.round(depth * 1000) / 1000
-            dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE), depth, s.K,
+            dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE, mirror=True), depth, s.K,
                                      classify=False)
             if not dets or not len(s.masks):
                 continue

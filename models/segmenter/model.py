@@ -40,6 +40,15 @@ def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict]:
     return model, dict(ck.get("meta", {}))
 
 
+def mirror_normal_image(normal_img: np.ndarray) -> np.ndarray:
+    """The normal image of the left-right mirrored scene: columns reversed, n_x negated
+    (pixels without a normal stay black)."""
+    img = normal_img[:, ::-1].copy()
+    has = img.any(-1)
+    img[..., 0][has] = 255 - img[..., 0][has]
+    return img
+
+
 @dataclass(frozen=True)
 class Detection:
     """One instance: mask (H, W) bool, class index into CLASSES, score in [0, 1].
@@ -88,9 +97,35 @@ class Segmenter:
         self.model, self.meta = load_checkpoint(checkpoint)
         self.model.roi_heads.score_thresh = 0.05  # keep second-choice classes for grouping
 
+    def predict(self, normal_img: np.ndarray, score_threshold: float = 0.5, mirror: bool = False) -> list[Detection]:
+        """normal_img: (H, W, 3) uint8 from ``normals.depth_to_normal_image`` -> detections, best first.
+
+        mirror: also run the left-right mirrored frame and average each detection's class
+        scores with those of its mirrored twin (mask IoU > 0.5); masks and scores stay the
+        first pass's. Test-time augmentation: the class head is the network's weak point
+        (capsule vs cylinder), and the two passes' errors are partly independent.
+        """
+        dets = self._predict(normal_img, score_threshold)
+        return self.mirror_average(normal_img, dets) if mirror else dets
+
+    def mirror_average(self, normal_img: np.ndarray, dets: list[Detection]) -> list[Detection]:
+        """``dets`` (this frame's ``predict``) with class scores averaged with the mirrored pass's."""
+        if not dets:
+            return dets
+        twins = [Detection(d.mask[:, ::-1], d.label, d.score, d.class_scores)
+                 for d in self._predict(mirror_normal_image(normal_img), 0.05)]
+        out = []
+        for d in dets:
+            best = max(twins, key=lambda t: mask_iou(t.mask, d.mask), default=None)
+            if best is None or mask_iou(best.mask, d.mask) <= 0.5 or d.class_scores is None:
+                out.append(d)
+                continue
+            cs = 0.5 * (d.class_scores + best.class_scores)
+            out.append(Detection(d.mask, int(np.argmax(cs)), d.score, cs))
+        return out
+
     @torch.no_grad()
-    def predict(self, normal_img: np.ndarray, score_threshold: float = 0.5) -> list[Detection]:
-        """normal_img: (H, W, 3) uint8 from ``normals.depth_to_normal_image`` -> detections, best first."""
+    def _predict(self, normal_img: np.ndarray, score_threshold: float) -> list[Detection]:
         out = self.model([to_input(normal_img)])[0]
         masks = [m[0].numpy() > 0.5 for m in out["masks"]]
         keep = [i for i, m in enumerate(masks) if m.any()]
