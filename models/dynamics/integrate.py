@@ -141,6 +141,7 @@ class _Graph:
         self.fw = self.bw = None
         self.training = False
         self.n_fw_out = self.n_bw_in = self.n_tangents = -1
+        self.in_meta = ()
         try:
             self.gather = eval("lambda L: (" + "".join(f"{s}, " for s in sources) + ")", {})
         except SyntaxError:
@@ -180,6 +181,11 @@ class _Replay(torch.autograd.Function):
 
 def _num_outputs(gm) -> int:
     return len(gm.graph.output_node().args[0])
+
+
+def _meta(tensors) -> tuple:
+    return tuple((t.shape, t.stride(), t.dtype, t.device, t.requires_grad) if isinstance(t, torch.Tensor) else t
+                 for t in tensors)
 
 
 class _CompiledStep:
@@ -230,6 +236,7 @@ class _CompiledStep:
         def run(*args):
             out = compiled(*args)
             self.runs.append((graph, tuple(map(id, args)), tuple(map(id, out))))
+            graph.in_meta = _meta(args)
             return out
 
         return run
@@ -251,6 +258,13 @@ class _CompiledStep:
         except Exception:  # a source that is not a plain attribute/item path of the arguments
             return None
         return graph if tuple(map(id, inputs)) == in_ids else None
+
+    @staticmethod
+    def matches(graph, prep, q, qd, control, dt: float, integrator: str) -> bool:
+        """Whether these arguments hold inputs of the shapes, strides, dtypes and requires_grad
+        the graph was compiled for (asserts are off in the generated code)."""
+        inputs = graph.gather(dict(prep=prep, q=q, qd=qd, control=control, dt=dt, integrator=integrator))
+        return _meta(inputs) == graph.in_meta
 
     @staticmethod
     def replay(graph, prep, q, qd, control, dt: float, integrator: str):
@@ -307,13 +321,13 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     first = 1
     if compile and not callable(controls):
         if torch.is_grad_enabled() and _requires_grad(model, state0, controls):
-            # ... unless step 0 gets a q0/qd0 that requires grad like the later ones: a copy whose
-            # gradient nobody reads (state0 itself is what index 0 of the result holds)
+            # ... unless step 0 gets a q0/qd0 like the later ones: contiguous and requiring grad
+            # (a copy whose gradient nobody reads; state0 is what index 0 of the result holds)
             first = 0
-            q = q if q.requires_grad else q.detach().requires_grad_()
-            qd = qd if qd.requires_grad else qd.detach().requires_grad_()
+            q, qd = (t.contiguous() if t.requires_grad else t.detach().contiguous().requires_grad_() for t in (q, qd))
         elif not (q.requires_grad or qd.requires_grad):
             first = 0                   # no state will require grad
+            q, qd = q.contiguous(), qd.contiguous()
     graph = None
     with contextlib.ExitStack() as stack:
         if compile:
@@ -329,16 +343,18 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                 ctrl = controls(k, State(q, qd))
             else:
                 ctrl = controls.at(k)
+            args = (prep, q, qd, ctrl, float(dt), integrator)
+            if graph is not None and k == first + 1 and not compiled.matches(graph, *args):
+                graph, first = None, k      # step `first` saw other inputs (dtype of q0?): compile anew
             if graph is not None:
-                q, qd = compiled.replay(graph, prep, q, qd, ctrl, float(dt), integrator)
+                q, qd = compiled.replay(graph, *args)
             elif k < first or not compile:
-                q, qd = _step_impl(prep, q, qd, ctrl, float(dt), integrator)
+                q, qd = _step_impl(*args)
             else:
-                if k == first + 1 and not callable(controls):
-                    # no replay (see _CompiledStep): every call sees the inputs that the first
-                    # compiled step's guards accepted (same shapes/dtypes/requires_grad, same model)
+                if k == first + 2 and not callable(controls):
+                    # no replay (see _CompiledStep): every call sees the inputs that the previous
+                    # call's guards accepted (outputs of the same compiled step, same model)
                     stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
-                args = (prep, q, qd, ctrl, float(dt), integrator)
                 q, qd = compiled(*args)
                 if k == first and not callable(controls):
                     graph = compiled.replayable((q, qd), *args)
