@@ -200,7 +200,13 @@ def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():
         truth = np.zeros(depth.shape, bool)
         truth[v0:v1, u0:u1] = True
         assert not (d.mask & ~truth).any() and d.mask.sum() / truth.sum() > 0.87
-    assert refine_detections(dets, depth, K, score_threshold=0.5, low_score=0.25, classify=False)[-1].score == 0.9
+    # Without the low-score proposal the second box is a part only the depth shows (the wall is not)
+    from vid2sim.models.segmenter.refine import DEPTH_ONLY_SCORE
+
+    out = refine_detections(dets, depth, K, score_threshold=0.5, low_score=0.25)
+    assert [d.score for d in out] == [0.9, DEPTH_ONLY_SCORE] and out[1].label == 0  # a box
+    assert (out[1].mask & b).sum() == b.sum()
+    assert [d.score for d in refine_detections(dets, depth, K, 0.5, low_score=0.25, depth_only=False)] == [0.9]
 
 
 def test_mirrored_normal_image_is_that_of_the_mirrored_depth():

@@ -102,8 +102,9 @@ class Segmenter:
 
         mirror: also run the left-right mirrored frame and average each detection's class
         scores with those of its mirrored twin (mask IoU > 0.5); masks and scores stay the
-        first pass's. Test-time augmentation: the class head is the network's weak point
-        (capsule vs cylinder), and the two passes' errors are partly independent.
+        first pass's (adding the parts only the mirrored pass finds changed the benchmark's
+        mean IoU by under 0.001). Test-time augmentation: the class head is the network's
+        weak point (capsule vs cylinder), and the two passes' errors are partly independent.
         """
         dets = self._predict(normal_img, score_threshold)
         return self.mirror_average(normal_img, dets) if mirror else dets
