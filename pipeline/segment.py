@@ -11,8 +11,10 @@ Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``geometric`` (training-free: discontinuities, normal clustering, primitive fitting).
 On metric depth the learned detections (class scores averaged with a mirrored pass) are
 checked and completed with the depth (``models/segmenter/refine``: masks snapped to depth
-regions, low-score detections kept where the depth shows an unexplained part, class from
-the network's scores and geometric cues).
+regions, low-score detections kept where the depth shows an unexplained part, depth
+regions no detection explains added as low-score parts, class from the network's scores
+and geometric cues); a part scored below ``score_threshold`` is kept only where it
+explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
 Writes ``segmentation_overlay.png`` beside the artifact.
 
@@ -263,6 +265,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
             if len(keep) < len(dets):
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+                total = sum(d.score for d in dets)
         named = [n for n in matched if n is not None]
         rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
         log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),

@@ -9,7 +9,8 @@ capsule vs cylinder; a fitted combination weighs them per class instead of by on
 weight.
 
 Fitted on the training stream only (``TRAIN_SEED``, frames ``0..N-1``, clean and with
-realistic noise, instances the refined detector finds at IoU >= 0.5), never on the
+realistic noise, network instances the refinement keeps, matched at IoU >= 0.5; the
+depth-only parts are classified by the geometric rules, not by this head), never on the
 benchmark's held-out seed; the weights are ``class_head.json`` beside this module:
 
     OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --frames 300   (~3 min)
@@ -108,7 +109,7 @@ def training_set(frames: int) -> tuple[np.ndarray, np.ndarray]:
             depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
             depth = np.round(depth * 1000) / 1000
             dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE, mirror=True), depth, s.K,
-                                     classify=False)
+                                     classify=False, depth_only=False)
             if not dets or not len(s.masks):
                 continue
             inter = np.array([[(g & d.mask).sum() for d in dets] for g in s.masks], float)
