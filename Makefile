@@ -25,6 +25,7 @@ demo: $(STAMP)
 	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run --set identify.iterations=50
 
 test: $(STAMP)
+	@bash scripts/test_deps.sh
 	$(BIN)/python -m pytest -q tests
 
 clean:
