@@ -14,9 +14,11 @@ points against a ground plane and a moving cylindrical tip), constraint-based
 Speed (``scripts/bench_simulate.py``, 64 particles x 200 steps, value + gradient wrt
 per-particle masses and dampings, float64, one CPU thread): eager PyTorch is limited by
 the per-op overhead (~1000 small ops per step forward and backward); ``rollout(...,
-compile=True)`` fuses a step into one forward and one backward C++ kernel and is 4-7x
-faster, at the price of a cold compile of tens of seconds. See the bench's JSON for
-the figures against MuJoCo's ``rollout`` + central differences.
+compile=True)`` fuses a step into a few forward and backward C++ kernels and, after the
+first step, calls those kernels directly (``integrate._CompiledStep``) instead of going
+through torch.compile's per-call machinery: 4-7x faster than eager, at the price of a
+cold compile of ~15 s on a quiet 2-core machine. See the bench's JSON for the figures
+against MuJoCo's ``rollout`` + central differences.
 
 Conventions (SI units throughout: m, kg, s, N, N m, rad)
 ---------------------------------------------------------
@@ -91,10 +93,10 @@ Public API
                 q (steps+1, B, nq), qd (steps+1, B, nv); index 0 is ``state0``.
                 ``controls``: None, a Control whose tensors have a leading time
                 dimension (steps, B, ...), or a callable ``(k, state) -> Control``.
-                ``compile=True`` runs one ``torch.compile``d step per time step: about
-                3-10x faster per step than eager for value+gradient, but the first call
-                compiles (tens of seconds on a loaded 2-core machine; cached by Inductor
-                afterwards, ~8 s warm). Each new model structure / batch size / dtype
+                ``compile=True`` compiles one step with ``torch.compile`` and replays its
+                kernels for every later step: about 3-10x faster per step than eager for
+                value+gradient, but the first call compiles (~15 s quiet, tens of seconds
+                on a loaded 2-core machine; Inductor caches the kernels, ~6-10 s warm). Each new model structure / batch size / dtype
                 compiles again (Dynamo's recompile limit applies).
 ``forward_dynamics(model, q, qd, tau=None, f_ext=None) -> qdd`` (B, nv): ABA of the
                 rigid tree under gravity with generalized force ``tau`` (B, nv) and
