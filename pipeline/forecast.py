@@ -177,14 +177,20 @@ class DepthRenderer:
 
 def static_background(rec: Recording, renderer: DepthRenderer, poses: PoseTracks, frames: range) -> np.ndarray:
     """(H, W) depth of the scene without the mechanism: median over ``frames`` where it is absent."""
-    stack, valid = [], []
-    kernel = np.ones((5, 5), np.uint8)
+    depths, covers = [], []
     for i in frames:
         _, ids = renderer.render(poses.world_from_body[i])
-        mech = cv2.dilate((ids >= 0).astype(np.uint8), kernel) > 0
-        stack.append(rec.depth(i))
-        valid.append(~mech)
-    stack, valid = np.stack(stack), np.stack(valid)
+        depths.append(rec.depth(i))
+        covers.append(ids >= 0)
+    return background_from(depths, covers)
+
+
+def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
+    """``static_background`` from frames already read: depth (H, W) and where the rendered
+    mechanism covers it (H, W) bool, per frame."""
+    kernel = np.ones((5, 5), np.uint8)
+    stack = np.stack(depths)
+    valid = np.stack([~(cv2.dilate(c.astype(np.uint8), kernel) > 0) for c in covers])
     masked = np.where(valid, stack, np.nan)
     seen = valid.any(axis=0)
     with np.errstate(all="ignore"):

@@ -176,20 +176,21 @@ def make_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: fl
                    [torch.cat([qt, qd], 1)], observe=lambda s: s[..., :nq], sigma=cfg.sigma)
 
 
-def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: float, rec,
-                       poses: PoseTracks, shapes: dict[str, Shape]) -> Problem:
-    """Like ``make_problem``, but observed is the depth at pixels around the mechanism (T, pixels)."""
+def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem, rec, poses: PoseTracks,
+                       shapes: dict[str, Shape]) -> Problem:
+    """``joints`` (``make_problem``'s) with the depth at pixels around the mechanism (T, pixels)
+    as the observation instead of the joint positions; its state guess seeds the shooting."""
     from vid2sim.pipeline.identify_video import DepthObserver, select_pixels
 
     bodies = list(sim.model.body_names)
     shape_of = dict(zip(poses.body_names, poses.shape_names))
-    obs = select_pixels(rec, poses, bodies, shapes, q.shape[0], cfg.pixels, cfg.pixel_margin, cfg.seed)
+    frames = joints.observations[0].shape[0]
+    obs = select_pixels(rec, poses, bodies, shapes, frames, cfg.pixels, cfg.pixel_margin, cfg.seed)
     T0 = np.stack([poses.world_from_body[0, poses.body_names.index(b)] for b in bodies])
     if cfg.render_dtype not in ("float32", "float64"):
         raise ValueError(f"identify: render_dtype must be 'float32' or 'float64', got {cfg.render_dtype!r}")
     observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs,
                              dtype=getattr(torch, cfg.render_dtype))
-    joints = make_problem(cfg, sim, q, fps)
     return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate,
                    [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)
 
@@ -206,7 +207,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     sim = build_simulator(cfg, art, poses, shapes, fps)
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)
-    fit = make_video_problem(cfg, sim, q, fps, rec, poses, shapes) if cfg.observation == "video" else prob
+    fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     opts = {"windows": cfg.windows} if cfg.method == "csvgd" else {}
     if cfg.method in ("csvgd", "svgd", "adam"):
         opts["lr"] = cfg.lr

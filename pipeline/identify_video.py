@@ -23,7 +23,7 @@ Pixels: those that any part covers in any observed frame (rendered at the tracke
 poses) dilated by ``pixel_margin`` px, restricted to pixels with a depth reading in every
 frame, then ``pixels`` of them drawn at random (seeded). The background is the
 per-pixel median of the frames where no part covers the pixel (forecast's
-``static_background``). Deliberately not done: colour (depth only), meshes (analytic
+``background_from``, on the frames already read here). Deliberately not done: colour (depth only), meshes (analytic
 primitives only) and occluders that are not parts of the mechanism.
 
 Rendering runs in float32 by default (``IdentifyConfig.render_dtype``): on the test
@@ -58,22 +58,17 @@ class PixelObservation:
 def select_pixels(rec: Recording, poses: PoseTracks, bodies: list[str], shapes: dict[str, Shape], frames: int,
                   budget: int, margin: int, seed: int) -> PixelObservation:
     """The pixel set and its observed depth over the first ``frames`` frames (see the module docstring)."""
-    from vid2sim.pipeline.forecast import DepthRenderer, static_background
+    from vid2sim.pipeline.forecast import DepthRenderer, background_from
 
     shape_of = dict(zip(poses.body_names, poses.shape_names))
     order = [poses.body_names.index(b) for b in bodies]
-    sub = PoseTracks(poses.world_from_body[:, order], list(bodies), [shape_of[b] for b in bodies],
-                     poses.residual, poses.fps)  # the renderer's body order
     renderer = DepthRenderer(rec.camera, [shapes[shape_of[b]] for b in bodies])
-    cover = np.zeros((rec.camera.height, rec.camera.width), bool)
-    valid = np.ones_like(cover)
-    depth = []
-    for t in range(frames):
-        _, ids = renderer.render(poses.world_from_body[t][order])
-        cover |= ids >= 0
-        d = rec.depth(t)
-        valid &= d > 0
-        depth.append(d)
+    depth, covers = [], []
+    for t in range(frames):   # each frame read and rendered once; the background reuses them
+        depth.append(rec.depth(t))
+        covers.append(renderer.render(poses.world_from_body[t][order])[1] >= 0)
+    cover = np.any(covers, axis=0)
+    valid = np.all([d > 0 for d in depth], axis=0)
     if not cover.any():
         raise ValueError(f"{rec.path}: identify (video): the tracked parts cover no pixel of the first {frames} frames")
     k = 2 * margin + 1
@@ -86,7 +81,7 @@ def select_pixels(rec: Recording, poses: PoseTracks, bodies: list[str], shapes: 
     pick = rng.choice(len(u), size=min(budget, len(u)), replace=False)
     pick.sort()
     u, v = u[pick], v[pick]
-    bg = static_background(rec, renderer, sub, range(frames))
+    bg = background_from(depth, covers)
     observed = np.stack([d[v, u] for d in depth]).astype(np.float64)
     return PixelObservation(np.stack([u, v], 1).astype(np.float64), observed, bg[v, u].astype(np.float64), frames)
 

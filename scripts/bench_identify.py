@@ -99,8 +99,9 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
             i = sim.names.index(n)
             sim.lower[i], sim.upper[i] = v * 0.999, v * 1.001
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
-    prob = make_video_problem(cfg, sim, q, fps, rec, poses, shapes) if cfg.observation == "video" \
-        else make_problem(cfg, sim, q, fps)
+    prob = make_problem(cfg, sim, q, fps)
+    if cfg.observation == "video":
+        prob = make_video_problem(cfg, sim, prob, rec, poses, shapes)
     free = [i for i, n in enumerate(sim.names) if n not in anchor]
     names = [sim.names[i] for i in free]
     t_true = np.array([truth[n] for n in names])

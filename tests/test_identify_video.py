@@ -30,7 +30,7 @@ def case(tmp_path_factory):
     cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float64")
     sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
     q = identify.joint_trajectory(jp, sim.dof_names)
-    prob = identify.make_video_problem(cfg, sim, q, 30.0, rec, poses, s.shapes)
+    prob = identify.make_video_problem(cfg, sim, identify.make_problem(cfg, sim, q, 30.0), rec, poses, s.shapes)
     return rec, art, jp, poses, s, sim, prob, tr["params"]
 
 
@@ -96,6 +96,6 @@ def test_float32_rendering_equals_float64(case):
     rec, art, jp, poses, s, sim, prob, _ = case
     q = identify.joint_trajectory(jp, sim.dof_names)
     cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float32")
-    prob32 = identify.make_video_problem(cfg, sim, q, 30.0, rec, poses, s.shapes)
+    prob32 = identify.make_video_problem(cfg, sim, identify.make_problem(cfg, sim, q, 30.0), rec, poses, s.shapes)
     x = prob.state_guess[0][None]
     assert (prob32.observe(x) - prob.observe(x)).abs().max() < 1e-4   # m
