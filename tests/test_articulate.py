@@ -14,11 +14,11 @@ from vid2sim.pipeline.articulate import ArticulateConfig, run
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 
 SP, SR_DEG = 0.002, 1.0
-# pushed, seeds 0-2: an end link pivots about a point of the floor for the whole clip
-# (link1 in seed 0 turns 6 deg and shifts 1 cm, 0.3 mm RMS off a perfect revolute
-# joint), so the data are explained at least as well by a revolute joint to the
-# world as by the truth's planar root; seed 3 slides and turns (see the test below).
-SEEDS = {name: 0 for name in MECHANISMS} | {"pushed": 3}
+# pushed, seeds 0, 2, 3, 7 of 0-7: the linkage's motion over the clip is explained at
+# least as well by a revolute joint to the world (about a point of the floor, e.g. seed 0:
+# link1 shifts 7 mm and turns 5 deg) as by the truth's planar root (see the test below);
+# seeds 1, 4, 5, 6 slide and turn and the planar root is found.
+SEEDS = {name: 0 for name in MECHANISMS} | {"pushed": 5}
 
 
 def _run(name, seed, tmp_path, sp=SP, sr=SR_DEG, cfg=ArticulateConfig(), lost=None):

@@ -179,6 +179,8 @@ def _add_floor(p, cid: int, floor) -> int:
     # Bullet multiplies the two bodies' coefficients (btManifoldResult::calculateCombined*):
     # the floor gets 1 so that the parts' own values are the effective ones.
     p.changeDynamics(body, -1, lateralFriction=1.0, restitution=1.0, physicsClientId=cid)
+    if floor.stiffness is not None:  # compliant contacts (Bullet: the pair gets the floor's values)
+        p.changeDynamics(body, -1, contactStiffness=floor.stiffness, contactDamping=floor.damping, physicsClientId=cid)
     return body
 
 
@@ -321,12 +323,16 @@ def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
     if mech.floor is not None:  # effective coefficients between the parts and the floor
         params["floor.friction"] = mech.floor.friction
         params["floor.restitution"] = mech.floor.restitution
+        if mech.floor.stiffness is not None:
+            params["floor.stiffness"] = mech.floor.stiffness
+            params["floor.damping"] = mech.floor.damping
     params.update(mech.extra_params)
     out = {"mechanism": mech.name, "bodies": bodies, "joints": joints, "params": params,
            "gravity": list(GRAVITY), "fps": fps, "sim_hz": sim["sim_hz"], "engine": "pybullet"}
     if mech.floor is not None:
         out["floor"] = {"height": mech.floor.height, "friction": mech.floor.friction,
-                        "restitution": mech.floor.restitution}
+                        "restitution": mech.floor.restitution, "stiffness": mech.floor.stiffness,
+                        "damping": mech.floor.damping}
     tip = sim["tip"]
     if tip is not None:
         out["tip"] = {"radius": tip.radius, "height": tip.height, "start": list(tip.start),
