@@ -73,6 +73,7 @@ def uw_validation_rmse(params: dict[str, float], val: list[np.ndarray], dt: floa
 
 # What the open-loop refinement estimates besides the parameters (``uw_refine`` options).
 UW_VARIANTS = {"free_velocity": {"free_velocity": True},
+               "free_velocity_relative": {"free_velocity": True, "relative": True},
                "free_velocity_angle": {"free_velocity": True, "free_angle": True},
                "free_velocity_L1": {"free_velocity": True, "free_length": True},
                "measured_start": {"free_velocity": False}}
@@ -304,16 +305,22 @@ def uw_from_reduced(z: np.ndarray, ref: dict[str, float]) -> dict[str, float]:
 
 
 def uw_refine(start: dict[str, float], chunks: list[np.ndarray], dt: float, horizons: tuple[int, ...],
-              free_velocity: bool, free_length: bool = False, free_angle: bool = False,
+              free_velocity: bool, free_length: bool = False, free_angle: bool = False, relative: bool = False,
               max_nfev: int = 20) -> tuple[dict[str, float], list[dict]]:
     """Open-loop (single-shooting) refinement on the training chunks: each chunk simulated from its first
     sample, angle errors over ``horizons`` samples in turn (short ones first, where the objective is still
     smooth). ``free_velocity``: each chunk's initial angular velocities are estimated too (the measured
     first-sample velocity is noisy); ``free_angle``: the initial angles too (else the measured ones, as in
-    validation); ``free_length``: L1 too (through G2 / B = g / L1) instead of the tape-measured value."""
+    validation); ``free_length``: L1 too (through G2 / B = g / L1) instead of the tape-measured value;
+    ``relative``: each chunk's errors divided by its swing (peak to peak, mean of both angles), so the
+    first, widest swings do not outweigh the rest (the free swing decays over the chunks)."""
     z_all = uw_reduced(start)
     z, g2 = (z_all, None) if free_length else (z_all[:5], z_all[5])
     x0 = np.stack([y[0] for y in chunks], 1)
+    weights = None
+    if relative:
+        weights = 1.0 / np.array([np.ptp(y[:, :2], 0).mean() for y in chunks])
+        weights /= np.sqrt(np.mean(weights ** 2))
     stages = []
 
     def coeffs(P):
@@ -329,9 +336,11 @@ def uw_refine(start: dict[str, float], chunks: list[np.ndarray], dt: float, hori
         t0 = time.perf_counter()
         free = ((0, 1) if free_angle else ()) + ((2, 3) if free_velocity else ())
         fit = fit_shooting(coeffs, residual, z, x0, H, dt, free_state=free,
-                           lower=np.array([1e-6, 1e-6, 1e-6, 0.0, 0.0, 1e-6][: len(z)]), max_nfev=max_nfev)
+                           lower=np.array([1e-6, 1e-6, 1e-6, 0.0, 0.0, 1e-6][: len(z)]), weights=weights,
+                           max_nfev=max_nfev)
         z, x0 = fit.params, fit.starts
-        stages.append({"horizon_samples": H, "train_rmse_rad": float(np.sqrt(np.mean(fit.residuals ** 2))),
+        err = fit.residuals.reshape(len(chunks), -1) / (1.0 if weights is None else weights[:, None])
+        stages.append({"horizon_samples": H, "train_rmse_rad": float(np.sqrt(np.mean(err ** 2))),
                        "nfev": fit.nfev, "seconds": time.perf_counter() - t0})
         log.info("UW open-loop refinement: %s", stages[-1])
     return uw_from_reduced(z if g2 is None else np.append(z, g2), start), stages
