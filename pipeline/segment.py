@@ -12,7 +12,8 @@ Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 On metric depth the learned detections (class scores averaged with a mirrored pass) are
 checked and completed with the depth (``models/segmenter/refine``: masks snapped to depth
 regions, low-score detections kept where the depth shows an unexplained part, depth
-regions no detection explains added as low-score parts, class from the network's scores
+regions no detection explains added as low-score parts, class from the network's scores,
+a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
@@ -57,7 +58,7 @@ class SegmentConfig:
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
     # learned: class scores averaged over a mirrored pass, then the detections checked and completed
     # with the depth (models/segmenter/refine.py: masks snapped to depth-edge regions,
-    # depth-confirmed low-score detections kept, class from network scores + geometric cues);
+    # depth-confirmed low-score detections kept, class from network scores + shape_net crops + geometric cues);
     # False = the network alone
     snap_to_depth: bool = True
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape

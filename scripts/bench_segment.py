@@ -18,10 +18,12 @@ was not trained with). Per segmenter and noise setting:
 ``learned`` is the learned segmenter as the segment stage runs it (``SegmentConfig.snap_to_depth``):
 the network's class scores averaged with a left-right mirrored pass (``Segmenter.predict(mirror=True)``),
 then ``models/segmenter/refine.py`` (masks snapped to depth-edge regions, depth-confirmed
-detections down to score ``LOW_SCORE`` kept, class from the network's scores and geometric
-cues by ``class_head``); ``learned_raw`` the network alone, one pass, at the score
+detections down to score ``LOW_SCORE`` kept, class from the network's scores, ``shape_net``'s
+crops of the depth and geometric cues by ``class_head``); ``learned_raw`` the network alone, one pass, at the score
 threshold. Also the time of one 320x240 frame (normal map + both network passes +
-refinement) for the learned one.
+refinement with the shape classifier) for the learned one. ``confusion`` gives, per
+segmenter, the class confusion matrix of the matched instances (rows: truth, columns:
+decision, in ``classes`` order).
 The last line printed is the JSON summary.
 """
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Scorer:
     def __init__(self):
         self.ious: list[float] = []
         self.correct = self.matched = 0
+        self.confusion = np.zeros((len(CLASSES), len(CLASSES)), int)
         self.tp = {c: [] for c in range(len(CLASSES))}
         self.n_gt = {c: 0 for c in range(len(CLASSES))}
 
@@ -85,6 +88,7 @@ class Scorer:
                 if M[i, j] >= 0.5:
                     self.matched += 1
                     self.correct += int(dets[j].label == gt_labels[i])
+                    self.confusion[gt_labels[i], dets[j].label] += 1
         self.ious.extend(best.tolist())
         # AP: greedy by score within each class, as COCO does.
         for c in range(len(CLASSES)):
@@ -109,6 +113,7 @@ class Scorer:
                 "class_accuracy": round(self.correct / max(1, self.matched), 4),
                 "detected": round(self.matched / max(1, len(self.ious)), 4),
                 "ap50_per_class": {CLASSES[c]: round(a, 4) for c, a in enumerate(aps)},
+                "confusion": self.confusion.tolist(),
                 "instances": len(self.ious)}
 
 
@@ -151,7 +156,7 @@ def main(argv=None) -> int:
                 scores[(m, noise)].add(s.masks, s.labels, dets)
         if (k + 1) % 20 == 0:
             logging.info("%d/%d frames (%.0f s)", k + 1, args.frames, time.time() - t0)
-    out: dict = {"frames": args.frames, "seed": HELD_OUT_SEED, "size": [320, 240]}
+    out: dict = {"frames": args.frames, "seed": HELD_OUT_SEED, "size": [320, 240], "classes": list(CLASSES)}
     for (m, noise), sc in scores.items():
         if noise == "none":
             out[m] = sc.summary()

@@ -163,19 +163,54 @@ def _render_one(kind: str, dims: tuple, euler: tuple) -> tuple[np.ndarray, np.nd
 @pytest.mark.parametrize("kind,dims", [("box", (0.3, 0.15, 0.1)), ("capsule", (0.05, 0.3)), ("sphere", (0.12,)),
                                        ("cylinder", (0.06, 0.3))])
 def test_class_head_tells_the_primitives_apart_from_depth_alone(kind, dims):
-    """With uninformative network scores (0.25 each) the head's geometric inputs decide:
-    right on clean renders in three poses (measured: probability of the right class >= 0.46)."""
+    """With uninformative network scores (0.25 each) the head's depth inputs (``shape_net``'s
+    probabilities and the geometric cues) decide: right on clean renders in three poses
+    (measured: ``shape_net``'s probability of the right class >= 0.99, the head's >= 0.87)."""
     from vid2sim.models.segmenter.class_head import ClassHead, instance_features
     from vid2sim.models.segmenter.geometric import backproject
     from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.models.segmenter.refine import shape_probabilities
 
     head = ClassHead()
     for euler in ((1.2, 0.3, 0.2), (0.4, 0.9, 0.1), (2.0, -0.5, 0.7)):
         depth, mask = _render_one(kind, dims, euler)
-        f = instance_features(mask, np.full(4, 0.25), backproject(smooth_depth(depth), K), depth_to_normals(depth, K),
-                              np.random.default_rng(0))
-        p = head.probabilities(f)
+        P, N = backproject(smooth_depth(depth), K), depth_to_normals(depth, K)
+        rng = np.random.default_rng(0)
+        sp = shape_probabilities([mask], P, N, depth, K, rng)[0]
+        assert sp.sum() == pytest.approx(1.0, abs=1e-5) and CLASSES[int(np.argmax(sp))] == kind, (euler, np.round(sp, 2))
+        p = head.probabilities(instance_features(mask, np.full(4, 0.25), sp, P, N, rng))
         assert p.sum() == pytest.approx(1.0) and CLASSES[int(np.argmax(p))] == kind, (euler, np.round(p, 2))
+        assert p.max() >= 0.7
+
+
+def test_shape_net_crops_follow_the_part_and_batches_agree():
+    """End crops are taken in the part's frame: a part rotated in the image gives the same
+    crops (to resampling); the classifier's answer for one instance does not depend on the batch."""
+    from vid2sim.models.segmenter.geometric import backproject
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.models.segmenter.shape_net import ShapeClassifier, instance_crops, instance_inputs
+
+    depth, mask = _render_one("capsule", (0.05, 0.3), (1.5, 0.0, 0.0))  # the axis in the image plane
+    N = depth_to_normals(depth, K)
+    ends, whole = instance_crops(mask, N, depth, K)
+    assert ends.shape == (2, 5, 24, 24) and whole.shape == (5, 32, 32)
+    # the image turned by 180 degrees about its centre (K's centre is the image's): ends swap, n_u/n_v flip twice
+    d2, m2 = depth[::-1, ::-1].copy(), mask[::-1, ::-1].copy()
+    ends2, _ = instance_crops(m2, depth_to_normals(d2, K), d2, K)
+    assert np.abs(ends2[1, 0] - ends[0, 0]).mean() < 0.05  # masks
+    assert np.abs(ends2[1, 3] - ends[0, 3]).mean() < 0.05  # n_z
+    assert np.abs(ends2[1, 1] - ends[0, 1]).mean() < 0.05  # n along the axis
+    # the end crops of a capsule: mask present at the crop centre, empty at the far right
+    assert ends[0, 0, 12, 8] > 0.5 and ends[0, 0, 12, 23] < 0.5
+    clf = ShapeClassifier()
+    rng = np.random.default_rng(0)
+    P = backproject(smooth_depth(depth), K)
+    a = instance_inputs(mask, P, N, depth, K, rng)
+    dc, mc = _render_one("cylinder", (0.06, 0.3), (0.4, 0.9, 0.1))
+    b = instance_inputs(mc, backproject(smooth_depth(dc), K), depth_to_normals(dc, K), dc, K, rng)
+    one = clf.probabilities(a[0][None], a[1][None], a[2][None])
+    both = clf.probabilities(np.stack([a[0], b[0]]), np.stack([a[1], b[1]]), np.stack([a[2], b[2]]))
+    np.testing.assert_allclose(one[0], both[0], atol=1e-5)
 
 
 def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():

@@ -12,7 +12,11 @@
   primitive fitting).
 - ``refine``: the learned detections as the segment stage uses them, checked and
   completed with the depth (snapping, depth-confirmed low-score detections, class by
-  ``class_head``: network scores + geometric cues, fitted on the training stream).
+  ``class_head``: network scores + ``shape_net`` + geometric cues, fitted on the training
+  stream).
+- ``shape_net``: a small CNN on full-resolution end crops and a whole crop of an
+  instance's depth and normals plus rod-fit cues (capsule vs cylinder), trained on
+  training-stream ground-truth instances.
 
 The shipped checkpoint is reproduced by ``scripts/train_segmenter.py`` (command in its
 docstring) and measured by ``scripts/bench_segment.py``.

@@ -1,19 +1,21 @@
-"""The instance's class from the network's class scores and the depth's geometric cues.
+"""The instance's class from the network's class scores, a close look at the depth, and geometric cues.
 
-A multinomial logistic regression (10 inputs, 4 classes) on: the log of the network's
+A multinomial logistic regression (14 inputs, 4 classes) on: the log of the network's
 best score under each class (averaged with the mirrored pass,
-``Segmenter.predict(mirror=True)``), ``geometric.region_features`` of the instance's
-back-projected points (planar faces, sphere inliers, elongation, rounded and flat ends)
-and the log of its pixel count. The network and the geometric cues err differently on
-capsule vs cylinder; a fitted combination weighs them per class instead of by one hand
-weight.
+``Segmenter.predict(mirror=True)``), the log of ``shape_net``'s class probabilities
+(a small CNN on full-resolution end crops of the instance's depth plus rod-fit cues),
+``geometric.region_features`` of the instance's back-projected points (planar faces,
+sphere inliers, elongation, rounded and flat ends) and the log of its pixel count. The
+network and the depth err differently on capsule vs cylinder; a fitted combination
+weighs them per class instead of by one hand weight.
 
-Fitted on the training stream only (``TRAIN_SEED``, frames ``0..N-1``, clean and with
-realistic noise, network instances the refinement keeps, matched at IoU >= 0.5; the
-depth-only parts are classified by the geometric rules, not by this head), never on the
+Fitted on the training stream only (``TRAIN_SEED``, samples ``START..START+N-1``, which
+neither the detector's nor ``shape_net``'s training reached; clean and with realistic
+noise; network instances the refinement keeps, matched at IoU >= 0.5; the depth-only
+parts are classified by the geometric rules, not by this head), never on the
 benchmark's held-out seed; the weights are ``class_head.json`` beside this module:
 
-    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --frames 300   (~3 min)
+    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --start 100000 --frames 400   (~25 min)
 
 It does not find or reshape instances (``refine``), and it knows only the four classes.
 """
@@ -31,18 +33,21 @@ from vid2sim.datasets.synthetic.primitives import CLASSES
 from vid2sim.models.segmenter.geometric import FEATURES, region_features
 
 HEAD_FILE = Path(__file__).with_name("class_head.json")
-INPUTS = tuple(f"log_net_{c}" for c in CLASSES) + FEATURES + ("log_pixels",)
+INPUTS = tuple(f"log_net_{c}" for c in CLASSES) + tuple(f"log_shape_{c}" for c in CLASSES) + FEATURES + ("log_pixels",)
+START = 100_000  # first training-stream sample of the head's training set
 
 
-def instance_features(mask: np.ndarray, class_scores: np.ndarray, P: np.ndarray, N: np.ndarray,
-                      rng: np.random.Generator) -> np.ndarray | None:
-    """mask (H, W) bool; class_scores (4,); P, N (H, W, 3) points and normals -> (10,) or None (too few normals)."""
+def instance_features(mask: np.ndarray, class_scores: np.ndarray, shape_probs: np.ndarray, P: np.ndarray,
+                      N: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """mask (H, W) bool; class_scores (4,) the network's; shape_probs (4,) ``shape_net``'s; P, N (H, W, 3)
+    points and normals -> (14,) or None (too few normals)."""
     valid = np.any(N != 0, axis=-1)
     inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
     use = inner & valid if (inner & valid).sum() >= 20 else mask & valid
     if use.sum() < 10:
         return None
-    return np.concatenate([np.log(np.asarray(class_scores, float) + 0.02), region_features(P[use], N[use], rng),
+    return np.concatenate([np.log(np.asarray(class_scores, float) + 0.02), np.log(np.asarray(shape_probs, float) + 1e-3),
+                           region_features(P[use], N[use], rng),
                            [np.log(mask.sum())]])
 
 
@@ -57,7 +62,7 @@ class ClassHead:
         self.W, self.b = np.asarray(d["W"]), np.asarray(d["b"])
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """x: (..., 10) -> (..., 4) class probabilities."""
+        """x: (..., 14) -> (..., 4) class probabilities."""
         z = ((x - self.mean) / self.std) @ self.W + self.b
         z = np.exp(z - z.max(-1, keepdims=True))
         return z / z.sum(-1, keepdims=True)
@@ -88,57 +93,75 @@ def fit_softmax(X: np.ndarray, y: np.ndarray, l2: float = 1e-2) -> dict:
             "W": W.tolist(), "b": b.tolist()}
 
 
-def training_set(frames: int) -> tuple[np.ndarray, np.ndarray]:
+def frame_examples(dets: list, depth: np.ndarray, K: np.ndarray, masks: np.ndarray, labels: np.ndarray,
+                   ) -> tuple[list[np.ndarray], list[int]]:
+    """Head inputs and true classes of one frame's refined, unclassified network detections
+    (``refine_detections(..., classify=False, depth_only=False)``) matched to the truth at IoU >= 0.5."""
+    from scipy.optimize import linear_sum_assignment
+
+    from vid2sim.models.segmenter.geometric import backproject
+    from vid2sim.models.segmenter.normals import depth_to_normals, smooth_depth
+    from vid2sim.models.segmenter.refine import shape_probabilities
+
+    if not dets or not len(masks):
+        return [], []
+    inter = np.array([[(g & d.mask).sum() for d in dets] for g in masks], float)
+    union = np.array([[(g | d.mask).sum() for d in dets] for g in masks], float)
+    iou = inter / np.maximum(union, 1)
+    N = depth_to_normals(depth, K)
+    P = backproject(smooth_depth(depth), K)
+    rng = np.random.default_rng(0)
+    shape = shape_probabilities([d.mask for d in dets], P, N, depth, K, rng)
+    X, y = [], []
+    for i, j in zip(*linear_sum_assignment(-iou)):
+        if iou[i, j] < 0.5:
+            continue
+        f = instance_features(dets[j].mask, dets[j].class_scores, shape[j], P, N, rng)
+        if f is not None:
+            X.append(f)
+            y.append(int(labels[i]))
+    return X, y
+
+
+def training_set(start: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) from the training stream: the refined detector's instances matched to the truth."""
     import torch
-    from scipy.optimize import linear_sum_assignment
 
     from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
     from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
-    from vid2sim.models.segmenter.geometric import backproject
     from vid2sim.models.segmenter.model import Segmenter
-    from vid2sim.models.segmenter.normals import depth_to_normal_image, depth_to_normals, smooth_depth
+    from vid2sim.models.segmenter.normals import depth_to_normal_image
     from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
     torch.set_num_threads(1)
     seg = Segmenter()
     X, y = [], []
-    for k in range(frames):
+    for k in range(start, start + frames):
         s = make_sample(k, TRAIN_SEED, noise="none")
         for noise in ("none", "realistic"):
             depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
             depth = np.round(depth * 1000) / 1000
             dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE, mirror=True), depth, s.K,
                                      classify=False, depth_only=False)
-            if not dets or not len(s.masks):
-                continue
-            inter = np.array([[(g & d.mask).sum() for d in dets] for g in s.masks], float)
-            union = np.array([[(g | d.mask).sum() for d in dets] for g in s.masks], float)
-            iou = inter / np.maximum(union, 1)
-            N = depth_to_normals(depth, s.K)
-            P = backproject(smooth_depth(depth), s.K)
-            rng = np.random.default_rng(0)
-            for i, j in zip(*linear_sum_assignment(-iou)):
-                if iou[i, j] < 0.5:
-                    continue
-                f = instance_features(dets[j].mask, dets[j].class_scores, P, N, rng)
-                if f is not None:
-                    X.append(f)
-                    y.append(int(s.labels[i]))
-        if (k + 1) % 50 == 0:
-            logging.info("%d/%d frames, %d instances", k + 1, frames, len(y))
+            Xf, yf = frame_examples(dets, depth, s.K, s.masks, s.labels)
+            X += Xf
+            y += yf
+        if (k - start + 1) % 50 == 0:
+            logging.info("%d/%d frames, %d instances", k - start + 1, frames, len(y))
     return np.array(X), np.array(y)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--start", type=int, default=START)
+    ap.add_argument("--frames", type=int, default=400)
     ap.add_argument("--out", type=Path, default=HEAD_FILE)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    X, y = training_set(args.frames)
+    X, y = training_set(args.start, args.frames)
     head = fit_softmax(X, y)
-    head["trained_on"] = {"seed": 0, "frames": args.frames, "noise": ["none", "realistic"], "instances": len(y)}
+    head["trained_on"] = {"seed": 0, "samples": [args.start, args.start + args.frames], "noise": ["none", "realistic"],
+                          "instances": len(y)}
     args.out.write_text(json.dumps(head, indent=1) + "\n")
     logging.info("wrote %s (%d instances)", args.out, len(y))
 
