@@ -8,7 +8,10 @@ small CNN looks at each instance at full resolution, from the frame's depth alon
 - two end crops (24x24): a square around each end of the mask's 2-D principal axis,
   rotated so that the end points right, scaled so that the rod's radius (the mask's
   inscribed radius) is ~5 px: mask, normals rotated into the crop frame, depth relative
-  to the crop centre in units of the metric radius. A shared branch sees both ends and
+  to the part's median depth in units of the metric radius, also outside the mask (an
+  occluder in front shows as nearer: an end cut by it is no end; this raised the
+  accuracy on training-stream detections from 0.909 to 0.921 clean, 0.871 to 0.880
+  noisy, against depth inside the mask only). A shared branch sees both ends and
   their features are pooled (sum and max: the ends are unordered);
 - a whole crop (32x32, same rotation, the mask's extent): faces, outline;
 - ``shape_descriptor``: rod-fit cues of the back-projected points (axis from the points'
@@ -128,7 +131,7 @@ def instance_crops(mask: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.nda
     r_m = R * zc / K[0, 0]  # metric radius at the part's depth
     # channels in the image frame; the normals' image-plane part is rotated per crop
     m = mask.astype(np.float32)
-    dz = np.where(mask & (depth > 0), depth, 0).astype(np.float32)
+    dz = np.where(depth > 0, depth, 0).astype(np.float32)  # unmasked: occluders in front show as negative
     ends = []
     for sign in (1.0, -1.0):
         d = sign * e  # the end's outward direction
