@@ -50,6 +50,9 @@ from scipy.spatial.transform import Rotation
 from tqdm import tqdm
 
 from vid2sim.datasets.recording import Camera, Recording
+# the twin's floor is the synthetic scenes' floor: one definition, one PyBullet set-up
+from vid2sim.datasets.synthetic.mechanisms import Floor  # noqa: F401  (forecast.Floor)
+from vid2sim.datasets.synthetic.physics import add_floor
 from vid2sim.datasets.shapes import Shape
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
@@ -235,19 +238,6 @@ def fit_root(root_pose: np.ndarray, dt: float, at: int = -1) -> tuple[np.ndarray
 
 
 @dataclass(frozen=True)
-class Floor:
-    """A floor z = height under unconstrained bodies; friction/restitution are the effective
-    part-floor values; ``stiffness`` (N/m) / ``damping`` (N s/m) make its contacts compliant
-    (None: rigid)."""
-
-    height: float = 0.0
-    friction: float = 0.5
-    restitution: float = 0.0
-    stiffness: float | None = None
-    damping: float | None = None
-
-
-@dataclass(frozen=True)
 class Tip:
     """A kinematic pusher: a vertical cylinder whose centre follows ``positions`` (T, 3), one per frame."""
 
@@ -290,15 +280,8 @@ class BulletTwin:
                 pb.setJointMotorControl2(self.rid, i, pb.VELOCITY_CONTROL, targetVelocity=0.0, force=info[7],
                                          physicsClientId=cid)
         self.base_inertial = _pose_to_T(np.concatenate(pb.getDynamicsInfo(self.rid, -1, physicsClientId=cid)[3:5]))
-        if floor is not None:
-            box = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
-            fid = pb.createMultiBody(0, box, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
-            # Bullet multiplies the two bodies' coefficients: the floor carries 1.0 and each
-            # part the effective value (the convention of datasets/synthetic/physics.py).
-            pb.changeDynamics(fid, -1, lateralFriction=1.0, restitution=1.0, physicsClientId=cid)
-            if floor.stiffness is not None:
-                pb.changeDynamics(fid, -1, contactStiffness=floor.stiffness, contactDamping=floor.damping,
-                                  physicsClientId=cid)
+        if floor is not None:  # friction/restitution 1.0 on it: the parts carry the effective values
+            fid = add_floor(pb, cid, floor)
         if tip is not None:
             cyl = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
             self.tid = pb.createMultiBody(50.0, cyl, basePosition=list(tip.positions[0]), physicsClientId=cid)

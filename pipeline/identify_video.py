@@ -41,6 +41,7 @@ import torch
 
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.render.analytic import AnalyticRenderer
 from vid2sim.models.render.primitives import Primitive, pierce_margin, ray_hit
 from vid2sim.pipeline.artifacts import PoseTracks
 
@@ -96,10 +97,9 @@ class DepthObserver:
         self.fk, self.model, self.nq, self.tau = forward_kinematics, model, nq, tau
         self.prims = [Primitive.from_shape(s) for s in shapes]
         self.dtype = dt = dtype
-        cam = rec.camera
-        px = torch.as_tensor(obs.pixels, dtype=dt)
-        self.d_cam = torch.stack([(px[:, 0] - cam.cx) / cam.fx, (px[:, 1] - cam.cy) / cam.fy, torch.ones_like(px[:, 0])], -1)
-        self.T_camera_world = torch.as_tensor(cam.camera_from_world, dtype=dt)
+        renderer = AnalyticRenderer(rec.camera, self.prims, dtype=dt)
+        self.d_cam = renderer.rays(torch.as_tensor(obs.pixels))      # (N, 3) camera-frame, z = 1
+        self.T_camera_world = renderer.T_camera_world
         self.background = torch.as_tensor(obs.background, dtype=dt)
         # model frame -> part (shape) frame: constant, from frame 0 where the model's q = 0
         q0 = torch.zeros(1, model.nq, dtype=torch.float64)

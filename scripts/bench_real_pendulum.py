@@ -37,7 +37,8 @@ import torch
 from scipy.optimize import least_squares
 
 from vid2sim.models.inference import Problem, infer
-from vid2sim.models.inference.reference_models import UW_PARAM_NAMES, double_pendulum_accel, double_pendulum_simulator, rk4_rollout
+from vid2sim.models.inference.reference_models import (UW_PARAM_NAMES, double_pendulum_accel, double_pendulum_accel_from,
+                                                         double_pendulum_coeffs, double_pendulum_simulator, rk4_rollout)
 
 log = logging.getLogger("bench_real_pendulum")
 REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "real"
@@ -141,20 +142,9 @@ def bench_uw(root: Path, particles: int, iterations: int, windows: int, samples:
 # over 2,667 RK4 steps costs ~30x more per gradient on one core.
 
 def dp_accel_np(c: tuple, x: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The UW double-pendulum equations (reference_models.double_pendulum_accel) on numpy arrays.
-
-    c = (A, B, C, G1, G2, k1, k2), each broadcastable to (n,); x = (phi1, phi2, dphi1, dphi2) -> accelerations.
-    """
-    A, B, C, G1, G2, k1, k2 = c
-    p1, p2, w1, w2 = x
-    d = p1 - p2
-    cd, sd = np.cos(d), np.sin(d)
-    rel = w1 - w2
-    r1 = -B * sd * w2 * w2 + G1 * np.sin(p1) - k1 * w1 - k2 * rel
-    r2 = B * sd * w1 * w1 + G2 * np.sin(p2) + k2 * rel
-    m12 = B * cd
-    det = A * C - m12 * m12
-    return (C * r1 - m12 * r2) / det, (A * r2 - m12 * r1) / det
+    """reference_models' double-pendulum equations on numpy arrays: c = (A, B, C, G1, G2, k1, k2),
+    each broadcastable to (n,); x = (phi1, phi2, dphi1, dphi2) -> accelerations."""
+    return double_pendulum_accel_from(c, x, np.cos, np.sin)
 
 
 def rk4_np(c: tuple, x0: np.ndarray, steps: int, h: float) -> np.ndarray:
@@ -281,12 +271,8 @@ def fit_shooting(coeffs, residual, p0: np.ndarray, starts0: np.ndarray, steps: i
 
 def uw_reduced(p: dict[str, float]) -> np.ndarray:
     """The UW model's identifiable combinations z = (A, C, G1, k1, k2, G2) / B, G2 / B = g / L1."""
-    L1, g = p["L1"], p["g"]
-    B = p["m2"] * L1 * p["a2"]
-    A = p["m1"] * p["a1"] ** 2 + p["I1"] + p["m2"] * L1 ** 2
-    C = p["m2"] * p["a2"] ** 2 + p["I2"]
-    G1 = (p["m1"] * p["a1"] + p["m2"] * L1) * g
-    return np.array([A, C, G1, p["k1"], p["k2"], p["m2"] * p["a2"] * g]) / B
+    A, B, C, G1, G2, k1, k2 = double_pendulum_coeffs(p)
+    return np.array([A, C, G1, k1, k2, G2]) / B
 
 
 def uw_from_reduced(z: np.ndarray, ref: dict[str, float]) -> dict[str, float]:

@@ -173,7 +173,8 @@ def _T_from_pq(pos, quat) -> np.ndarray:
     return T
 
 
-def _add_floor(p, cid: int, floor) -> int:
+def add_floor(p, cid: int, floor) -> int:
+    """The floor (``mechanisms.Floor``) as a static box in PyBullet client ``cid``; also the twin's (forecast)."""
     shape = p.createCollisionShape(p.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
     body = p.createMultiBody(0, shape, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
     # Bullet multiplies the two bodies' coefficients (btManifoldResult::calculateCombined*):
@@ -241,7 +242,7 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
             v, w = init.root_twist
             p.resetBaseVelocity(rid, list(v), list(w), physicsClientId=cid)
         if mech.floor is not None:
-            fid = _add_floor(p, cid, mech.floor)
+            fid = add_floor(p, cid, mech.floor)
         part_friction = mech.floor.friction if mech.floor is not None else 1.0
         tid = _add_tip(p, cid, tip, part_friction) if tip is not None else None
         if tid is not None and mech.floor is not None:

@@ -24,22 +24,34 @@ Tensor = torch.Tensor
 UW_PARAM_NAMES = ("m1", "m2", "a1", "a2", "L1", "I1", "I2", "k1", "k2", "g")
 
 
-def double_pendulum_accel(p: dict[str, Tensor], x: Tensor) -> Tensor:
-    """p: name -> (B,) tensors (UW_PARAM_NAMES); x: (B, 4) [phi1, phi2, dphi1, dphi2] -> (B, 2) accelerations."""
-    phi1, phi2, w1, w2 = x.unbind(-1)
+def double_pendulum_coeffs(p: dict) -> tuple:
+    """(A, B, C, G1, G2, k1, k2) of the equations above from the UW parameters ``p``."""
     A = p["m1"] * p["a1"] ** 2 + p["I1"] + p["m2"] * p["L1"] ** 2
     B = p["m2"] * p["L1"] * p["a2"]
     C = p["m2"] * p["a2"] ** 2 + p["I2"]
     G1 = (p["m1"] * p["a1"] + p["m2"] * p["L1"]) * p["g"]
     G2 = p["m2"] * p["a2"] * p["g"]
+    return A, B, C, G1, G2, p["k1"], p["k2"]
+
+
+def double_pendulum_accel_from(c: tuple, x: tuple, cos=torch.cos, sin=torch.sin) -> tuple:
+    """Accelerations (ddphi1, ddphi2) from the coefficients ``c`` (``double_pendulum_coeffs``)
+    and x = (phi1, phi2, dphi1, dphi2); any array type with matching ``cos``/``sin`` (numpy too)."""
+    A, B, C, G1, G2, k1, k2 = c
+    phi1, phi2, w1, w2 = x
     d = phi1 - phi2
-    cd, sd = torch.cos(d), torch.sin(d)
+    cd, sd = cos(d), sin(d)
     rel = w1 - w2
-    r1 = -B * sd * w2 ** 2 + G1 * torch.sin(phi1) - p["k1"] * w1 - p["k2"] * rel
-    r2 = B * sd * w1 ** 2 + G2 * torch.sin(phi2) + p["k2"] * rel
+    r1 = -B * sd * w2 * w2 + G1 * sin(phi1) - k1 * w1 - k2 * rel
+    r2 = B * sd * w1 * w1 + G2 * sin(phi2) + k2 * rel
     m12 = B * cd
     det = A * C - m12 * m12
-    return torch.stack([(C * r1 - m12 * r2) / det, (A * r2 - m12 * r1) / det], -1)
+    return (C * r1 - m12 * r2) / det, (A * r2 - m12 * r1) / det
+
+
+def double_pendulum_accel(p: dict[str, Tensor], x: Tensor) -> Tensor:
+    """p: name -> (B,) tensors (UW_PARAM_NAMES); x: (B, 4) [phi1, phi2, dphi1, dphi2] -> (B, 2) accelerations."""
+    return torch.stack(double_pendulum_accel_from(double_pendulum_coeffs(p), x.unbind(-1)), -1)
 
 
 def rk4_rollout(accel, x0: Tensor, steps: int, dt: float) -> Tensor:
