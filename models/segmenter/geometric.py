@@ -391,12 +391,16 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
     return sorted(dets, key=lambda d: -d.score)
 
 
-def depth_regions(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+def depth_regions(depth: np.ndarray, K: np.ndarray, P: np.ndarray | None = None,
+                  N: np.ndarray | None = None) -> np.ndarray:
     """(H, W) int32 over-segmentation: connected pixels not separated by a depth
-    discontinuity or a concave crease (0 = edge or no depth)."""
-    d = smooth_depth(depth)
-    N = depth_to_normals(depth, K)
-    P = backproject(d, K)
+    discontinuity or a concave crease (0 = edge or no depth). ``P``/``N``: the frame's
+    back-projected smoothed depth and normals when the caller already has them."""
+    if P is None:
+        P = backproject(smooth_depth(depth), K)
+    if N is None:
+        N = depth_to_normals(depth, K)
+    d = P[..., 2]
     fg = (d > 0) & np.any(N != 0, axis=-1) & ~discontinuities(d) & ~concave_creases(P, N)
     _, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)
     return lab

@@ -55,7 +55,9 @@ def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, s
     are the head's (the score stays the network's confidence that there is a part).
     """
     cand = [d for d in dets if d.score >= min(low_score, score_threshold)]
-    regions = depth_regions(depth, K)
+    N = depth_to_normals(depth, K)
+    P = backproject(smooth_depth(depth), K)
+    regions = depth_regions(depth, K, P, N)
     snapped = snap_to_regions(cand, regions)
     kept: list[Detection] = []
     explained = np.zeros(depth.shape, bool)
@@ -64,8 +66,6 @@ def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, s
             kept.append(d)
             explained |= d.mask
     rng = np.random.default_rng(seed)
-    N = depth_to_normals(depth, K)
-    P = backproject(smooth_depth(depth), K)
     extra = _depth_only_parts(regions, explained, P, N, rng, min_pixels) if depth_only else []
     if not classify:
         return kept + extra
