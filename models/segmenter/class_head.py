@@ -99,8 +99,7 @@ def frame_examples(dets: list, depth: np.ndarray, K: np.ndarray, masks: np.ndarr
     (``refine_detections(..., classify=False, depth_only=False)``) matched to the truth at IoU >= 0.5."""
     from scipy.optimize import linear_sum_assignment
 
-    from vid2sim.models.segmenter.geometric import backproject
-    from vid2sim.models.segmenter.normals import depth_to_normals, smooth_depth
+    from vid2sim.models.segmenter.geometric import frame_geometry
     from vid2sim.models.segmenter.refine import shape_probabilities
 
     if not dets or not len(masks):
@@ -108,8 +107,7 @@ def frame_examples(dets: list, depth: np.ndarray, K: np.ndarray, masks: np.ndarr
     inter = np.array([[(g & d.mask).sum() for d in dets] for g in masks], float)
     union = np.array([[(g | d.mask).sum() for d in dets] for g in masks], float)
     iou = inter / np.maximum(union, 1)
-    N = depth_to_normals(depth, K)
-    P = backproject(smooth_depth(depth), K)
+    P, N = frame_geometry(depth, K)
     rng = np.random.default_rng(0)
     shape = shape_probabilities([d.mask for d in dets], P, N, depth, K, rng)
     X, y = [], []

@@ -391,15 +391,18 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
     return sorted(dets, key=lambda d: -d.score)
 
 
+def frame_geometry(depth: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(H, W) metres -> camera-frame points of the smoothed depth (H, W, 3) and normals (H, W, 3)."""
+    return backproject(smooth_depth(depth), K), depth_to_normals(depth, K)
+
+
 def depth_regions(depth: np.ndarray, K: np.ndarray, P: np.ndarray | None = None,
                   N: np.ndarray | None = None) -> np.ndarray:
     """(H, W) int32 over-segmentation: connected pixels not separated by a depth
     discontinuity or a concave crease (0 = edge or no depth). ``P``/``N``: the frame's
     back-projected smoothed depth and normals when the caller already has them."""
-    if P is None:
-        P = backproject(smooth_depth(depth), K)
-    if N is None:
-        N = depth_to_normals(depth, K)
+    if P is None or N is None:
+        P, N = frame_geometry(depth, K)
     d = P[..., 2]
     fg = (d > 0) & np.any(N != 0, axis=-1) & ~discontinuities(d) & ~concave_creases(P, N)
     _, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)

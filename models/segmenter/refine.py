@@ -36,10 +36,9 @@ import numpy as np
 
 from vid2sim.datasets.synthetic.primitives import CLASSES
 from vid2sim.models.segmenter.class_head import ClassHead, instance_features
-from vid2sim.models.segmenter.geometric import (backproject, class_scores, classify_region, depth_regions,
-                                                find_background_planes, snap_to_regions)
+from vid2sim.models.segmenter.geometric import (class_scores, classify_region, depth_regions, find_background_planes,
+                                                frame_geometry, snap_to_regions)
 from vid2sim.models.segmenter.model import Detection
-from vid2sim.models.segmenter.normals import depth_to_normals, smooth_depth
 from vid2sim.models.segmenter.shape_net import ShapeClassifier, instance_inputs
 
 LOW_SCORE = 0.1  # the network's lowest score a depth-confirmed detection may have
@@ -55,8 +54,7 @@ def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, s
     are the head's (the score stays the network's confidence that there is a part).
     """
     cand = [d for d in dets if d.score >= min(low_score, score_threshold)]
-    N = depth_to_normals(depth, K)
-    P = backproject(smooth_depth(depth), K)
+    P, N = frame_geometry(depth, K)
     regions = depth_regions(depth, K, P, N)
     snapped = snap_to_regions(cand, regions)
     kept: list[Detection] = []

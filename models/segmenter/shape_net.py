@@ -252,8 +252,7 @@ def training_set(start: int, frames: int, log_every: int = 200) -> dict[str, np.
     ``start..start+frames-1``, each clean and with realistic sensor noise."""
     from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
     from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
-    from vid2sim.models.segmenter.geometric import backproject
-    from vid2sim.models.segmenter.normals import depth_to_normals, smooth_depth
+    from vid2sim.models.segmenter.geometric import frame_geometry
 
     rng = np.random.default_rng(start)
     E, W, D, Y = [], [], [], []
@@ -263,8 +262,7 @@ def training_set(start: int, frames: int, log_every: int = 200) -> dict[str, np.
         for noise in ("none", "realistic"):
             depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
             depth = np.round(depth * 1000) / 1000  # what a millimetre depth PNG holds
-            N = depth_to_normals(depth, s.K)
-            P = backproject(smooth_depth(depth), s.K)
+            P, N = frame_geometry(depth, s.K)
             edge = ~np.any(N != 0, axis=-1)
             for m, y in zip(s.masks, s.labels):
                 if rng.random() < 0.5:  # as a detector's mask: with the edge band around the part
