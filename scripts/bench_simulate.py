@@ -5,7 +5,9 @@ dampings; the loss is sum over particles and steps of |q|^2. Ours: one rollout w
 autograd, then ``backward`` to the (B, N) masses and (B, nv) dampings. MuJoCo: one
 ``mujoco.rollout`` call over 64 * (2p + 1) models (nominal and each parameter +-h, per
 particle) and central differences — the same task in the same process, single thread
-for both (torch.set_num_threads(1), one MjData); both timings are medians of ``--repeats``.
+for both (torch.set_num_threads(1), one MjData); both timings are medians of ``--repeats``
+rounds, each timing every variant once (ours and MuJoCo interleaved, so drift of a shared
+machine's speed hits both alike); ``ratio_rounds`` lists each round's ratio.
 
 For the contact-free scenes both engines run the same semi-implicit Euler scheme on the
 same coordinates, so the two gradients must agree; ``grad_rel_err`` reports it. The
@@ -132,8 +134,9 @@ def ours_value_grad(model, s0, dt, controls, compile: bool):
     return loss.detach(), mass.grad, damping.grad
 
 
-def mujoco_fd(model, s0, dt, name, h=1e-6, repeats=3):
-    """Value and central-difference gradient wrt the same masses and dampings, one rollout call."""
+def mujoco_fd(model, s0, dt, name, h=1e-6):
+    """-> run() returning the value and central-difference gradient wrt the same masses and
+    dampings (one ``mujoco.rollout`` call), after one warm-up call (thread pool, caches)."""
     import mujoco
     from mujoco import rollout as mj_rollout
 
@@ -183,12 +186,7 @@ def mujoco_fd(model, s0, dt, name, h=1e-6, repeats=3):
         return loss[0], grad.T
 
     run()  # warm-up (thread pool, caches)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        value, grad = run()
-        times.append((time.perf_counter() - t) * 1e3)
-    return value, grad, float(np.median(times)), nq_ours
+    return run
 
 
 def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
@@ -198,19 +196,33 @@ def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
     other = "eager" if mode == "compile" else "compile"
     modes = [("", mode == "compile")] + ([] if only else [(("eager_" if other == "eager" else "compiled_"),
                                                            other == "compile")])
+    # first calls (compilation), then `repeats` rounds that time every variant once each, ours
+    # and MuJoCo interleaved, so that a machine whose speed drifts (shared CPU) slows all alike
+    results = {}
     for prefix, comp in modes:
         t = time.perf_counter()
-        value, g_mass, g_damp = ours_value_grad(model, s0, dt, controls, comp)
+        results[prefix] = ours_value_grad(model, s0, dt, controls, comp)
         out[prefix + "first_call_s"] = round(time.perf_counter() - t, 3)
-        times = []
-        for _ in range(repeats):
+    mj_run = mujoco_fd(model, s0, dt, name)
+    times = {prefix: [] for prefix, _ in modes}
+    times["mujoco"] = []
+    for _ in range(repeats):
+        for prefix, comp in modes:
             t = time.perf_counter()
             ours_value_grad(model, s0, dt, controls, comp)
-            times.append((time.perf_counter() - t) * 1e3)
-        out[prefix + "value_grad_ms"] = round(float(np.median(times)), 2)
-    mj_value, mj_grad, mj_ms, _ = mujoco_fd(model, s0, dt, name, repeats=repeats)
+            times[prefix].append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        mj_value, mj_grad = mj_run()
+        times["mujoco"].append((time.perf_counter() - t) * 1e3)
+    value, g_mass, g_damp = results[""]
+    for prefix, _ in modes:
+        out[prefix + "value_grad_ms"] = round(float(np.median(times[prefix])), 2)
+    mj_ms = float(np.median(times["mujoco"]))
     out["mujoco_fd_ms"] = round(mj_ms, 2)
+    # per-round ratios: their spread shows how much the shared machine moved during the run
+    per_round = np.array(times[""]) / np.array(times["mujoco"])
     out["ratio"] = round(out["value_grad_ms"] / mj_ms, 3)
+    out["ratio_rounds"] = [round(float(r), 3) for r in per_round]
     for prefix in ("eager_", "compiled_"):
         if prefix + "value_grad_ms" in out:
             out[prefix + "ratio"] = round(out[prefix + "value_grad_ms"] / mj_ms, 3)
@@ -230,7 +242,7 @@ def main():
     ap.add_argument("--mode", choices=("compile", "eager"), default="compile", help="mode of the headline keys")
     ap.add_argument("--only", action="store_true", help="do not also measure the other mode")
     ap.add_argument("--warm-cache", action="store_true", help="keep the user's Inductor cache (first_call_s not cold)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
