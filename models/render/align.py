@@ -110,6 +110,9 @@ def huber_weights(r: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.where(a <= scale, torch.ones_like(a), scale / a.clamp(min=1e-12))
 
 
+GRAZING_COS_FLOOR = 0.2  # grazing rays' noise across the surface: sigma * max(|cos|, this)
+
+
 def point_residuals(prim: Primitive, T: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """p: (N, 3) world points -> sdf (N,), Jacobian (N, 6) w.r.t. the world twist (v, w) of T."""
     R, t = T[:3, :3], T[:3, 3]
@@ -227,9 +230,21 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         rd, Jd = depth_residuals(prim, T[m], obs.origin, obs.dirs[on], near[on])
         keep_d = torch.isfinite(rd)
         sel = sel & ~on[idx]
-        r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], sd[m][sel]])
-        J1 = torch.cat([Jd[keep_d], jac[m][sel]])
-        s1 = torch.cat([ray_sig[on][keep_d], sig[sel]]).clamp(min=1e-4)
+        # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
+        # depth along the ray is too nonlinear there, so their points enter point-to-surface,
+        # whitened by the noise across the surface, sigma |cos| (noise is along the ray). Without
+        # them a face seen obliquely gave nothing, and the pose directions only it pins down
+        # (the cart's tilt about its long axis) followed the noise: cartpole cart 1.0 deg.
+        graze = on.clone()
+        graze[on] = ~keep_d
+        gp = obs.points[graze]
+        rg, Jg = point_residuals(prim, T[m], gp)
+        cos_g = ((-Jg[:, :3]) * obs.dirs[graze]).sum(-1).abs() / obs.dirs[graze].norm(dim=-1)
+        sg = ray_sig[graze] * cos_g.clamp(min=GRAZING_COS_FLOOR)
+        ok_g = rg.abs() < torch.maximum(gate[m], 3 * sg)
+        r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], sd[m][sel], rg[ok_g]])
+        J1 = torch.cat([Jd[keep_d], jac[m][sel], Jg[ok_g]])
+        s1 = torch.cat([ray_sig[on][keep_d], sig[sel], sg[ok_g]]).clamp(min=1e-4)
         w1 = w_depth * huber_weights(r1 / s1, 1.345) / s1**2
         rays = _at_most((freespace & (visible == m)).nonzero().squeeze(-1), max_silhouette)
         r2, J2 = margin_residuals(prim, T[m], obs.origin, obs.dirs[rays[0]])
@@ -254,7 +269,9 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             D = T[m, :3, :3] @ T_prior[m, :3, :3].T
             e = torch.cat([T[m, :3, 3] - T_prior[m, :3, 3],
                            0.5 * torch.stack([D[2, 1] - D[1, 2], D[0, 2] - D[2, 0], D[1, 0] - D[0, 1]])])[dofs]
-            wp = torch.tensor([prior_sigma[0] ** -2] * 3 + [prior_sigma[1] ** -2] * 3, dtype=T.dtype)[dofs]
+            # a zero standard deviation switches that part of the prior off (no weight)
+            wp = torch.tensor([s ** -2 if s > 0 else 0.0 for s in [prior_sigma[0]] * 3 + [prior_sigma[1]] * 3],
+                              dtype=T.dtype)[dofs]
             H = H + torch.diag(wp)
             g = g + wp * e
         H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
