@@ -53,6 +53,8 @@ class IdentifyConfig:
     windows: int = 1               # shooting windows (csvgd only). 1 = single shooting: on 2-s synthetic
                                    # cartpole clips it beat 4 windows (NMAE 0.055 vs 0.134); use more
                                    # for long or chaotic clips
+    polish: float = 0.0            # csvgd with windows > 1: fraction of the iterations spent last on single
+                                   # shooting from each particle's first-window state (methods.csvgd)
     seed: int = 0                  # Sobol scrambling / sampler seed
     observation: str = "joints"    # joints: tracked joint positions; video: rendered vs observed depth (identify_video.py)
     sigma: float = 0.01            # observation noise std, joint units (rad or m)
@@ -208,7 +210,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
-    opts = {"windows": cfg.windows} if cfg.method == "csvgd" else {}
+    opts = {"windows": cfg.windows, "polish": cfg.polish} if cfg.method == "csvgd" else {}
     if cfg.method in ("csvgd", "svgd", "adam"):
         opts["lr"] = cfg.lr
     res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)

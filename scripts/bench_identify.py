@@ -110,7 +110,7 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
            "truth": dict(zip(names, t_true.tolist())), "nmae": {}, "seconds": {}, "estimates": {},
            "log_likelihood": {}, "evaluations": {}}
     for m in methods:
-        opts = {"windows": cfg.windows} if m == "csvgd" else {}
+        opts = {"windows": cfg.windows, "polish": cfg.polish} if m == "csvgd" else {}
         if m in ("csvgd", "svgd", "adam"):
             opts["lr"] = cfg.lr
         t0 = time.perf_counter()
@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=150)
     ap.add_argument("--sigma", type=float, default=0.01, help="observation noise std (rad / m)")
     ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--polish", type=float, default=0.0,
+                    help="csvgd: fraction of the iterations spent last on single shooting (methods.csvgd)")
     ap.add_argument("--substeps", type=int, default=2)
     ap.add_argument("--protocol", choices=("anchored", "all_free"), default="anchored")
     ap.add_argument("--both", action="store_true", help="run both protocols; 'nmae' is --protocol's")
@@ -166,7 +168,7 @@ def main() -> None:
         from vid2sim.datasets.recording import open_recording
 
         rec = open_recording(rec_path)
-    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, substeps=a.substeps, sigma=a.sigma,
+    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish, substeps=a.substeps, sigma=a.sigma,
                          seed=a.seed, plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
     methods = a.methods.split(",")
     protocols = ("anchored", "all_free") if a.both else (a.protocol,)

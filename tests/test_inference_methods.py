@@ -69,3 +69,16 @@ def test_unknown_method_and_bad_limits():
         infer("nope", problem())
     with pytest.raises(ValueError, match="empty limits"):
         Problem(("k",), [1.0], [1.0], oscillator, [torch.zeros(5, 1)], [torch.zeros(5, 2)])
+
+
+def test_csvgd_polish_ends_on_single_shooting_within_the_budget():
+    """polish: the last quarter of the iterations refines each particle by single shooting from
+    its first window's state; same budget, and its final particles score at least as well."""
+    prob = problem()
+    plain = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4)
+    res = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4, polish=0.25)
+    assert res.evaluations == plain.evaluations == 8 * 60
+    assert res.trace["polish_iterations"] == 15 and len(res.trace["mean_log_prob"]) == 45
+    assert len(res.trace["polish_mean_log_prob"]) == 15 and res.start.shape == (8, 1, 2)
+    assert float(res.log_likelihood.max()) >= float(plain.log_likelihood.max()) - 1.0
+    assert nmae(res.estimate, TRUTH, prob.lower, prob.upper) < 0.02, res.estimate

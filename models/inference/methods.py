@@ -85,52 +85,79 @@ def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[T
 
 def _gradient_method(name: str, problem: Problem, particles: int, iterations: int, seed: int, windows: int,
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
-                     lr_final: float | None, ramp: float = 0.0) -> InferenceResult:
+                     lr_final: float | None, ramp: float = 0.0, polish: float = 0.0) -> InferenceResult:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     sh = Shooting(problem, windows)
     P, W, S = problem.num_params, sh.num_windows, problem.state_dim
     u0, s0 = _initial(problem, sh, particles, seed)
     scale = problem.state_scale
+    # iterations of the shooting phase, then (polish) single shooting from each particle's first window
+    n_polish = int(round(polish * iterations)) if W > sh.num_traj else 0
+    n_main = iterations - n_polish
+    lr_end = lr if lr_final is None else lr_final
+    lr_mid = lr * (lr_end / lr) ** (n_main / max(iterations - 1, 1))   # the geometric schedule, split in two
 
-    def density(x: Tensor):
-        u = x[:, :P]
-        theta = problem.to_physical(u.clamp(0.0, 1.0))
-        starts = x[:, P:].reshape(-1, W, S) * scale
-        ll, _, defects = sh.evaluate(theta, starts)
-        if not constrained:
-            return ll, None
-        limits = torch.relu(-u) + torch.relu(u - 1.0)
-        return ll, torch.cat([defects.flatten(1), limits], 1)
+    def density_for(shooting: Shooting, windows_per_particle: int):
+        def density(x: Tensor):
+            u = x[:, :P]
+            theta = problem.to_physical(u.clamp(0.0, 1.0))
+            starts = x[:, P:].reshape(-1, windows_per_particle, S) * scale
+            ll, _, defects = shooting.evaluate(theta, starts)
+            if not constrained:
+                return ll, None
+            limits = torch.relu(-u) + torch.relu(u - 1.0)
+            return ll, torch.cat([defects.flatten(1), limits], 1)
+        return density
 
     def clamp(x: Tensor) -> Tensor:
         x = x.clone()
         x[:, :P] = x[:, :P].clamp(0.0, 1.0)
         return x
 
-    # the augmented-Lagrangian term weighs like the likelihood of the observed values
-    weight = float(sh.num_obs) / max(sh.num_traj, 1) / float((problem.sigma ** 2).mean()) * 1e-2
-    x, _, tr = run_svgd(density, torch.cat([u0, s0], 1), iterations, lr=lr, lr_final=lr_final, kernel_dims=P, c=c,
-                        lr_multiplier=lr_multiplier, constraint_weight=weight, ramp=ramp,
+    def weight_of(shooting: Shooting) -> float:
+        # the augmented-Lagrangian term weighs like the likelihood of the observed values
+        return float(shooting.num_obs) / max(shooting.num_traj, 1) / float((problem.sigma ** 2).mean()) * 1e-2
+
+    x, _, tr = run_svgd(density_for(sh, W), torch.cat([u0, s0], 1), n_main, lr=lr,
+                        lr_final=lr_mid if n_polish else lr_final, kernel_dims=P, c=c,
+                        lr_multiplier=lr_multiplier, constraint_weight=weight_of(sh), ramp=ramp,
                         project=None if constrained else clamp, use_kernel=use_kernel)
+    trace = {"mean_log_prob": tr.log_prob, "max_violation": tr.max_violation, "windows": W, "window_length": sh.L}
+    if n_polish:
+        single = Shooting(problem, 1)
+        first = x[:, P:].reshape(-1, W, S)[:, sh.first].reshape(particles, -1)
+        x, _, tr2 = run_svgd(density_for(single, single.num_windows), torch.cat([x[:, :P], first], 1), n_polish,
+                             lr=lr_mid, lr_final=lr_final, kernel_dims=P, c=c, lr_multiplier=lr_multiplier,
+                             constraint_weight=weight_of(single), project=None if constrained else clamp,
+                             use_kernel=use_kernel)
+        sh, W = single, single.num_windows
+        trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
     theta = problem.to_physical(x[:, :P].clamp(0.0, 1.0))
     starts = x[:, P:].reshape(-1, W, S) * scale
     if not problem.estimate_start:
         starts = torch.where(sh.first[None, :, None], sh.guess[None], starts)
     start = starts[:, sh.first]
-    trace = {"mean_log_prob": tr.log_prob, "max_violation": tr.max_violation, "windows": W, "window_length": sh.L}
     return _finish(name, problem, theta, start, particles * iterations, t0, trace)
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
           lr: float = 0.05, lr_final: float | None = 0.005, c: float = 1.0, lr_multiplier: float = 0.01,
-          ramp: float = 0.6) -> InferenceResult:
+          ramp: float = 0.6, polish: float = 0.0) -> InferenceResult:
     """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting).
 
     ``ramp``: fraction of the iterations over which the constraint weight grows from 1 %
-    to 100 % (see ``run_svgd``)."""
+    to 100 % (see ``run_svgd``). ``polish``: fraction of the iterations (same budget)
+    spent at the end on single shooting from each particle's first-window state, so the
+    particles are refined on the objective they are scored by, even where the shooting
+    phase left defects open (the windows explore; single shooting refines). Measured on the
+    synthetic cartpole's depth video with the pixel likelihood (scripts/bench_identify.py
+    --input video --observation video --iterations 100 --windows 4): polish 0.25 raised the best
+    particle's single-shooting log-likelihood from -864k to -147k (seed 0) and from -1.07M to
+    -91k (seed 1), CMA-ES reaching -59k / -62k; NMAE went 0.028 -> 0.171 and 0.082 -> 0.064
+    (the slider damping is weakly identified there). Off by default."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
-                            lr_final, ramp)
+                            lr_final, ramp, polish)
 
 
 def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,
