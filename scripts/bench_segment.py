@@ -124,6 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--score-threshold", type=float, default=0.5)
     ap.add_argument("--methods", default="learned,geometric")
     ap.add_argument("--noise", default="none,realistic")
+    ap.add_argument("--no-split", action="store_true",
+                    help="learned: do not split merged masks into the geometric parts (reconcile.split_merged)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     ap.add_argument("--reuse", type=Path, default=None,
                     help="take the results of methods not run now from this earlier JSON (same frames)")
@@ -147,7 +149,8 @@ def main(argv=None) -> int:
                     t = time.perf_counter()
                     img = depth_to_normal_image(depth, s.K)
                     low = seg.predict(img, min(LOW_SCORE, args.score_threshold))
-                    dets = refine_detections(seg.mirror_average(img, low), depth, s.K, args.score_threshold)
+                    dets = refine_detections(seg.mirror_average(img, low), depth, s.K, args.score_threshold,
+                                             split=not args.no_split)
                     times.append(time.perf_counter() - t)
                     raw = [d for d in low if d.score >= args.score_threshold]
                     scores.setdefault(("learned_raw", noise), Scorer()).add(s.masks, s.labels, raw)

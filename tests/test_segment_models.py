@@ -253,3 +253,28 @@ def test_mirrored_normal_image_is_that_of_the_mirrored_depth():
     K_m[0, 2] = s.depth.shape[1] - 1 - K_m[0, 2]
     direct = depth_to_normal_image(np.ascontiguousarray(s.depth[:, ::-1]), K_m).astype(int)
     assert np.abs(mirror_normal_image(depth_to_normal_image(s.depth, s.K)).astype(int) - direct).max() <= 1
+
+
+def test_refine_splits_a_mask_over_two_parts_the_depth_separates():
+    """One confident mask over two boxes side by side at different depths (the network's
+    merge) becomes the two boxes (``reconcile.split_merged``); a mask over one part stays."""
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.models.segmenter.refine import refine_detections
+
+    depth = np.full((120, 160), 2.0, np.float32)
+    depth[30:80, 20:80] = 1.0
+    depth[30:80, 80:140] = 1.3  # right beside the first, 0.3 m behind it
+    both = np.zeros(depth.shape, bool)
+    both[30:80, 20:140] = True
+    dets = [Detection(both, 0, 0.9, 0.9 * np.eye(4)[0])]
+    out = refine_detections(dets, depth, K, classify=False, depth_only=False)
+    assert [d.score for d in out] == [0.9, 0.9]
+    for v0, v1, u0, u1 in [(30, 80, 20, 80), (30, 80, 80, 140)]:
+        truth = np.zeros(depth.shape, bool)
+        truth[v0:v1, u0:u1] = True
+        assert max((d.mask & truth).sum() / (d.mask | truth).sum() for d in out) > 0.85
+    assert len(refine_detections(dets, depth, K, classify=False, depth_only=False, split=False)) == 1
+    one = np.zeros(depth.shape, bool)
+    one[30:80, 20:80] = True
+    out = refine_detections([Detection(one, 0, 0.9, 0.9 * np.eye(4)[0])], depth, K, classify=False, depth_only=False)
+    assert len(out) == 1 and (out[0].mask & one).sum() / (out[0].mask | one).sum() > 0.85

@@ -14,6 +14,8 @@
   completed with the depth (snapping, depth-confirmed low-score detections, class by
   ``class_head``: network scores + ``shape_net`` + geometric cues, fitted on the training
   stream).
+- ``reconcile``: a learned mask over several parts split into the geometric
+  segmenter's parts where the depth is unambiguous about them.
 - ``shape_net``: a small CNN on full-resolution end crops and a whole crop of an
   instance's depth and normals plus rod-fit cues (capsule vs cylinder), trained on
   training-stream ground-truth instances.

@@ -332,13 +332,17 @@ def class_scores(cls: int, conf: float) -> np.ndarray:
     return cs
 
 
-def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, seed: int = 0) -> list[Detection]:
-    """depth: (H, W) metres (0 = none), K: (3, 3) -> detections (mask, class, confidence)."""
+def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, seed: int = 0,
+                      P: np.ndarray | None = None, N: np.ndarray | None = None) -> list[Detection]:
+    """depth: (H, W) metres (0 = none), K: (3, 3) -> detections (mask, class, confidence).
+
+    ``P``/``N``: the frame's ``frame_geometry`` when the caller already has it.
+    """
     rng = np.random.default_rng(seed)
-    d = smooth_depth(depth)
-    N = depth_to_normals(depth, K)
+    if P is None or N is None:
+        P, N = frame_geometry(depth, K)
+    d = P[..., 2]
     valid = np.any(N != 0, axis=-1)
-    P = backproject(d, K)
     bg = find_background_planes(P, N, valid, rng)
     fg = (d > 0) & ~bg & ~discontinuities(d) & ~concave_creases(P, N)
     fg[:2] = fg[-2:] = False  # border rows/columns have one-sided differences only

@@ -6,6 +6,10 @@ The segment stage runs the learned segmenter this way (``SegmentConfig.method="l
 
 1. snap: the network's coarse (28x28 mask-head) masks are snapped to depth-edge regions
    (``geometric.snap_to_regions``);
+1b. split: a mask over two or three parts the geometric segmenter separates (rods of a
+   chain, a row of links, a door and the carcass behind it) becomes those parts
+   (``reconcile.split_merged``; the network merges such parts, and snapping cannot undo it);
+   only on depth without sensor-like noise (``reconcile.depth_noise``), where those cuts are reliable;
 2. recall: a detection the network scores below the threshold (down to ``low_score``) is
    kept when most of its snapped mask is depth no more confident detection explains:
    the network's misses are mostly parts it did find, only with a low score (thin rods,
@@ -26,8 +30,8 @@ The segment stage runs the learned segmenter this way (``SegmentConfig.method="l
 ``LOW_SCORE`` and ``overlap`` were compared on training-stream frames (seed 0, frames
 0-99: 0.05 / 0.1 / 0.2 changed the mean IoU by under 0.01); depth-only parts add 0.005
 mean IoU there on clean depth, nothing on noisy depth (its regions are fragmented). It
-does not split or merge masks beyond the snapping (cutting rod chains with
-``geometric.split_bent`` lowered the benchmark's mean IoU; cutting only the masks
+does not merge masks, and splits them only as ``reconcile`` says (cutting every rod chain
+with ``geometric.split_bent`` lowered the benchmark's mean IoU; cutting only the masks
 classified as rods changed it by under 0.002 and did not separate rott's links).
 """
 from __future__ import annotations
@@ -37,8 +41,9 @@ import numpy as np
 from vid2sim.datasets.synthetic.primitives import CLASSES
 from vid2sim.models.segmenter.class_head import ClassHead, instance_features
 from vid2sim.models.segmenter.geometric import (class_scores, classify_region, depth_regions, find_background_planes,
-                                                frame_geometry, snap_to_regions)
+                                                frame_geometry, segment_geometric, snap_to_regions)
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise, split_merged
 from vid2sim.models.segmenter.shape_net import ShapeClassifier, instance_inputs
 
 LOW_SCORE = 0.1  # the network's lowest score a depth-confirmed detection may have
@@ -47,16 +52,21 @@ DEPTH_ONLY_SCORE = 0.3  # score of a part only the depth shows (no network propo
 
 def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, score_threshold: float = 0.5,
                       low_score: float = LOW_SCORE, overlap: float = 0.5, classify: bool = True,
-                      depth_only: bool = True, min_pixels: int = 40, seed: int = 0) -> list[Detection]:
+                      depth_only: bool = True, min_pixels: int = 40, seed: int = 0,
+                      split: bool = True) -> list[Detection]:
     """dets: network detections (best first, scores down to ``low_score``); depth (H, W) m; K (3, 3).
 
     Returns the kept detections, best first; with ``classify`` their class and class scores
     are the head's (the score stays the network's confidence that there is a part).
+    split: cut merged masks into the geometric segmenter's parts (``reconcile.split_merged``).
     """
     cand = [d for d in dets if d.score >= min(low_score, score_threshold)]
     P, N = frame_geometry(depth, K)
     regions = depth_regions(depth, K, P, N)
     snapped = snap_to_regions(cand, regions)
+    if split and depth_noise(depth, P, N) <= MAX_NOISE:
+        snapped = split_merged(snapped, segment_geometric(depth, K, P=P, N=N, seed=seed), regions, P, N,
+                               np.random.default_rng(seed))
     kept: list[Detection] = []
     explained = np.zeros(depth.shape, bool)
     for d in snapped:
