@@ -11,7 +11,9 @@ Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``geometric`` (training-free: discontinuities, normal clustering, primitive fitting).
 On metric depth the learned detections (class scores averaged with a mirrored pass) are
 checked and completed with the depth (``models/segmenter/refine``: masks snapped to depth
-regions, low-score detections kept where the depth shows an unexplained part, depth
+regions, a mask over two or three parts the geometric segmenter separates split into them
+on clean-looking depth (``models/segmenter/reconcile``), low-score detections kept where
+the depth shows an unexplained part, depth
 regions no detection explains added as low-score parts, class from the network's scores,
 a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
@@ -57,7 +59,8 @@ class SegmentConfig:
     score_threshold: float = 0.5  # parts scored below this are dropped
     checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
     # learned: class scores averaged over a mirrored pass, then the detections checked and completed
-    # with the depth (models/segmenter/refine.py: masks snapped to depth-edge regions,
+    # with the depth (models/segmenter/refine.py: masks snapped to depth-edge regions, merged masks split
+    # into the geometric segmenter's parts,
     # depth-confirmed low-score detections kept, class from network scores + shape_net crops + geometric cues);
     # False = the network alone
     snap_to_depth: bool = True
