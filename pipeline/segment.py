@@ -148,10 +148,16 @@ def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float
     return abs(math.log(e1 / E[0])) + 0.5 * abs(math.log(e2 / E[1])) + aspect
 
 
+ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
+ROD_SIBLING_FLOOR = 0.06
+
+
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
                  metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error") -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
-    used once where possible (Hungarian), a surplus part takes its best fit.
+    used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
+    one of capsule / cylinder may match the other's library shape at a fixed class penalty
+    (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
 
     A detection no library shape explains raises ``RecordingError`` naming what was seen,
     or with ``unmatched="ignore"`` gets ``None`` (logged).
@@ -162,7 +168,13 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
         cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
         for j, n in enumerate(names):
             p = cs[CLASSES.index(shapes[n].type)]
-            if p < 0.05 or (p < 0.25 * d.score and shapes[n].type != CLASSES[d.label]):
+            if shapes[n].type == ROD_SIBLING.get(CLASSES[d.label]):
+                # capsule and cylinder differ only at their ends, which joints often hide
+                # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
+                # other rod class's library shape, its class evidence floored at this fraction
+                # of its score (cost -log 0.06 = 2.8 on top of the size cost)
+                p = max(p, ROD_SIBLING_FLOOR * d.score)
+            elif p < 0.05 or (p < 0.25 * d.score and shapes[n].type != CLASSES[d.label]):
                 continue
             cost[i, j] = -math.log(p / max(d.score, 1e-9)) + _size_cost(e, shapes[n], metric, tol)
     for i, d in enumerate(dets):
