@@ -238,7 +238,8 @@ def _fit_primitive(cfg: TrackConfig, prim: Primitive, obs: Observation) -> tuple
         T = torch.eye(4, dtype=DT)
         T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
-        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping)
+        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping,
+                  grazing=False)  # see gauss_newton_step
         for _ in range(cfg.init_iterations):
             T = gauss_newton_step([prim], T, obs, w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, **kw).T
         res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
