@@ -149,20 +149,17 @@ def dp_accel_np(c: tuple, x: tuple) -> tuple[np.ndarray, np.ndarray]:
 
 def rk4_np(c: tuple, x0: np.ndarray, steps: int, h: float) -> np.ndarray:
     """x0: (4, n) -> states (steps, 4, n), [0] = x0; the same RK4 as reference_models.rk4_rollout."""
+    def f(x):
+        return np.stack([x[2], x[3], *dp_accel_np(c, x)])
+
     out = np.empty((steps,) + x0.shape)
     out[0] = x = x0
     for i in range(1, steps):
-        p1, p2, w1, w2 = x
-        a1, b1 = dp_accel_np(c, x)
-        y1 = (p1 + 0.5 * h * w1, p2 + 0.5 * h * w2, w1 + 0.5 * h * a1, w2 + 0.5 * h * b1)
-        a2, b2 = dp_accel_np(c, y1)
-        y2 = (p1 + 0.5 * h * y1[2], p2 + 0.5 * h * y1[3], w1 + 0.5 * h * a2, w2 + 0.5 * h * b2)
-        a3, b3 = dp_accel_np(c, y2)
-        y3 = (p1 + h * y2[2], p2 + h * y2[3], w1 + h * a3, w2 + h * b3)
-        a4, b4 = dp_accel_np(c, y3)
-        x = np.stack([p1 + h / 6 * (w1 + 2 * y1[2] + 2 * y2[2] + y3[2]), p2 + h / 6 * (w2 + 2 * y1[3] + 2 * y2[3] + y3[3]),
-                      w1 + h / 6 * (a1 + 2 * a2 + 2 * a3 + a4), w2 + h / 6 * (b1 + 2 * b2 + 2 * b3 + b4)])
-        out[i] = x
+        k1 = f(x)
+        k2 = f(x + 0.5 * h * k1)
+        k3 = f(x + 0.5 * h * k2)
+        k4 = f(x + h * k3)
+        out[i] = x = x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
     return out
 
 

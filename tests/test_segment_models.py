@@ -167,14 +167,13 @@ def test_class_head_tells_the_primitives_apart_from_depth_alone(kind, dims):
     probabilities and the geometric cues) decide: right on clean renders in three poses
     (measured: ``shape_net``'s probability of the right class >= 0.99, the head's >= 0.87)."""
     from vid2sim.models.segmenter.class_head import ClassHead, instance_features
-    from vid2sim.models.segmenter.geometric import backproject
-    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.models.segmenter.geometric import frame_geometry
     from vid2sim.models.segmenter.refine import shape_probabilities
 
     head = ClassHead()
     for euler in ((1.2, 0.3, 0.2), (0.4, 0.9, 0.1), (2.0, -0.5, 0.7)):
         depth, mask = _render_one(kind, dims, euler)
-        P, N = backproject(smooth_depth(depth), K), depth_to_normals(depth, K)
+        P, N = frame_geometry(depth, K)
         rng = np.random.default_rng(0)
         sp = shape_probabilities([mask], P, N, depth, K, rng)[0]
         assert sp.sum() == pytest.approx(1.0, abs=1e-5) and CLASSES[int(np.argmax(sp))] == kind, (euler, np.round(sp, 2))
@@ -186,12 +185,11 @@ def test_class_head_tells_the_primitives_apart_from_depth_alone(kind, dims):
 def test_shape_net_crops_follow_the_part_and_batches_agree():
     """End crops are taken in the part's frame: a part rotated in the image gives the same
     crops (to resampling); the classifier's answer for one instance does not depend on the batch."""
-    from vid2sim.models.segmenter.geometric import backproject
-    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.models.segmenter.geometric import frame_geometry
     from vid2sim.models.segmenter.shape_net import ShapeClassifier, instance_crops, instance_inputs
 
     depth, mask = _render_one("capsule", (0.05, 0.3), (1.5, 0.0, 0.0))  # the axis in the image plane
-    N = depth_to_normals(depth, K)
+    P, N = frame_geometry(depth, K)
     ends, whole = instance_crops(mask, N, depth, K)
     assert ends.shape == (2, 5, 24, 24) and whole.shape == (5, 32, 32)
     # the image turned by 180 degrees about its centre (K's centre is the image's): ends swap, n_u/n_v flip twice
@@ -204,10 +202,9 @@ def test_shape_net_crops_follow_the_part_and_batches_agree():
     assert ends[0, 0, 12, 8] > 0.5 and ends[0, 0, 12, 23] < 0.5
     clf = ShapeClassifier()
     rng = np.random.default_rng(0)
-    P = backproject(smooth_depth(depth), K)
     a = instance_inputs(mask, P, N, depth, K, rng)
     dc, mc = _render_one("cylinder", (0.06, 0.3), (0.4, 0.9, 0.1))
-    b = instance_inputs(mc, backproject(smooth_depth(dc), K), depth_to_normals(dc, K), dc, K, rng)
+    b = instance_inputs(mc, *frame_geometry(dc, K), dc, K, rng)
     one = clf.probabilities(a[0][None], a[1][None], a[2][None])
     both = clf.probabilities(np.stack([a[0], b[0]]), np.stack([a[1], b[1]]), np.stack([a[2], b[2]]))
     np.testing.assert_allclose(one[0], both[0], atol=1e-5)

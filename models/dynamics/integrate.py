@@ -138,7 +138,6 @@ _INDUCTOR_OPTIONS = {"cpp.vec_isa_ok": False, "compile_threads": 1, "pattern_mat
                      "realize_reads_threshold": 2, "realize_cpu_opcount_threshold": 20}
 
 
-
 class _Graph:
     """One Inductor-compiled step as Dynamo traced it: where its inputs come from (Dynamo's
     source names, e.g. ``L['prep'].model.mass``), the compiled forward/backward kernels and

@@ -240,11 +240,12 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         # (the cart's tilt about its long axis) followed the noise: cartpole cart 1.0 deg.
         graze = on.clone()
         graze[on] = ~keep_d
-        graze &= (assigned == m) & grazing   # and whose point is nearest to this body (not a part in front)
-        gp = obs.points[graze]
-        rg, Jg = point_residuals(prim, T[m], gp)
-        cos_g = ((-Jg[:, :3]) * obs.dirs[graze]).sum(-1).abs() / obs.dirs[graze].norm(dim=-1)
-        sg = ray_sig[graze] * cos_g.clamp(min=GRAZING_COS_FLOOR)
+        graze &= assigned == m          # and whose point is nearest to this body (not a part in front)
+        if not grazing:
+            graze[:] = False
+        rg, Jg = point_residuals(prim, T[m], pts[graze])
+        d_g = obs.dirs[graze]
+        sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
         ok_g = rg.abs() < torch.maximum(gate[m], 3 * sg)
         r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], sd[m][sel], rg[ok_g]])
         J1 = torch.cat([Jd[keep_d], jac[m][sel], Jg[ok_g]])

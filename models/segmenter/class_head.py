@@ -26,11 +26,10 @@ import json
 import logging
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from vid2sim.datasets.synthetic.primitives import CLASSES
-from vid2sim.models.segmenter.geometric import FEATURES, region_features
+from vid2sim.models.segmenter.geometric import FEATURES, interior_pixels, region_features
 
 HEAD_FILE = Path(__file__).with_name("class_head.json")
 INPUTS = tuple(f"log_net_{c}" for c in CLASSES) + tuple(f"log_shape_{c}" for c in CLASSES) + FEATURES + ("log_pixels",)
@@ -41,10 +40,8 @@ def instance_features(mask: np.ndarray, class_scores: np.ndarray, shape_probs: n
                       N: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
     """mask (H, W) bool; class_scores (4,) the network's; shape_probs (4,) ``shape_net``'s; P, N (H, W, 3)
     points and normals -> (14,) or None (too few normals)."""
-    valid = np.any(N != 0, axis=-1)
-    inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-    use = inner & valid if (inner & valid).sum() >= 20 else mask & valid
-    if use.sum() < 10:
+    use = interior_pixels(mask, N)
+    if use is None:
         return None
     return np.concatenate([np.log(np.asarray(class_scores, float) + 0.02), np.log(np.asarray(shape_probs, float) + 1e-3),
                            region_features(P[use], N[use], rng),

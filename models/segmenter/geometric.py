@@ -131,6 +131,15 @@ def _fit_sphere(p: np.ndarray) -> tuple[np.ndarray, float]:
 FEATURES = ("planar", "sphere_inliers", "log_elongation", "round_ends", "flat_ends")
 
 
+def interior_pixels(mask: np.ndarray, N: np.ndarray) -> np.ndarray | None:
+    """Where an instance's points are read: its pixels with a normal one pixel in from the
+    outline (all its pixels with a normal where that leaves fewer than 20); None under 10."""
+    valid = np.any(N != 0, axis=-1)
+    inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    use = inner & valid if (inner & valid).sum() >= 20 else mask & valid
+    return use if use.sum() >= 10 else None
+
+
 def region_features(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """p, n: (N, 3) points and normals of one region -> (5,) the cues ``classify_region`` decides on.
 

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from vid2sim.datasets.synthetic.primitives import CLASSES
-from vid2sim.models.segmenter.geometric import region_features
+from vid2sim.models.segmenter.geometric import interior_pixels, region_features
 
 WEIGHTS_FILE = Path(__file__).with_name("shape_net.pt")
 FIRST_SAMPLE = 200_000  # training-stream indices used here (the detector saw fewer than 50,000)
@@ -230,12 +230,10 @@ def _mirror(ends: torch.Tensor, whole: torch.Tensor) -> tuple[torch.Tensor, torc
 
 def instance_inputs(mask: np.ndarray, P: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.ndarray,
                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The classifier's inputs for one instance (points/normals from the mask's interior, as
-    ``class_head.instance_features``), or None with too few normals."""
-    valid = np.any(N != 0, axis=-1)
-    inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-    use = inner & valid if (inner & valid).sum() >= 20 else mask & valid
-    if use.sum() < 10:
+    """The classifier's inputs for one instance (points/normals from ``geometric.interior_pixels``,
+    as ``class_head.instance_features``), or None with too few normals."""
+    use = interior_pixels(mask, N)
+    if use is None:
         return None
     crops = instance_crops(mask, N, depth, K)
     if crops is None:
