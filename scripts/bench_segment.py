@@ -70,6 +70,36 @@ def average_precision(tp: list[tuple[float, bool]], n_gt: int) -> float:
     return float(np.mean([prec[rec >= r].max() if (rec >= r).any() else 0.0 for r in np.linspace(0, 1, 101)]))
 
 
+def frame_depth(s, k: int, noise: str) -> np.ndarray:
+    """The depth the benchmark gives the segmenters for held-out sample ``k`` (``s = make_sample(k,
+    HELD_OUT_SEED)``): clean or with the realistic sensor noise, in whole millimetres."""
+    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
+
+    depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(HELD_OUT_SEED, k))
+    return np.round(depth * 1000) / 1000  # what a millimetre depth PNG holds
+
+
+def match_instances(gt_masks: np.ndarray, dets: list) -> tuple[np.ndarray, np.ndarray]:
+    """gt_masks (G, H, W), dets -> (IoU matrix (G, D), match (G,) int): each ground-truth instance's
+    one-to-one (Hungarian) matched detection, -1 where none."""
+    M = iou_matrix(gt_masks, [d.mask for d in dets])
+    match = np.full(len(gt_masks), -1)
+    if M.size:
+        r, c = linear_sum_assignment(-M)
+        match[r] = c
+    return M, match
+
+
+def learned_detections(seg: Segmenter, depth: np.ndarray, K: np.ndarray, score_threshold: float = 0.5,
+                       split: bool = True) -> tuple[list, list]:
+    """The learned segmenter as the segment stage runs it -> (refined detections, the network's own
+    first-pass detections down to ``LOW_SCORE``)."""
+    img = depth_to_normal_image(depth, K)
+    low = seg.predict(img, min(LOW_SCORE, score_threshold))
+    dets = refine_detections(seg.mirror_average(img, low), depth, K, score_threshold, split=split)
+    return dets, low
+
+
 class Scorer:
     def __init__(self):
         self.ious: list[float] = []
@@ -79,11 +109,10 @@ class Scorer:
         self.n_gt = {c: 0 for c in range(len(CLASSES))}
 
     def add(self, gt_masks, gt_labels, dets) -> None:
-        M = iou_matrix(gt_masks, [d.mask for d in dets])
+        M, match = match_instances(gt_masks, dets)
         best = np.zeros(len(gt_masks))
-        if M.size:
-            r, c = linear_sum_assignment(-M)
-            for i, j in zip(r, c):
+        for i, j in enumerate(match):
+            if j >= 0:
                 best[i] = M[i, j]
                 if M[i, j] >= 0.5:
                     self.matched += 1
@@ -132,8 +161,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
-
     methods = args.methods.split(",")
     seg = Segmenter(args.checkpoint) if "learned" in methods else None
     scores = {(m, n): Scorer() for m in methods for n in args.noise.split(",")}
@@ -142,15 +169,11 @@ def main(argv=None) -> int:
     for k in range(args.frames):
         s = make_sample(k, HELD_OUT_SEED, noise="none")
         for noise in args.noise.split(","):
-            depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(HELD_OUT_SEED, k))
-            depth = np.round(depth * 1000) / 1000  # what a millimetre depth PNG holds
+            depth = frame_depth(s, k, noise)
             for m in methods:
                 if m == "learned":
                     t = time.perf_counter()
-                    img = depth_to_normal_image(depth, s.K)
-                    low = seg.predict(img, min(LOW_SCORE, args.score_threshold))
-                    dets = refine_detections(seg.mirror_average(img, low), depth, s.K, args.score_threshold,
-                                             split=not args.no_split)
+                    dets, low = learned_detections(seg, depth, s.K, args.score_threshold, split=not args.no_split)
                     times.append(time.perf_counter() - t)
                     raw = [d for d in low if d.score >= args.score_threshold]
                     scores.setdefault(("learned_raw", noise), Scorer()).add(s.masks, s.labels, raw)
