@@ -116,26 +116,9 @@ def plane_basis(normal) -> tuple[np.ndarray, np.ndarray]:
 
 def shape_inertia(shape: Shape, mass: float) -> np.ndarray:
     """(3, 3) inertia about the shape centre in its body frame, uniform density (kg m^2)."""
-    m = mass
-    if shape.type == "box":
-        a, b, c = shape.size
-        return np.diag([m * (b * b + c * c), m * (a * a + c * c), m * (a * a + b * b)]) / 12.0
-    if shape.type == "sphere":
-        return np.eye(3) * 0.4 * m * shape.radius**2
-    r = shape.radius if shape.radius is not None else 0.05
-    if shape.type == "cylinder":
-        L = shape.length
-        ixx = m * (3 * r * r + L * L) / 12.0
-        return np.diag([ixx, ixx, 0.5 * m * r * r])
-    if shape.type == "capsule":
-        L = shape.length
-        v_cyl, v_sph = math.pi * r * r * L, 4.0 / 3.0 * math.pi * r**3
-        m_cyl, m_hemi = m * v_cyl / (v_cyl + v_sph), 0.5 * m * v_sph / (v_cyl + v_sph)
-        # hemisphere COM sits 3r/8 from its flat face (standard capsule inertia)
-        ixx = m_cyl * (L * L / 12 + r * r / 4) + 2 * m_hemi * (0.4 * r * r + L * L / 4 + 3 * L * r / 8)
-        izz = 0.5 * m_cyl * r * r + 2 * 0.4 * m_hemi * r * r
-        return np.diag([ixx, ixx, izz])
-    return np.eye(3) * 0.4 * m * 0.05**2  # mesh without a loaded mesh: a 5 cm sphere
+    if shape.type == "mesh":
+        return np.eye(3) * 0.4 * mass * 0.05**2  # mesh without a loaded mesh: a 5 cm sphere
+    return np.diag(shape.inertia(mass))
 
 
 def shape_volume(shape: Shape) -> float:

@@ -57,28 +57,8 @@ class SyntheticTruth:
 # ---------------------------------------------------------------- inertia and URDF
 
 def inertia_diag(shape: Shape, mass: float) -> tuple[float, float, float]:
-    """Principal moments (Ixx, Iyy, Izz) about the shape centre, uniform density."""
-    if shape.type == "box":
-        x, y, z = shape.size
-        return (mass * (y * y + z * z) / 12, mass * (x * x + z * z) / 12, mass * (x * x + y * y) / 12)
-    r = shape.radius
-    if shape.type == "sphere":
-        i = 0.4 * mass * r * r
-        return (i, i, i)
-    L = shape.length
-    if shape.type == "cylinder":
-        ixx = mass * (3 * r * r + L * L) / 12
-        return (ixx, ixx, 0.5 * mass * r * r)
-    if shape.type == "capsule":
-        vc, vs = math.pi * r * r * L, 4.0 / 3.0 * math.pi * r**3
-        mc = mass * vc / (vc + vs)
-        ms = mass - mc
-        izz = 0.5 * mc * r * r + 0.4 * ms * r * r
-        # Two hemispheres: own moment 83/320 m r^2 about their centroid, which sits
-        # 3r/8 beyond the cylinder end (parallel-axis theorem).
-        ixx = mc * (3 * r * r + L * L) / 12 + ms * (83.0 / 320.0 * r * r + (L / 2 + 3 * r / 8) ** 2)
-        return (ixx, ixx, izz)
-    raise ValueError(f"no inertia for shape type {shape.type!r}")
+    """Principal moments (Ixx, Iyy, Izz) about the shape centre, uniform density (``Shape.inertia``)."""
+    return shape.inertia(mass)
 
 
 def _geometry_parts(shape: Shape) -> list[tuple[np.ndarray, str]]:
