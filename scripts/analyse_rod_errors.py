@@ -37,7 +37,8 @@ image as an occluder in front in the crops plus counts of ends cut by the border
 a nearer part in its descriptor, class head refitted (0.919 / 0.885; 12 fixed, 16 broken);
 two such nets averaged (0.921 / 0.881); the same with a learned per-end weight in place
 of the end features' sum (0.909 / 0.876). All of them fit the ground-truth-mask training
-set better (final loss 0.149; 0.170-0.174 in the earlier runs' logs) without transferring to the detector's masks.
+set better (final loss 0.149; 0.170-0.174 in the earlier runs' logs) without that
+carrying over to the detector's masks.
 """
 from __future__ import annotations
 
