@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--polish", type=float, default=0.0,
                     help="csvgd: fraction of the iterations spent last on single shooting (methods.csvgd)")
-    ap.add_argument("--substeps", type=int, default=2)
+    ap.add_argument("--substeps", type=int, default=0, help="simulator steps per frame (0: identify's default, 480 Hz)")
     ap.add_argument("--protocol", choices=("anchored", "all_free"), default="anchored")
     ap.add_argument("--both", action="store_true", help="run both protocols; 'nmae' is --protocol's")
     ap.add_argument("--methods", default=",".join(METHODS))
