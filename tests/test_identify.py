@@ -54,7 +54,7 @@ def test_simulator_at_truth_follows_pybullet(inputs):
 
 def test_run_writes_posterior_and_plots(inputs, tmp_path):
     art, jp, poses, shapes, _ = inputs
-    cfg = identify.IdentifyConfig(particles=4, iterations=2, windows=2, frames=8, substeps=1)
+    cfg = identify.IdentifyConfig(method="csvgd", particles=4, iterations=2, windows=2, frames=8, substeps=1)
     post = identify.run(cfg, art, jp, poses, shapes, tmp_path)
     assert post.particles.shape == (4, 4) and post.method == "csvgd"
     for n in post.names:
