@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,9 @@ class IdentifyConfig:
                                    # 960 Hz); RK4 at 4 gave 895
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
+    masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
+                                   # scale free motion leaves open (only mass ratios and damping/mass are
+                                   # observable), which control needs; their limits shrink to +-0.1 %
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
@@ -173,6 +176,14 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
         names.append(f"{b}.mass")
         lo.append(vol * cfg.density_min)
         hi.append(vol * cfg.density_max)
+    for b, kg in cfg.masses.items():
+        if f"{b}.mass" not in names:
+            raise ValueError(f"identify: masses names body {b!r}, which the articulation lacks (bodies: "
+                             f"{', '.join(model.body_names)})")
+        if not (isinstance(kg, (int, float)) and kg > 0):
+            raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
+        i = names.index(f"{b}.mass")
+        lo[i], hi[i] = kg * 0.999, kg * 1.001
     types = dict(zip(model.joint_names, model.joint_types))
     for d in model.dof_names:
         t = types[d]

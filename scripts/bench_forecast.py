@@ -61,7 +61,7 @@ def _stage(name: str, fn, fallback, inputs: dict, source: str):
 
 
 def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, source: str, seed: int = 0,
-               fps: float = 30.0):
+               fps: float = 30.0, masses: dict | None = None):
     """Recording + the pipeline up to export (identify sees the first ``train`` frames).
 
     Returns (rec, poses, art, jp, post, inputs); ``inputs`` names each input's source.
@@ -92,7 +92,8 @@ def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, s
     def identified():
         from vid2sim.pipeline import identify
 
-        return identify.run(identify.IdentifyConfig(frames=train), art, jp, poses, rec.shapes, run)
+        return identify.run(identify.IdentifyConfig(frames=train, masses=dict(masses or {})), art, jp, poses,
+                            rec.shapes, run)
 
     post = _stage("identify", identified, lambda: t_post, inputs, source)
     poses.save(run / PoseTracks.FILE)

@@ -10,7 +10,8 @@ the DeepMind Control Suite cartpole reward averaged over the episode (definition
 The inferred model is ``--model`` (a model.urdf) or, by default, the pipeline's twin of
 a synthetic cartpole recording (bench_forecast.build_twin: track -> articulate ->
 identify -> export, with any stage that is missing or fails replaced by the truth and
-named in ``inputs``). Prints JSON ``{"swingup"|"balance": {"inferred"|"true": {"mean",
+named in ``inputs``). Free motion fixes only mass ratios; ``--known-mass cart=1.0`` gives identify
+one weighed part, as a user planning control would (the scale decides what a 10-N push does). Prints JSON ``{"swingup"|"balance": {"inferred"|"true": {"mean",
 "std", "rewards"}}, "inputs", "reward", "seconds"}``.
 """
 from __future__ import annotations
@@ -46,8 +47,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--frames", type=int, default=150, help="recording length when building the twin")
     ap.add_argument("--noise", default="realistic", choices=("none", "realistic"))
     ap.add_argument("--source", default="pipeline", choices=("pipeline", "truth"))
+    ap.add_argument("--known-mass", action="append", default=[], metavar="BODY=KG",
+                    help="a weighed part for identify (fixes the mass scale free motion leaves open), e.g. cart=1.0")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    try:
+        masses = {k: float(v) for k, v in (m.split("=", 1) for m in args.known_mass)}
+    except ValueError:
+        ap.error(f"--known-mass expects BODY=KG, got {args.known_mass}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     t0 = time.time()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_mpc_"))
@@ -59,7 +66,8 @@ def main(argv=None) -> dict:
     else:
         from bench_forecast import build_twin
 
-        *_, inputs = build_twin("cartpole", out, args.frames, args.frames, args.noise, args.source)
+        *_, inputs = build_twin("cartpole", out, args.frames, args.frames, args.noise, args.source, masses=masses)
+        inputs["known_masses"] = masses
         model = out / "run" / "model.urdf"
     cfg = control.MPPIConfig(steps=args.steps)
     result: dict = {}

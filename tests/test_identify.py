@@ -96,3 +96,14 @@ def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
     assert identify.substeps_for(identify.IdentifyConfig(), 30.0) == 16
     assert errors[0].max() < 0.015                       # rad or m; measured 0.0073 (pole), 0.0034 (cart)
     assert errors[4].max() > 3 * errors[0].max()         # measured 0.050 (pole)
+
+
+def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
+    art, jp, poses, shapes, truth = inputs
+    sim = identify.build_simulator(identify.IdentifyConfig(masses={"link1": 0.5}), art, poses, shapes, 30.0)
+    i = sim.names.index("link1.mass")
+    assert sim.lower[i] == pytest.approx(0.4995) and sim.upper[i] == pytest.approx(0.5005)
+    with pytest.raises(ValueError, match="'arm'.*link1, link2"):
+        identify.build_simulator(identify.IdentifyConfig(masses={"arm": 1.0}), art, poses, shapes, 30.0)
+    with pytest.raises(ValueError, match="positive"):
+        identify.build_simulator(identify.IdentifyConfig(masses={"link1": -1.0}), art, poses, shapes, 30.0)
