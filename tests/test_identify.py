@@ -10,9 +10,9 @@ from vid2sim.pipeline import identify
 from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks, Posterior
 
 
-@pytest.fixture(scope="module")
-def inputs():
-    s = simulate("double_pendulum", seed=0, frames=12, fps=30.0)
+def truth_inputs(mechanism: str, frames: int):
+    """Articulation, joint positions, poses, shapes and truth parameters of a synthetic run (seed 0)."""
+    s = simulate(mechanism, seed=0, frames=frames, fps=30.0)
     tr = s.truth
     bodies = [b["name"] for b in tr["bodies"]]
     art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
@@ -20,6 +20,11 @@ def inputs():
     poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]],
                        np.zeros(len(s.q)), 30.0)
     return art, JointPositions(np.asarray(s.q, float), list(s.joint_names)), poses, s.shapes, tr["params"]
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return truth_inputs("double_pendulum", 12)
 
 
 def test_parameter_set_and_limits_from_shapes(inputs):
@@ -74,20 +79,13 @@ def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
     per frame (the old default) drifted by several times more."""
     from vid2sim.datasets.synthetic.mechanisms import cartpole
 
-    s = simulate("cartpole", seed=0, frames=60, fps=30.0)
-    tr = s.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]],
-                       np.zeros(len(s.q)), 30.0)
-    jp = JointPositions(np.asarray(s.q, float), list(s.joint_names))
+    art, jp, poses, shapes, truth = truth_inputs("cartpole", 60)
     init = cartpole().initial(np.random.default_rng(0))   # simulate()'s initial state for seed 0
     errors = {}
     for sub in (0, 4):
         cfg = identify.IdentifyConfig(substeps=sub, compile=False)
-        sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
-        theta = torch.tensor([[tr["params"][n] for n in sim.names]], dtype=torch.float64)
+        sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
+        theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
         q = identify.joint_trajectory(jp, sim.dof_names)
         x0 = torch.tensor([[0.0, 0.0] + [init.qd[d] for d in sim.dof_names]], dtype=torch.float64)
         with torch.no_grad():
