@@ -12,7 +12,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from vid2sim.datasets.shapes import Shape  # noqa: E402
 from vid2sim.datasets.synthetic import simulate  # noqa: E402
-from vid2sim.datasets.synthetic.physics import inertia_diag  # noqa: E402
 from vid2sim.pipeline import control, export  # noqa: E402
 
 from test_export import truth_inputs  # noqa: E402
@@ -32,7 +31,7 @@ def urdfs(tmp_path_factory):
 def test_planning_params_from_urdf(urdfs):
     true, twin, st = urdfs
     p = control.cartpole_from_urdf(true)
-    I_pole = inertia_diag(Shape("pole", "capsule", radius=0.025, length=0.6), 0.2)[0]
+    I_pole = Shape("pole", "capsule", radius=0.025, length=0.6).inertia(0.2)[0]
     assert (p.mc, p.mp, p.bc, p.bp) == pytest.approx((1.0, 0.2, 0.3, 0.004), abs=1e-9)
     assert p.l == pytest.approx(0.3, abs=1e-9) and p.I == pytest.approx(I_pole, rel=1e-6)
     assert p.theta_up == pytest.approx(0.0, abs=1e-9)

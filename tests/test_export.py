@@ -181,11 +181,20 @@ def test_limits_cover_observed_range(exported):
 
 
 def test_capsule_inertia_matches_synthetic_formula():
+    """The twin's capsule inertia is the truth URDF's (``Shape.inertia``), and that agrees with
+    the capsule written another way: cylinder plus two hemispheres about their flat faces."""
+    import math
+
     from vid2sim.datasets.shapes import Shape
-    from vid2sim.datasets.synthetic.physics import inertia_diag
 
     s = Shape("pole", "capsule", radius=0.03, length=0.5)
-    assert np.allclose(np.diag(export.shape_inertia(s, 0.7)), inertia_diag(s, 0.7), rtol=1e-12)
+    assert np.allclose(np.diag(export.shape_inertia(s, 0.7)), s.inertia(0.7), rtol=1e-12)
+    m, r, L = 0.7, 0.03, 0.5
+    v_cyl, v_sph = math.pi * r * r * L, 4.0 / 3.0 * math.pi * r**3
+    m_cyl, m_hemi = m * v_cyl / (v_cyl + v_sph), 0.5 * m * v_sph / (v_cyl + v_sph)
+    ixx = m_cyl * (L * L / 12 + r * r / 4) + 2 * m_hemi * (0.4 * r * r + L * L / 4 + 3 * L * r / 8)
+    izz = 0.5 * m_cyl * r * r + 2 * 0.4 * m_hemi * r * r
+    assert np.allclose(s.inertia(m), (ixx, ixx, izz), rtol=1e-12)
 
 
 def test_missing_mass_uses_volume_times_density():

@@ -56,11 +56,6 @@ class SyntheticTruth:
 
 # ---------------------------------------------------------------- inertia and URDF
 
-def inertia_diag(shape: Shape, mass: float) -> tuple[float, float, float]:
-    """Principal moments (Ixx, Iyy, Izz) about the shape centre, uniform density (``Shape.inertia``)."""
-    return shape.inertia(mass)
-
-
 def _geometry_parts(shape: Shape) -> list[tuple[np.ndarray, str]]:
     """(offset in the shape frame, URDF <geometry> body) pieces of a primitive.
 
@@ -111,7 +106,7 @@ def build_urdf(mech: Mechanism) -> str:
         c_link = frames[b.name][:3, :3].T @ (b.T_world_body[:3, 3] - frames[b.name][:3, 3])
         T_off = np.eye(4)
         T_off[:3, 3] = c_link
-        ixx, iyy, izz = inertia_diag(b.shape, b.mass)
+        ixx, iyy, izz = b.shape.inertia(b.mass)
         rgba = "%.3g %.3g %.3g 1" % b.colour
         xml = (f'  <link name="{escape(b.name)}">\n'
                f'    <inertial>{_origin_xml(T_off)}<mass value="{b.mass:.9g}"/>'

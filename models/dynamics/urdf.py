@@ -216,17 +216,6 @@ def model_to_urdf(model: Model, particle: int = 0, name: str = "vid2sim") -> str
     return "\n".join(out) + "\n"
 
 
-def _shape_inertia(shape, mass: float) -> np.ndarray:
-    """Inertia about the centre of a solid primitive in its own frame (axis along z):
-    ``Shape.inertia``, the formula the truth URDFs and the exported twin use (a capsule
-    here was once a cylinder of length + 2r: 5 % too much inertia, which biased identify);
-    a mesh without a loaded mesh counts as a box of its extents."""
-    if shape.type != "mesh":
-        return np.diag(shape.inertia(mass))
-    ext = np.asarray(shape.extents(), float)
-    return mass / 12 * np.diag([ext[1] ** 2 + ext[2] ** 2, ext[0] ** 2 + ext[2] ** 2, ext[0] ** 2 + ext[1] ** 2])
-
-
 def model_from_articulation(art, T_world_body0, masses=None, shapes=None, batch: int = 1,
                             dtype=torch.float64, **kwargs) -> Model:
     """Model whose q = 0 is the frame-0 configuration of an ``Articulation``.
@@ -265,7 +254,8 @@ def model_from_articulation(art, T_world_body0, masses=None, shapes=None, batch:
         trans.append(pivot - origin[j.parent])
         m = float((masses or {}).get(j.child, 1.0))
         shape = (shapes or {}).get(j.child)
-        I_shape = _shape_inertia(shape, m) if shape is not None else 0.4 * m * 0.05 ** 2 * np.eye(3)
+        # Shape.inertia: the formula of the truth URDFs and the exported twin (a mesh raises)
+        I_shape = np.diag(shape.inertia(m)) if shape is not None else 0.4 * m * 0.05 ** 2 * np.eye(3)
         R0 = T0[:3, :3]
         mass.append(m)
         com.append(T0[:3, 3] - pivot)
