@@ -7,8 +7,7 @@ generation, its learned segmenter and its Hungarian matching), for every ground-
 capsule or cylinder matched at IoU >= 0.5, each of its two ends is judged visible or
 hidden from the ground truth alone:
 
-- the primitive is rebuilt from the sample's random stream (the draws of
-  ``primitives.make_sample``, checked against its instance masks) and rendered alone,
+- the primitive (its pose and size as ``make_sample`` recorded them) is rendered alone,
   on as large a canvas as its projection needs;
 - an end's region is the part of that solo render within half a radius of the end of
   the straight part along the axis (for a capsule its hemisphere and the start of the
@@ -63,44 +62,15 @@ CAPSULE, CYLINDER = CLASSES.index("capsule"), CLASSES.index("cylinder")
 RADIUS_BINS = ((0, 4), (4, 8), (8, 1000))  # rod radius in pixels: a 2-3 px end barely has a shape
 
 
-def sample_primitives(index: int, seed: int, size: tuple[int, int] = (320, 240)) -> list[dict]:
-    """The primitives of ``make_sample(index, seed, size, noise="none")``: kind, dims, R (3, 3)
-    and t (3,) with p_camera = R p_primitive + t (axis along the primitive's z).
-
-    Repeats ``make_sample``'s draws in its order (its stream is a pure function of
-    (seed, index)); ``end_visibility`` checks the result against the sample's masks.
-    """
-    rng = np.random.default_rng([seed, index])
-    w, h = size
-    f = rng.uniform(0.85, 1.35) * w
-    rng.uniform(-5, 5)
-    rng.uniform(-5, 5)
-    n = int(rng.integers(1, 7))
-    scale = rng.uniform(0.5, 1.6)
-    out = []
-    for _ in range(n):
-        kind = CLASSES[int(rng.integers(len(CLASSES)))]
-        d = primitives._random_dims(kind, rng, 1.0)
-        z = rng.uniform(0.7, 2.6) * scale
-        want = rng.uniform(0.12, 0.6) * w * z / f
-        d = tuple(x * want / max(primitives.primitive_extents(kind, d)) for x in d)
-        R = primitives._random_rotation(rng)
-        uv = rng.uniform([0.08 * w, 0.08 * h], [0.92 * w, 0.92 * h])
-        out.append({"kind": kind, "dims": d, "R": R, "uv": uv, "z": z})
-    return out
-
-
-def _solo(prim: dict, K: np.ndarray, pad_limit: int = 2000) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Render one primitive alone over its projected bounding rectangle (any part of it may lie
-    outside the image) -> (points (h, w, 3) camera frame, hit (h, w) bool, u0, v0)."""
+def _solo(kind: str, dims: tuple, T: np.ndarray, K: np.ndarray, pad_limit: int = 2000
+          ) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Render one primitive (camera pose ``T``) alone over its projected bounding rectangle (any
+    part of it may lie outside the image) -> (points (h, w, 3) camera frame, hit (h, w) bool, u0, v0)."""
     import open3d as o3d
 
-    m = primitives.primitive_mesh(prim["kind"], prim["dims"])
-    m.rotate(prim["R"], center=(0, 0, 0))
-    f = K[0, 0]
-    t = np.array([(prim["uv"][0] - K[0, 2]) / f * prim["z"], (prim["uv"][1] - K[1, 2]) / f * prim["z"], prim["z"]])
-    m.translate(t)
-    prim["t"] = t
+    m = primitives.primitive_mesh(kind, dims)
+    m.rotate(T[:3, :3], center=(0, 0, 0))
+    m.translate(T[:3, 3])
     V = np.asarray(m.vertices)
     uv = V[:, :2] / V[:, 2:3] * [K[0, 0], K[1, 1]] + [K[0, 2], K[1, 2]]
     u0, v0 = np.maximum(np.floor(uv.min(0)).astype(int) - 1, -pad_limit)
@@ -115,35 +85,18 @@ def _solo(prim: dict, K: np.ndarray, pad_limit: int = 2000) -> tuple[np.ndarray,
     return d * np.where(ok, tt, 0)[..., None], ok, int(u0), int(v0)
 
 
-def end_visibility(s, prims: list[dict], min_pixels: int, min_visible: float) -> dict[int, tuple[list[dict], float]]:
+def end_visibility(s, min_pixels: int, min_visible: float) -> dict[int, tuple[list[dict], float]]:
     """Per ground-truth instance index of ``s`` (capsules and cylinders only): its two ends'
     {visible, fraction, reason, pixels} and its radius in pixels at its centre's depth."""
     H, W = s.depth.shape
-    solos = []
-    for p in prims:
-        P, hit, u0, v0 = _solo(p, s.K)
-        solos.append((P, hit, u0, v0))
     out: dict[int, tuple[list[dict], float]] = {}
-    i = 0  # make_sample keeps instances in primitive order, dropping those with too few pixels
     for g, (mask, label) in enumerate(zip(s.masks, s.labels)):
-        while True:
-            if i >= len(prims):
-                raise RuntimeError("primitive replay does not match the sample's masks")
-            P, hit, u0, v0 = solos[i]
-            v, u = np.nonzero(mask)
-            inside = (v - v0 >= 0) & (v - v0 < hit.shape[0]) & (u - u0 >= 0) & (u - u0 < hit.shape[1])
-            cover = inside.copy()
-            cover[inside] = hit[v[inside] - v0, u[inside] - u0]
-            if CLASSES.index(prims[i]["kind"]) == label and cover.mean() > 0.98:
-                break
-            i += 1
-        prim = prims[i]
-        i += 1
         if label not in (CAPSULE, CYLINDER):
             continue
-        r, length = prim["dims"]
-        axis = prim["R"][:, 2]
-        a = (P - prim["t"]) @ axis  # axial coordinate of each solo pixel's surface point
+        T = s.poses[g]
+        P, hit, u0, v0 = _solo(CLASSES[label], s.dims[g], T, s.K)
+        r, length = s.dims[g]
+        a = (P - T[:3, 3]) @ T[:3, 2]  # axial coordinate of each solo pixel's surface point
         vv, uu = np.mgrid[v0:v0 + hit.shape[0], u0:u0 + hit.shape[1]]
         in_img = (vv >= 0) & (vv < H) & (uu >= 0) & (uu < W)
         own = np.zeros_like(hit)
@@ -162,7 +115,7 @@ def end_visibility(s, prims: list[dict], min_pixels: int, min_visible: float) ->
                 out_img = int((region & ~in_img).sum())
                 reason = "border" if out_img >= (npx - seen) / 2 else "occluded"
             ends.append({"visible": reason == "visible", "fraction": round(frac, 3), "reason": reason, "pixels": npx})
-        out[g] = ends, float(r * s.K[0, 0] / prim["t"][2])
+        out[g] = ends, float(r * s.K[0, 0] / T[2, 3])
     return out
 
 
@@ -202,7 +155,7 @@ def main(argv=None) -> int:
     records = []
     for k in range(args.frames):
         s = make_sample(k, HELD_OUT_SEED, noise="none")
-        ends = end_visibility(s, sample_primitives(k, HELD_OUT_SEED), args.min_pixels, args.min_visible)
+        ends = end_visibility(s, args.min_pixels, args.min_visible)
         seen["shape"].clear()
         seen["net"].clear()
         dets, _ = learned_detections(seg, frame_depth(s, k, args.noise), s.K)

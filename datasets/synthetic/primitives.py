@@ -35,6 +35,7 @@ class PrimitiveSample:
     masks: (N, H, W) bool visible pixels of each instance (instances with too few visible
         pixels are dropped). labels: (N,) int class index into ``CLASSES``.
     dims: per instance the primitive's parameters (box size, radius/length) in metres.
+    poses: (N, 4, 4) per instance p_camera = T p_primitive (axis of a capsule/cylinder along z).
     """
 
     depth: np.ndarray
@@ -43,6 +44,7 @@ class PrimitiveSample:
     masks: np.ndarray
     labels: np.ndarray
     dims: list[tuple[float, ...]]
+    poses: np.ndarray
 
 
 def _random_rotation(rng: np.random.Generator) -> np.ndarray:
@@ -166,7 +168,7 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
     if noise == "mixed":
         noise = "realistic" if rng.random() < 0.5 else "none"
     n = int(rng.integers(1, 7))
-    meshes, labels, dims = [], [], []
+    meshes, labels, dims, poses = [], [], [], []
     scale = rng.uniform(0.5, 1.6)  # scene scale: tabletop to room-sized mechanisms
     for _ in range(n):
         kind_i = int(rng.integers(len(CLASSES)))
@@ -179,10 +181,14 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
         want = rng.uniform(0.12, 0.6) * w * z / f
         d = tuple(x * want / extent for x in d)
         m = primitive_mesh(kind, d)
-        m.rotate(_random_rotation(rng), center=(0, 0, 0))
+        T = np.eye(4)
+        T[:3, :3] = _random_rotation(rng)
+        m.rotate(T[:3, :3], center=(0, 0, 0))
         uv = rng.uniform([0.08 * w, 0.08 * h], [0.92 * w, 0.92 * h])
-        m.translate(((uv[0] - K[0, 2]) / f * z, (uv[1] - K[1, 2]) / f * z, z))
+        T[:3, 3] = ((uv[0] - K[0, 2]) / f * z, (uv[1] - K[1, 2]) / f * z, z)
+        m.translate(T[:3, 3])
         meshes.append(m)
+        poses.append(T)
         labels.append(kind_i)
         dims.append(d)
     # Background as in a lab: nothing, a wall behind, a floor below, or both (a corner).
@@ -204,13 +210,14 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
         meshes.append(plane)
     depth, ids = render_depth(meshes, K, size)
     # Instance masks of the primitives only (the plane, if any, is background).
-    masks, keep_labels, keep_dims = [], [], []
+    masks, keep_labels, keep_dims, keep_poses = [], [], [], []
     for i in range(n):
         mk = ids == i
         if mk.sum() >= min_pixels:
             masks.append(mk)
             keep_labels.append(labels[i])
             keep_dims.append(dims[i])
+            keep_poses.append(poses[i])
     ids = np.where(ids >= n, -1, ids)
     # Shading from the exact normals would need the raycast normals; finite-difference
     # normals are good enough for a plausible colour image.
@@ -222,4 +229,5 @@ def make_sample(index: int, seed: int = TRAIN_SEED, size: tuple[int, int] = (320
     if noise == "realistic":
         depth = add_depth_noise(depth, rng)
     masks_a = np.stack(masks) if masks else np.zeros((0, h, w), bool)
-    return PrimitiveSample(depth, rgb, K, masks_a, np.asarray(keep_labels, np.int64), keep_dims)
+    return PrimitiveSample(depth, rgb, K, masks_a, np.asarray(keep_labels, np.int64), keep_dims,
+                           np.asarray(keep_poses, float).reshape(-1, 4, 4))
