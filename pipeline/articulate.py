@@ -75,9 +75,27 @@ class _Edge:
     fit: fit.JointFit
 
 
-def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str) -> fit.FitSettings:
+def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str, child: str = "",
+              axes: dict | None = None) -> fit.FitSettings:
+    axes = axes or {}
     return fit.FitSettings(sp, sr, cfg.ransac_iterations, cfg.inlier_chi2, cfg.min_inlier_ratio,
-                           cfg.complexity_penalty, cfg.min_motion_sigma, cfg.seed, parent_noisy=parent != "world")
+                           cfg.complexity_penalty, cfg.min_motion_sigma, cfg.seed, parent_noisy=parent != "world",
+                           child_axes=axes.get(child), parent_axes=axes.get(parent))
+
+
+def body_noise(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, names: list[str], sp: float, sr: float
+               ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Per-axis noise of each body in its own frame (``fit.estimate_body_noise``), floored
+    like the global estimate; empty when the user gave the noise (then it is isotropic).
+    A body seen too briefly to estimate gets the global (sp, sr) on every axis."""
+    if cfg.position_noise_m or cfg.rotation_noise_deg:
+        return {}
+    fp, fr = cfg.min_position_noise_m, np.deg2rad(cfg.min_rotation_noise_deg)
+    out = {}
+    for name, est in zip(names, fit.estimate_body_noise(W, valid)):
+        pos, rot = est if est is not None else (np.full(3, sp), np.full(3, sr))
+        out[name] = (tuple(float(x) for x in np.maximum(pos, fp)), tuple(float(x) for x in np.maximum(rot, fr)))
+    return out
 
 
 def _relative(W: np.ndarray, names: list[str], parent: str, child: str) -> np.ndarray:
@@ -90,12 +108,12 @@ def _valid(valid: np.ndarray, names, parent, child) -> np.ndarray:
     return v if parent == "world" else v & valid[:, names.index(parent)]
 
 
-def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "prismatic", "revolute")):
+def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "prismatic", "revolute"), axes=None):
     X = _relative(W, names, parent, child)
-    return fit.select(X, _valid(valid, names, parent, child), _settings(cfg, sp, sr, parent), kinds)
+    return fit.select(X, _valid(valid, names, parent, child), _settings(cfg, sp, sr, parent, child, axes), kinds)
 
 
-def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
+def _forest(cfg, W, valid, names, sp, sr, axes=None) -> tuple[nx.Graph, dict]:
     """Graph over bodies + world with the cheapest fitting joint of every pair (a body's
     joint to the world may also be planar: a root sliding on a floor)."""
     G = nx.Graph()
@@ -105,7 +123,7 @@ def _forest(cfg, W, valid, names, sp, sr) -> tuple[nx.Graph, dict]:
     world_kinds = ("fixed", "prismatic", "revolute") + (("planar",) if cfg.planar_roots else ())
     for a, b in pairs:
         kinds = world_kinds if a == "world" else ("fixed", "prismatic", "revolute")
-        best, every = _fit_pair(cfg, W, valid, names, a, b, sp, sr, kinds)
+        best, every = _fit_pair(cfg, W, valid, names, a, b, sp, sr, kinds, axes)
         table[(a, b)] = {k: {"cost": f.cost if np.isfinite(f.cost) else None, "fits": f.fits, "why": f.why}
                          for k, f in every.items()}
         if best is not None:
@@ -194,7 +212,11 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
     log.info("noise: position %.2f mm, rotation %.2f deg (estimated %.2f mm, %.2f deg)",
              sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
 
-    tree, table = _forest(cfg, W, valid, names, sp, sr)
+    axes = body_noise(cfg, W, valid, names, sp, sr)
+    for name, (pa, ra) in axes.items():
+        log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
+                 np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
+    tree, table = _forest(cfg, W, valid, names, sp, sr, axes)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
     def comp_order(c: set) -> tuple[int, int]:
@@ -217,7 +239,7 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
                 continue
             if attr["parent"] != parent:  # fitted the other way round: refit in this direction
                 f = fit.fit_model(kind, _relative(W, names, parent, child), _valid(valid, names, parent, child),
-                                  _settings(cfg, sp, sr, parent), np.random.default_rng(cfg.seed))
+                                  _settings(cfg, sp, sr, parent, child, axes), np.random.default_rng(cfg.seed))
             edges.append(_Edge(parent, child, f))
     art, jp = _world_frame(W, valid, names, edges, roots, sp, sr)
     if cfg.plots:
@@ -225,7 +247,9 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
     costs = {f"{a}|{b}": v for (a, b), v in table.items()}
     write_json(Path(out_dir) / "articulate_costs.json",
                {"noise": {"position_m": sp, "rotation_rad": sr, "estimated_position_m": est_p,
-                          "estimated_rotation_rad": est_r}, "pairs": costs})
+                          "estimated_rotation_rad": est_r,
+                          "body_axes": {n: {"position_m": list(a[0]), "rotation_rad": list(a[1])} for n, a in axes.items()}},
+                "pairs": costs})
     for j in art.joints:
         log.info("joint %s: %s %s -> %s axis %s pivot %s", j.name, j.type, j.parent, j.child,
                  np.round(j.axis, 3).tolist(), np.round(j.pivot, 3).tolist())
