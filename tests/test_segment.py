@@ -128,7 +128,7 @@ def test_rgb_only_recording_uses_pseudo_depth(tmp_path):
 
 def test_default_config_is_documented():
     cfg = SegmentConfig()
-    assert cfg.method == "geometric" and cfg.checkpoint == "" and DEFAULT_CHECKPOINT.name == "segmenter.pt"
+    assert cfg.method == "learned" and cfg.checkpoint == "" and DEFAULT_CHECKPOINT.name == "segmenter.pt"
 
 
 def test_low_score_part_repeating_a_library_shape_is_dropped():
