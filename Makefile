@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml setup.py
 install: $(STAMP)
 
 # Synthetic recording -> every pipeline stage -> outputs in $(DEMO)/run.
-# The cartpole, clean depth (on realistic sensor noise the default geometric segmenter
-# still mislabels parts: see README, "Status").
+# The cartpole, clean depth (realistic sensor noise also runs through on most seeds, more
+# slowly and less accurately: see README, "Status").
 demo: $(STAMP)
 	$(BIN)/vid2sim synth cartpole --out $(DEMO)/cartpole --frames 90 --size 320x240 --noise none --overwrite
 	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run --set identify.iterations=50

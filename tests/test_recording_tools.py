@@ -107,3 +107,23 @@ def test_convert_db3_to_folder_exact(tmp_path):
     for i in range(4):
         np.testing.assert_array_equal(rec.depth_raw(i), depth[i])  # bit-identical depth units
         np.testing.assert_array_equal(rec.color(i), color[i])
+
+
+def test_cli_threads_option_caps_torch(tmp_path):
+    """``vid2sim --threads N`` sets torch's CPU threads before any stage runs."""
+    import torch
+    from typer.testing import CliRunner
+
+    from vid2sim.pipeline.cli import app
+
+    rec = _folder(tmp_path / "rec", _units())
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        r = CliRunner().invoke(app, ["--threads", "1", "inspect", str(rec), "--sheet", str(tmp_path / "sheet.png")])
+        assert r.exit_code == 0, r.output
+        assert torch.get_num_threads() == 1
+        r = CliRunner().invoke(app, ["--threads", "-1", "inspect", str(rec), "--sheet", str(tmp_path / "s2.png")])
+        assert r.exit_code != 0 and "threads" in r.output
+    finally:
+        torch.set_num_threads(before)
