@@ -367,7 +367,6 @@ def estimate_noise(world_from_body: np.ndarray, valid: np.ndarray | None = None)
     return float(mad(np.concatenate(dp)) / np.sqrt(20)), float(mad(np.concatenate(dr)) / np.sqrt(20))
 
 
-
 def _third_differences(W: np.ndarray, ok: np.ndarray, body_axes: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
     """One body's (n, 3) position third differences (in its own axes, else the world's)
     and (n, 3) rotation second differences (body frame), over runs of 4 valid frames;
