@@ -41,10 +41,40 @@ def test_method_recovers_oscillator(method):
 
 
 def test_multiple_shooting_defects_close():
+    """Defaults (defects weighed in observation units, multipliers on their own Adam, c=10): the
+    best particle's defects close within 150 iterations (measured 0.006; NMAE 0.001), every
+    particle's within 400 (0.026; at 150 iterations the particles the kernel pushes off the
+    mode lag, 0.10)."""
     prob = problem()
-    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4, c=10.0)   # stiffer than the default c=1
+    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4)
     assert res.trace["windows"] == 4 and res.trace["window_length"] == 14
-    assert res.trace["max_violation"][-1] < 0.05       # defects in units of the state spread
+    assert res.trace["final_violation"][res.best] < 0.01    # defects in units of the state spread
+    assert nmae(res.estimate, TRUTH, prob.lower, prob.upper) < 0.005, res.estimate
+    res = infer("csvgd", prob, particles=8, iterations=400, seed=0, windows=4)
+    assert res.trace["max_violation"][-1] < 0.04 and max(res.trace["final_violation"]) < 0.04
+
+
+def test_multiple_shooting_defects_close_fixed_rate_multipliers():
+    """The earlier scheme (scalar weight, lambda += 0.01 g) with a stiff penalty also closes them."""
+    prob = problem()
+    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4, c=10.0, dual="sgd",
+                defect_units="scale", lr_multiplier=0.01)
+    assert res.trace["max_violation"][-1] < 0.05
+
+
+def test_start_weights_price_a_start_error_in_observations():
+    """Constant dynamics observed directly: a unit start error (in state_scale) costs
+    L x (scale / sigma)^2 per state dimension."""
+    def still(theta, x0, steps):
+        return x0[:, None].expand(-1, steps, -1)
+
+    traj = torch.stack([torch.linspace(0.0, 1.0, 41), torch.linspace(0.0, 4.0, 41)], 1).double()
+    prob = Problem(("a",), [0.0], [1.0], still, [traj], [traj], sigma=0.1)
+    sh = Shooting(prob, 4)
+    w = sh.start_weights(torch.tensor([0.5], dtype=torch.float64))
+    assert torch.allclose(w, sh.L * (prob.state_scale / 0.1) ** 2, rtol=1e-6)
+    with pytest.raises(ValueError, match="defect_units"):
+        infer("csvgd", prob, particles=2, iterations=1, windows=4, defect_units="nope")
 
 
 def test_shooting_windows_and_defects_at_truth():

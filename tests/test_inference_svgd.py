@@ -44,23 +44,27 @@ def test_svgd_samples_2d_gaussian():
     assert torch.allclose(cov, COV, atol=0.35), cov   # SVGD with 100 particles: within ~20 %
 
 
-def test_mdmm_enforces_equality_constraint():
-    """Maximise a Gaussian subject to x0 + x1 = 1 (per-particle multipliers): analytic optimum known."""
+@pytest.mark.parametrize("dual,rate", [("sgd", 0.05), ("adam", 1.0)])
+def test_mdmm_enforces_equality_constraint(dual, rate):
+    """Maximise a Gaussian subject to x0 + x1 = 1 (per-particle multipliers): analytic optimum known,
+    with fixed-rate multiplier steps and with the multipliers on their own Adam."""
     torch.manual_seed(1)
 
     def density(x):
         return gaussian_logp(x), (x[:, :1] + x[:, 1:] - 1.0)
 
     x0 = torch.randn(8, 2, dtype=torch.float64)
-    x, _, tr = run_svgd(density, x0, iterations=1000, lr=0.05, lr_final=0.005, c=1.0, lr_multiplier=0.05,
-                        use_kernel=False)
+    x, _, tr = run_svgd(density, x0, iterations=1000, lr=0.05, lr_final=0.005, c=1.0, lr_multiplier=rate,
+                        use_kernel=False, dual=dual)
     assert float((x.sum(1) - 1).abs().max()) < 1e-3
     # optimum on the line: x = MEAN + COV a (a a scalar multiple of (1, 1)) with sum 1
     ones = torch.ones(2, dtype=torch.float64)
     a = (1.0 - MEAN.sum()) / (ones @ COV @ ones)
     x_star = MEAN + a * (COV @ ones)
     assert torch.allclose(x, x_star.expand_as(x), atol=1e-4)
-    assert tr.max_violation[-1] < 1e-3
+    assert tr.max_violation[-1] < 1e-3 and max(tr.final_violation) < 1e-3
+    with pytest.raises(ValueError, match="dual"):
+        run_svgd(density, x0, iterations=1, dual="newton")
 
 
 def test_knn_kl_and_mmd_known_values():

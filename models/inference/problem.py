@@ -153,6 +153,21 @@ class Shooting:
         defects = (starts[:, self.nxt] - states[:, self.cur, -1, :S]) / p.state_scale
         return ll, ll_k, torch.nan_to_num(defects, nan=1e3, posinf=1e3, neginf=-1e3)
 
+    def start_weights(self, theta: Tensor, eps: float = 1e-4) -> Tensor:
+        """What a unit error in a window's start state (``state_scale`` units) costs in the
+        window's observations: the Gauss-Newton curvature sum_t,o (d obs_t,o / d s_d * scale_d /
+        sigma_o)^2, averaged over the windows. theta: (P,) physical; finite differences at the
+        guessed window starts. -> (S,)."""
+        p = self.p
+        S, W = p.state_dim, self.num_windows
+        step = torch.cat([torch.zeros(1, S, dtype=p.dtype), torch.eye(S, dtype=p.dtype) * eps * p.state_scale])
+        starts = self.guess[None] + step[:, None]                                  # (S+1, W, S)
+        with torch.no_grad():
+            states = p.simulate(theta[None].expand(W * (S + 1), -1), starts.reshape(-1, S), self.L)
+            o = p.obs(states.reshape(S + 1, W, self.L, -1))
+        d = (o[1:] - o[:1]) / (eps * p.sigma)
+        return torch.nan_to_num(d * d).sum((2, 3)).mean(1)
+
     def rollout(self, theta: Tensor, start: Tensor, k: int = 0) -> Tensor:
         """Single-shooting prediction of trajectory k: theta (N, P), start (N, S) -> (N, T_k, O)."""
         T = self.p.observations[k].shape[0]

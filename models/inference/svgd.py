@@ -8,7 +8,8 @@ The trajectory-specific parts (multiple shooting, limits) live in ``csvgd.py``.
 - Constraints: the modified differential method of multipliers (Platt & Barr 1988),
   one multiplier per particle and constraint, as in Heiden et al. 2022 (CSVGD,
   dissertation Alg. 5):  x' = phi(x) - lambda dg/dx - c g dg/dx,  lambda' = g.
-- Updates are scheduled by Adam (the direction above is fed to Adam as a gradient).
+- Updates are scheduled by Adam (the direction above is fed to Adam as a gradient); the
+  multipliers either take fixed-rate steps or have their own Adam (``dual``).
 """
 from __future__ import annotations
 
@@ -53,27 +54,35 @@ class SVGDTrace:
 
     log_prob: list[float] = field(default_factory=list)
     max_violation: list[float] = field(default_factory=list)
+    final_violation: list[float] = field(default_factory=list)   # per particle, max |constraint| at the end
 
 
 def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, kernel_dims: int | None = None,
-             lr_final: float | None = None, c: float = 1.0, lr_multiplier: float = 1.0, constraint_weight: float = 1.0,
+             lr_final: float | None = None, c: float = 1.0, lr_multiplier: float = 1.0, constraint_weight: float | Tensor = 1.0,
              ramp: float = 0.0, project: Callable[[Tensor], Tensor] | None = None, use_kernel: bool = True,
-             callback: Callable[[int, Tensor, Tensor], None] | None = None) -> tuple[Tensor, Tensor, SVGDTrace]:
+             callback: Callable[[int, Tensor, Tensor], None] | None = None,
+             dual: str = "sgd") -> tuple[Tensor, Tensor, SVGDTrace]:
     """Run (constrained) SVGD from ``x0: (N, D)``; returns (x (N, D), log_prob (N,), trace).
 
     Only the first ``kernel_dims`` coordinates enter the kernel (the model parameters);
     the rest (shooting states, nuisance variables) follow each particle's own gradient,
     so a high-dimensional nuisance part does not drown the kernel distance.
-    ``constraint_weight`` multiplies the augmented-Lagrangian term so it is commensurate
-    with the log density (e.g. the number of observed values); the multiplier update is
-    ``lambda += lr_multiplier * g``. The Adam step size decays geometrically from ``lr``
-    to ``lr_final`` (default: constant). ``ramp`` > 0 grows the constraint weight
+    ``constraint_weight`` (scalar or one per constraint, (C,)) multiplies the
+    augmented-Lagrangian term so it is commensurate with the log density (e.g. what a unit
+    of each constraint costs in observations). Multiplier update: ``dual="sgd"``,
+    ``lambda += lr_multiplier * g``; ``dual="adam"``, gradient ascent on lambda by its own
+    Adam at ``lr_multiplier`` times the particles' step size and schedule, so the multipliers
+    move as fast as the particles can follow (a fixed rate is either negligible over a
+    short run or, at 1, outruns the Adam-normalised primal steps and oscillates).
+    The Adam step size decays geometrically from ``lr`` to ``lr_final`` (default: constant). ``ramp`` > 0 grows the constraint weight
     geometrically from 1 % to 100 % over that fraction of the iterations (continuation:
     shooting windows first fit their own data, then the defects are closed), instead of
     letting large initial defects dominate the first steps. ``use_kernel=False`` turns SVGD into independent
     gradient ascent (the Adam baseline). ``project`` maps x back after each step (e.g.
     clamping to limits, for the unconstrained baselines).
     """
+    if dual not in ("sgd", "adam"):
+        raise ValueError(f"dual must be 'sgd' or 'adam', got {dual!r}")
     x = x0.detach().clone().requires_grad_(True)
     kd = x.shape[1] if kernel_dims is None else kernel_dims
     opt = torch.optim.Adam([x], lr=lr)
@@ -92,11 +101,21 @@ def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, 
         if g is not None and g.shape[1] > 0:
             if lam is None:
                 lam = torch.zeros_like(g.detach())
+                if dual == "adam":
+                    lam.requires_grad_(True)
+                    dopt = torch.optim.Adam([lam], lr=lr * lr_multiplier)
+                    dsched = torch.optim.lr_scheduler.ExponentialLR(dopt, decay)
             w = constraint_weight * (0.01 ** max(0.0, 1.0 - it / (ramp * iterations)) if ramp > 0 else 1.0)
-            pen = w * ((lam * g).sum() + 0.5 * c * (g * g).sum())
+            pen = (w * (lam.detach() * g + 0.5 * c * g * g)).sum()
             grad_pen, = torch.autograd.grad(pen, x)
             direction = direction - grad_pen
-            lam = lam + lr_multiplier * g.detach()
+            if dual == "adam":
+                dopt.zero_grad(set_to_none=False)
+                lam.grad = -g.detach()
+                dopt.step()
+                dsched.step()
+            else:
+                lam = lam + lr_multiplier * g.detach()
             trace.max_violation.append(float(g.detach().abs().max()))
         trace.log_prob.append(float(logp.detach().mean()))
         opt.zero_grad(set_to_none=False)
@@ -109,5 +128,7 @@ def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, 
         if callback is not None:
             callback(it, x.detach(), logp.detach())
     with torch.no_grad():
-        logp, _ = density(x)
+        logp, g = density(x)
+    if g is not None and g.shape[1] > 0:
+        trace.final_violation = g.abs().amax(1).tolist()
     return x.detach(), logp.detach(), trace
