@@ -51,15 +51,15 @@ class IdentifyConfig:
     """Settings of the identify stage."""
 
     method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc. CMA-ES fits best here: cartpole from the
-                                   # pipeline's tracks (140 frames) log-likelihood 1024 vs CSVGD 893 (4 windows +
-                                   # polish 0.3: 998), forecast MSE 0.0020 vs 0.0131 (0.0042), 31 s vs 222 s;
-                                   # its particles are the final population, not a posterior sample: use csvgd
-                                   # for a posterior (scripts/bench_identify.py, bench_forecast.py)
+                                   # pipeline's tracks (140 frames) log-likelihood 1024 vs CSVGD 1012 (4 windows),
+                                   # forecast MSE 0.0020 vs 0.0036, 23-31 s vs 77 s; its particles are the final
+                                   # population, not a posterior sample: use csvgd for a posterior
+                                   # (scripts/bench_identify.py, bench_forecast.py)
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
-    windows: int = 1               # shooting windows (csvgd only). 1 = single shooting: on the 2-s synthetic
-                                   # cartpole it beat 4 windows (NMAE 0.042 vs 0.070, whose defects stay open);
-                                   # on the 140-frame clip 4 windows + polish 0.3 beat 1 (log-likelihood 998 vs 893)
+    windows: int = 4               # shooting windows (csvgd only; 1 = single shooting). With the MDMM in
+                                   # observation units (methods.csvgd) on the 140-frame clip above: 4 windows
+                                   # log-likelihood 1012, forecast MSE 0.0036, 77 s; 1 window 924, 0.0061, 185 s
     polish: float = 0.0            # csvgd with windows > 1: fraction of the iterations spent last on single
                                    # shooting from each particle's first-window state (methods.csvgd)
     seed: int = 0                  # Sobol scrambling / sampler seed
