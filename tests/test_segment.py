@@ -80,9 +80,9 @@ def test_learned_finds_cart_and_pole_in_realistic_depth(tmp_path):
     """The realistic sensor model (sigma = 4 mm z^2: 25 mm at the cartpole's 2.5 m). The
     learned pole mask also covers some of the cart and its points spread along the line
     of sight: the pole's second 3-D axis measured 0.13-0.15 m, more than the library's
-    0.05 m pole can look, so no frame explained both parts and segment kept one. Read across the image, the
-    width is 0.072-0.079 m and both parts are found (300 frames: the camera frames the
-    whole motion, so a shorter recording is a different first frame)."""
+    0.05 m pole can look, so no frame explained both parts and segment kept one. Read
+    across the image, the width is 0.072-0.079 m and both parts are found (300 frames: the
+    camera frames the whole motion, so a shorter recording is a different first frame)."""
     rec_path = make_recording("cartpole", tmp_path / "rec", seed=0, frames=300, noise="realistic")
     seg = run(SegmentConfig(method="learned"), open_recording(rec_path), tmp_path)
     _check_bodies(rec_path, seg)
