@@ -116,7 +116,8 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
     return [d for d in dets if d.mask.sum() >= min_pixels]
 
 
-def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> tuple[float, float]:
+def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
+                    smoothed: np.ndarray | None = None) -> tuple[float, float]:
     """The two largest extents (m) of the part's back-projected visible surface (robust percentiles).
 
     The length is the longest axis of the 3-D points (depth smoothed as for the normals);
@@ -126,7 +127,8 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> tuple
     front, and depth noise, spread the points there: on the realistic-noise cartpole
     (sigma 25 mm at 2.5 m) the learned pole mask covers some cart pixels (14 % at frame 0),
     its second 3-D axis measured 0.13-0.15 m for the 0.05 m pole (more than the library's
-    pole can look), and its in-image width measures 0.072-0.079 m.
+    pole can look), and its in-image width measures 0.072-0.079 m. ``smoothed``: the
+    frame's ``smooth_depth`` when the caller measures several parts of one frame.
     """
     m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
     if (m & (depth > 0)).sum() < 10:
@@ -135,7 +137,7 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> tuple
     if m.sum() < 3:
         return 0.0, 0.0
     v, u = np.nonzero(m)
-    z = smooth_depth(depth)[m].astype(np.float64)
+    z = (smooth_depth(depth) if smoothed is None else smoothed)[m].astype(np.float64)
     zm = float(np.median(z))
     span2d = max(np.ptp(u), np.ptp(v)) * zm / K[0, 0]
     keep = np.abs(z - zm) < max(span2d, 0.05)  # drop background that leaked into the mask
@@ -296,7 +298,8 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         # that rank best, the earliest within 10 % of the best total score: the tracker
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
-        seen_i = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
+        smoothed = smooth_depth(depth)  # once per frame, for every part's extents
+        seen_i = [measure_extents(d.mask, depth, rec.camera.K, smoothed) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
             keep = _confirmed(dets, matched, cfg.score_threshold)
@@ -308,15 +311,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
         log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),
                  ", ".join(CLASSES[d.label] for d in dets), rank[0], total)
-        candidates.append((rank, i, depth, nimg, metric, dets))
+        candidates.append((rank, i, depth, nimg, metric, dets, seen_i))
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]
     best_total = max(c[0][3] for c in good)
-    _, i, depth, nimg, metric, dets = min((c for c in good if c[0][3] >= 0.9 * best_total), key=lambda c: c[1])
+    _, i, depth, nimg, metric, dets, seen = min((c for c in good if c[0][3] >= 0.9 * best_total), key=lambda c: c[1])
     if not dets:
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
-    seen = [measure_extents(d.mask, depth, rec.camera.K) for d in dets]
     if cfg.unmatched not in ("error", "ignore"):
         raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {cfg.unmatched!r}")
     names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched)

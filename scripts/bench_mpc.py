@@ -10,9 +10,10 @@ the DeepMind Control Suite cartpole reward averaged over the episode (definition
 The inferred model is ``--model`` (a model.urdf) or, by default, the pipeline's twin of
 a synthetic cartpole recording (bench_forecast.build_twin: track -> articulate ->
 identify -> export, with any stage that is missing or fails replaced by the truth and
-named in ``inputs``). Free motion fixes only mass ratios; ``--known-mass cart=1.0`` gives identify
-one weighed part, as a user planning control would (the scale decides what a 10-N push does). Prints JSON ``{"swingup"|"balance": {"inferred"|"true": {"mean",
-"std", "rewards"}}, "inputs", "reward", "seconds"}``.
+named in ``inputs``). Free motion fixes only mass ratios; ``--known-mass cart=1.0`` gives
+identify one weighed part, as a user planning control would (the scale decides what a 10-N
+push does). Prints JSON ``{"swingup"|"balance": {"inferred"|"true": {"mean", "std",
+"rewards"}}, "inputs", "reward", "seconds"}``.
 """
 from __future__ import annotations
 
