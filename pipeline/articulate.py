@@ -91,7 +91,7 @@ def body_noise(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, names: l
                ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
     """Per-axis noise of each body in its own frame (``fit.estimate_body_noise``) where an axis
     is clearly noisier than the global (sp, sr), by more than ``NOISIER`` x; every other axis
-    keeps the global value. From ~100 frames one axis's estimate is only good to ~15 %:
+    keeps the global value (bodies with no such axis are left out). From ~100 frames one axis's estimate is only good to ~15 %:
     trusting every axis's own estimate flipped near-ties of the isotropic bench_articulate
     (5 mm: the cabinet's drawer, one axis estimated at 4.0 mm, became a revolute child of
     the door; tree accuracy 0.786 vs 0.857), while the realistic-noise pole, located
@@ -102,6 +102,8 @@ def body_noise(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, names: l
     out = {}
     for name, est in zip(names, fit.estimate_body_noise(W, valid)):
         pos, rot = est if est is not None else (np.zeros(3), np.zeros(3))
+        if not ((pos > NOISIER * sp).any() or (rot > NOISIER * sr).any()):
+            continue  # isotropic at (sp, sr): the closed-form whitening applies
         pos, rot = np.where(pos > NOISIER * sp, pos, sp), np.where(rot > NOISIER * sr, rot, sr)
         out[name] = (tuple(float(x) for x in pos), tuple(float(x) for x in rot))
     return out
