@@ -109,6 +109,8 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
            "log_likelihood": {}, "evaluations": {}}
     for m in methods:
         opts = {"windows": cfg.windows, "polish": cfg.polish} if m == "csvgd" else {}
+        if m == "cmaes":
+            opts["polish"] = cfg.cmaes_polish
         if m in ("csvgd", "svgd", "adam"):
             opts["lr"] = cfg.lr
         t0 = time.perf_counter()

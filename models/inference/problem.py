@@ -135,14 +135,8 @@ class Shooting:
         Returns log-likelihood (N,), per-trajectory log-likelihood (N, K), and defects
         (N, D, S) divided by ``state_scale`` (D = number of window boundaries).
         """
-        p = self.p
-        N, W = theta.shape[0], self.num_windows
-        if not p.estimate_start:
-            starts = torch.where(self.first[None, :, None], self.guess[None].to(starts), starts)
-        states = p.simulate(theta.repeat_interleave(W, 0), starts.reshape(N * W, -1), self.L + 1)
-        states = states.reshape(N, W, self.L + 1, -1)
-        r = (p.obs(states[:, :, :-1]) - self.obs_windows.to(states)) / p.sigma
-        r = torch.nan_to_num(r, nan=1e6, posinf=1e6, neginf=-1e6)  # a diverged rollout is merely very unlikely
+        p, N = self.p, theta.shape[0]
+        r, states, starts = self._residuals(theta, starts)
         wll = -0.5 * (r * r).sum((2, 3)) - self.L * torch.log(p.sigma * math.sqrt(2 * math.pi)).sum() * (r.shape[-1] / max(p.sigma.numel(), 1))
         ll_k = torch.zeros(N, self.num_traj, dtype=wll.dtype).index_add(1, self.traj, wll)
         if p.combine == "mixture":
@@ -152,6 +146,22 @@ class Shooting:
         S = starts.shape[-1]
         defects = (starts[:, self.nxt] - states[:, self.cur, -1, :S]) / p.state_scale
         return ll, ll_k, torch.nan_to_num(defects, nan=1e3, posinf=1e3, neginf=-1e3)
+
+    def residuals(self, theta: Tensor, starts: Tensor) -> Tensor:
+        """Whitened observation residuals (N, W, L, O) = (simulated - observed) / sigma: the
+        log-likelihood of one trajectory is -0.5 sum r^2 + const. theta, starts as ``evaluate``."""
+        return self._residuals(theta, starts)[0]
+
+    def _residuals(self, theta: Tensor, starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        p = self.p
+        N, W = theta.shape[0], self.num_windows
+        if not p.estimate_start:
+            starts = torch.where(self.first[None, :, None], self.guess[None].to(starts), starts)
+        states = p.simulate(theta.repeat_interleave(W, 0), starts.reshape(N * W, -1), self.L + 1)
+        states = states.reshape(N, W, self.L + 1, -1)
+        r = (p.obs(states[:, :, :-1]) - self.obs_windows.to(states)) / p.sigma
+        r = torch.nan_to_num(r, nan=1e6, posinf=1e6, neginf=-1e6)  # a diverged rollout is merely very unlikely
+        return r, states, starts
 
     def start_weights(self, theta: Tensor, eps: float = 1e-4) -> Tensor:
         """What a unit error in a window's start state (``state_scale`` units) costs in the
