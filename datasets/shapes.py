@@ -13,6 +13,19 @@ from pathlib import Path
 from vid2sim.datasets.errors import RecordingError
 
 SHAPE_TYPES = ("box", "capsule", "sphere", "cylinder", "mesh")
+STAND_IN_RADIUS = 0.05  # m: a part without a usable shape (a mesh not loaded, no shape given) is
+                        # given the volume and inertia of a solid sphere of this radius
+
+
+def stand_in_volume() -> float:
+    """Volume (m^3) of the stand-in sphere of a part without a usable shape."""
+    return 4.0 / 3.0 * math.pi * STAND_IN_RADIUS**3
+
+
+def stand_in_inertia(mass: float) -> tuple[float, float, float]:
+    """Principal moments (kg m^2) of the stand-in sphere of a part without a usable shape."""
+    i = 0.4 * float(mass) * STAND_IN_RADIUS**2
+    return (i, i, i)
 
 
 @dataclass(frozen=True)

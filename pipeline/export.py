@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from vid2sim.datasets.shapes import Shape
+from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import write_text
@@ -117,15 +117,15 @@ def plane_basis(normal) -> tuple[np.ndarray, np.ndarray]:
 def shape_inertia(shape: Shape, mass: float) -> np.ndarray:
     """(3, 3) inertia about the shape centre in its body frame, uniform density (kg m^2)."""
     if shape.type == "mesh":
-        return np.eye(3) * 0.4 * mass * 0.05**2  # mesh without a loaded mesh: a 5 cm sphere
+        return np.diag(stand_in_inertia(mass))  # mesh without a loaded mesh
     return np.diag(shape.inertia(mass))
 
 
 def shape_volume(shape: Shape) -> float:
     try:
         return shape.volume()
-    except ValueError:
-        return 4.0 / 3.0 * math.pi * 0.05**3
+    except ValueError:  # mesh without a loaded mesh
+        return stand_in_volume()
 
 
 def valid_inertia(I: np.ndarray, mass: float) -> np.ndarray:

@@ -299,3 +299,14 @@ def test_pushed_true_model_restarted_follows_the_recording():
     W = _restart_truth(st, AT, 60, tip)
     assert np.abs(W - st.world_from_body[AT + 1:AT + 61]).max() < 1e-3
     assert np.abs(st.world_from_body[-1, :, :3, 3] - st.world_from_body[AT, :, :3, 3]).max() > 0.05  # it was pushed
+
+
+def test_mesh_without_loaded_mesh_gets_the_stand_in_sphere():
+    """A mesh part (mesh not loaded) is exported with the stand-in sphere's volume and inertia,
+    the same one the identify simulator gives a body without a shape."""
+    from vid2sim.datasets.shapes import STAND_IN_RADIUS, Shape
+
+    s = Shape("bracket", "mesh", file="bracket.obj")
+    assert STAND_IN_RADIUS == 0.05
+    assert export.shape_volume(s) == pytest.approx(4.0 / 3.0 * np.pi * 0.05**3)
+    np.testing.assert_allclose(export.shape_inertia(s, 2.0), np.eye(3) * 0.4 * 2.0 * 0.05**2, rtol=1e-12)

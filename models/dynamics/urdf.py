@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vid2sim.datasets.shapes import stand_in_inertia
+
 from .model import JOINT_NV, Model, make_model
 from .spatial import rpy_to_rot, rot_to_rpy
 
@@ -225,8 +227,8 @@ def model_from_articulation(art, T_world_body0, masses=None, shapes=None, batch:
     world-aligned axes at frame 0 (free joints: at the tracked origin); the tracked body
     frame is that frame times the constant offset (R0, p0 - pivot), so its COM (shape
     centre = tracked origin) is ``p0 - pivot`` and its inertia ``R0 I_shape R0^T``.
-    masses: dict body -> kg (default 1). shapes: dict body -> Shape (default: a 0.1 m
-    sphere's inertia).
+    masses: dict body -> kg (default 1). shapes: dict body -> Shape (default: the inertia of
+    ``datasets.shapes.stand_in_inertia``, a 0.1 m sphere).
     """
     if not isinstance(T_world_body0, dict):
         T_world_body0 = {b: np.asarray(T_world_body0[i]) for i, b in enumerate(art.bodies)}
@@ -255,7 +257,7 @@ def model_from_articulation(art, T_world_body0, masses=None, shapes=None, batch:
         m = float((masses or {}).get(j.child, 1.0))
         shape = (shapes or {}).get(j.child)
         # Shape.inertia: the formula of the truth URDFs and the exported twin (a mesh raises)
-        I_shape = np.diag(shape.inertia(m)) if shape is not None else 0.4 * m * 0.05 ** 2 * np.eye(3)
+        I_shape = np.diag(shape.inertia(m) if shape is not None else stand_in_inertia(m))
         R0 = T0[:3, :3]
         mass.append(m)
         com.append(T0[:3, 3] - pivot)
