@@ -100,6 +100,14 @@ class PoseTracks:
     lost: np.ndarray | None = None
     FILE = "poses.npz"
 
+    @staticmethod
+    def from_truth(truth: dict, world_from_body: np.ndarray, fps: float) -> "PoseTracks":
+        """Error-free tracks of a synthetic recording: its ``truth.json`` dict and true poses
+        (T, M, 4, 4) in truth body order (``truth_poses.npz``); zero residual, nothing lost."""
+        W = np.asarray(world_from_body, float)
+        return PoseTracks(W, [b["name"] for b in truth["bodies"]], [b["shape"] for b in truth["bodies"]],
+                          np.zeros(len(W)), fps)
+
     def __post_init__(self):
         T = self.world_from_body
         if T.ndim != 4 or T.shape[2:] != (4, 4) or T.shape[1] != len(self.body_names) or len(self.shape_names) != T.shape[1]:
@@ -176,6 +184,14 @@ class Articulation:
 
     def joint_of(self, body: str) -> Joint | None:
         return next((j for j in self.joints if j.child == body), None)
+
+    @staticmethod
+    def from_truth(truth: dict) -> "Articulation":
+        """The true articulation of a synthetic recording from its ``truth.json`` dict
+        (docs/interfaces.md): what a perfect articulate stage would find."""
+        joints = [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
+                  for j in truth["joints"]]
+        return Articulation([b["name"] for b in truth["bodies"]], joints)
 
     def save(self, path: str | Path) -> None:
         write_json(path, {"bodies": list(self.bodies), "joints": [j.to_json() for j in self.joints]})

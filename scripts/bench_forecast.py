@@ -29,17 +29,14 @@ import numpy as np  # noqa: E402
 from vid2sim.datasets.recording import open_recording  # noqa: E402
 from vid2sim.datasets.synthetic import make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 
 log = logging.getLogger("bench_forecast")
 
 
 def truth_inputs(st, fps: float):
     tr = st.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    poses = PoseTracks(st.world_from_body, bodies, [b["shape"] for b in tr["bodies"]], np.zeros(len(st.world_from_body)), fps)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, st.world_from_body, fps)
     names, q = export.joint_coordinates(art, poses)
     p = tr["params"]
     post = Posterior(list(p), {k: (v, v) for k, v in p.items()}, dict(p), np.array([[p[k] for k in p]]), "truth", 0.0)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from vid2sim.models.inference import infer, nmae
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
 from vid2sim.pipeline.identify import IdentifyConfig, build_simulator, joint_trajectory, make_problem, make_video_problem
 
 log = logging.getLogger("bench_identify")
@@ -53,11 +53,7 @@ def truth_inputs(name: str, seed: int, frames: int, fps: float):
 
     s = simulate(name, seed=seed, frames=frames, fps=fps)
     tr = s.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    joints = [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"])) for j in tr["joints"]]
-    art = Articulation(bodies, joints)
-    shape_names = [b["shape"] for b in tr["bodies"]]
-    poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, shape_names, np.zeros(len(s.q)), fps)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, fps)
     jp = JointPositions(np.asarray(s.q, float), list(s.joint_names))
     return art, jp, poses, s.shapes, dict(tr["params"])
 

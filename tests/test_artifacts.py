@@ -79,3 +79,15 @@ def test_missing_artifact_names_the_file(tmp_path):
     (tmp_path / "segmentation.npz").write_bytes(b"garbage")
     with pytest.raises(ArtifactError, match=r"segmentation\.npz: cannot be read"):
         Segmentation.load(tmp_path / "segmentation.npz")
+
+
+def test_truth_articulation_and_tracks_from_a_synthetic_truth():
+    from vid2sim.datasets.synthetic import simulate
+
+    s = simulate("cartpole", seed=0, frames=3, fps=30.0)
+    art = Articulation.from_truth(s.truth)
+    assert art.bodies == ["cart", "pole"] and [(j.type, j.parent, j.child) for j in art.joints] == [
+        ("prismatic", "world", "cart"), ("revolute", "cart", "pole")]
+    poses = PoseTracks.from_truth(s.truth, s.world_from_body, 30.0)
+    assert poses.body_names == ["cart", "pole"] and poses.shape_names == [b["shape"] for b in s.truth["bodies"]]
+    assert poses.world_from_body.shape == (3, 2, 4, 4) and not poses.residual.any() and poses.fps == 30.0

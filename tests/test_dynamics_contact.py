@@ -89,9 +89,7 @@ def test_model_from_articulation_matches_the_truth_urdf_in_pinocchio(tmp_path):
 
     s = simulate("cartpole", seed=0, frames=2, fps=30.0)
     tr = s.truth
-    art = Articulation([b["name"] for b in tr["bodies"]],
-                       [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                        for j in tr["joints"]])
+    art = Articulation.from_truth(tr)
     shapes = {b["name"]: s.shapes[b["shape"]] for b in tr["bodies"]}
     model = model_from_articulation(art, dict(zip(art.bodies, s.world_from_body[0])), shapes=shapes,
                                     masses={b["name"]: b["mass"] for b in tr["bodies"]})

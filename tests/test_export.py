@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from vid2sim.datasets.synthetic import MECHANISMS, make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export  # noqa: E402
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 
 FPS = 30.0
 
@@ -28,11 +28,7 @@ FPS = 30.0
 def truth_inputs(st, fps: float = FPS):
     """(art, poses, jp, post) from a SyntheticTruth: truth joints, poses and parameters."""
     tr = st.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    T = st.world_from_body.shape[0]
-    poses = PoseTracks(st.world_from_body, bodies, [b["shape"] for b in tr["bodies"]], np.zeros(T), fps)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, st.world_from_body, fps)
     names, q = export.joint_coordinates(art, poses)
     jp = JointPositions(q, names, export.root_poses(art, poses))
     p = tr["params"]

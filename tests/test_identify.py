@@ -7,18 +7,14 @@ import torch
 
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.pipeline import identify
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks, Posterior
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 
 
 def truth_inputs(mechanism: str, frames: int):
     """Articulation, joint positions, poses, shapes and truth parameters of a synthetic run (seed 0)."""
     s = simulate(mechanism, seed=0, frames=frames, fps=30.0)
     tr = s.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]],
-                       np.zeros(len(s.q)), 30.0)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, 30.0)
     return art, JointPositions(np.asarray(s.q, float), list(s.joint_names)), poses, s.shapes, tr["params"]
 
 

@@ -15,7 +15,7 @@ import torch
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.models.dynamics import State, rollout
 from vid2sim.pipeline import identify
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks, Posterior
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 
 FPS, T, FRICTION = 30.0, 120, 0.05
 
@@ -24,10 +24,7 @@ FPS, T, FRICTION = 30.0, 120, 0.05
 def friction_data():
     s = simulate("double_pendulum", seed=0, frames=T, fps=FPS)
     tr = s.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]], np.zeros(T), FPS)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, FPS)
     cfg = identify.IdentifyConfig(substeps=4)
     sim = identify.build_simulator(cfg, art, poses, s.shapes, FPS)
     theta = torch.tensor([[tr["params"][n] for n in sim.names]], dtype=torch.float64)

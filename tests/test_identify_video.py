@@ -10,7 +10,7 @@ from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.synthetic import make_recording, simulate
 from vid2sim.models.inference import Shooting
 from vid2sim.pipeline import identify
-from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions, PoseTracks
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
 
 FRAMES = 30
 
@@ -21,11 +21,7 @@ def case(tmp_path_factory):
                                         fps=30.0, size=(160, 120)))
     s = simulate("cartpole", seed=0, frames=FRAMES, fps=30.0)
     tr = s.truth
-    bodies = [b["name"] for b in tr["bodies"]]
-    art = Articulation(bodies, [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
-                                for j in tr["joints"]])
-    poses = PoseTracks(np.asarray(s.world_from_body, float), bodies, [b["shape"] for b in tr["bodies"]],
-                       np.zeros(FRAMES), 30.0)
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, 30.0)
     jp = JointPositions(np.asarray(s.q, float), list(s.joint_names))
     cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float64")
     sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
