@@ -314,10 +314,16 @@ def _least_squares_polish(problem: Problem, unpack, z0: np.ndarray, P: int, batc
     ub = np.r_[np.ones(P), np.full(D - P, np.inf)]
     cache: dict = {}
     used = [0]
+    best = [math.inf, np.clip(z0, lb, ub)]
+
+    class _Spent(Exception):
+        pass
 
     def evaluate(z: np.ndarray):
         key = z.tobytes()
         if key not in cache:
+            if used[0] + per_eval > max_batches:
+                raise _Spent
             h = 1e-6 * np.maximum(1.0, np.abs(z))
             Z = np.repeat(z[None], per_eval * batch, 0)
             for d in range(D):
@@ -326,14 +332,21 @@ def _least_squares_polish(problem: Problem, unpack, z0: np.ndarray, P: int, batc
             with torch.no_grad():
                 R = sh.residuals(*unpack(torch.as_tensor(Z, dtype=problem.dtype))).reshape(len(Z), -1).numpy()
             used[0] += per_eval
-            cache.clear()
+            if len(cache) > 2:     # the current point and a trial step are all trf asks for again
+                cache.pop(next(iter(cache)))
             cache[key] = (R[0], ((R[1:rows:2] - R[2:rows:2]) / (2 * h[:, None])).T)
+            cost = float(R[0] @ R[0])
+            if cost < best[0]:
+                best[:] = [cost, z.copy()]
         return cache[key]
 
-    x = np.clip(z0, lb, ub)
-    out = least_squares(lambda z: evaluate(z)[0], x, jac=lambda z: evaluate(z)[1], bounds=(lb, ub), method="trf",
-                        x_scale="jac", max_nfev=max_evals)
-    return out.x, used[0], {"status": int(out.status), "message": str(out.message)}
+    try:
+        out = least_squares(lambda z: evaluate(z)[0], best[1], jac=lambda z: evaluate(z)[1], bounds=(lb, ub),
+                            method="trf", x_scale="jac", max_nfev=max_evals)
+        info = {"status": int(out.status), "message": str(out.message)}
+    except _Spent:             # the budget ran out between SciPy's own counts: keep the best point seen
+        info = {"status": 0, "message": "rollout budget spent"}
+    return best[1], used[0], info
 
 
 def mcmc(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0) -> InferenceResult:
