@@ -23,9 +23,6 @@ contact parameters need the root pose in the state) and kinematic fine-tuning.
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
 joint damping, only mass *ratios* and damping/mass are observable from free motion.
-Unless a part's mass is known (``masses``), the largest part's mass is therefore fixed
-at a nominal density (``scale``) and the rest is estimated relative to it; the twin
-then moves as the recording does, but forces on it (control) need a weighed part.
 """
 from __future__ import annotations
 
@@ -85,11 +82,6 @@ class IdentifyConfig:
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
                                    # observable), which control needs; their limits shrink to +-0.1 %
-    scale: str = "anchor"          # with no known mass: "anchor" fixes the largest part's mass at its volume x
-                                   # sqrt(density_min x density_max) (the scale is not observable; left free
-                                   # it drifts to where damping limits bind: realistic 140-frame cartpole
-                                   # ll 971.5 with the slider damping at its limit, 976.2 anchored);
-                                   # "free": every mass within its limits
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
@@ -124,7 +116,6 @@ class TwinSimulator:
     dt: float
     substeps: int
     compile: bool = False
-    anchor: dict = field(default_factory=dict)  # body -> kg fixed by ``IdentifyConfig.scale`` = "anchor"
 
     def model_for(self, theta: torch.Tensor):
         """theta: (B, P) physical -> Model with batch B (masses, inertias, damping, friction set)."""
@@ -197,18 +188,6 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
-    if cfg.scale not in ("anchor", "free"):
-        raise ValueError(f"identify: scale must be 'anchor' or 'free', got {cfg.scale!r}")
-    anchor = {}
-    if not cfg.masses and cfg.scale == "anchor" and names:
-        vols = [float(body_shapes[b].volume()) for b in model.body_names]
-        i = int(np.argmax(vols))
-        b, kg = model.body_names[i], vols[i] * math.sqrt(cfg.density_min * cfg.density_max)
-        lo[i], hi[i] = kg * 0.999, kg * 1.001
-        anchor[b] = kg
-        log.info("identify: free motion shows mass ratios only; %s's mass is set to %.3g kg (its volume x %.0f kg/m^3) "
-                 "to fix the scale (identify.masses takes a weighed part)", b, kg,
-                 math.sqrt(cfg.density_min * cfg.density_max))
     types = dict(zip(model.joint_names, model.joint_types))
     for d in model.dof_names:
         t = types[d]
@@ -223,7 +202,7 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
     sub = substeps_for(cfg, fps)
     frames = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
     return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
-                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames), anchor)
+                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
 
 
 def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:
@@ -286,7 +265,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
-             "config": asdict(cfg), "scale_anchor": sim.anchor}
+             "config": asdict(cfg)}
     if cfg.augment:
         from vid2sim.pipeline.identify_augment import fit_augmentation
 

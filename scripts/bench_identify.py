@@ -90,8 +90,7 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
                  rec=None) -> dict:
     fps = poses.fps
     # a weighed part: identify's known masses (limits collapsed to a sliver around the value)
-    # (all_free: every mass within its limits, not identify's default nominal-density scale anchor)
-    cfg = dataclasses.replace(cfg, masses={n.rsplit(".", 1)[0]: v for n, v in anchor.items()}, scale="free")
+    cfg = dataclasses.replace(cfg, masses={n.rsplit(".", 1)[0]: v for n, v in anchor.items()})
     sim = build_simulator(cfg, art, poses, shapes, fps)
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)

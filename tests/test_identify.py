@@ -25,9 +25,9 @@ def inputs():
 
 def test_parameter_set_and_limits_from_shapes(inputs):
     art, jp, poses, shapes, truth = inputs
-    cfg = identify.IdentifyConfig(scale="free")
+    cfg = identify.IdentifyConfig()
     sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
-    assert sim.names == ["link1.mass", "link2.mass", "shoulder.damping", "elbow.damping"] and sim.anchor == {}
+    assert sim.names == ["link1.mass", "link2.mass", "shoulder.damping", "elbow.damping"]
     vol = shapes["link1"].volume()
     assert sim.lower[0] == pytest.approx(100.0 * vol) and sim.upper[0] == pytest.approx(3000.0 * vol)
     assert sim.upper[2] == cfg.damping_max_revolute
@@ -101,21 +101,3 @@ def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
         identify.build_simulator(identify.IdentifyConfig(masses={"arm": 1.0}), art, poses, shapes, 30.0)
     with pytest.raises(ValueError, match="positive"):
         identify.build_simulator(identify.IdentifyConfig(masses={"link1": -1.0}), art, poses, shapes, 30.0)
-
-
-def test_without_known_masses_the_largest_part_fixes_the_scale(inputs):
-    """Free motion shows mass ratios only: by default the largest part's mass is its volume x
-    sqrt(100 x 3000) kg/m^3; the other limits stay as the shapes give them."""
-    art, jp, poses, shapes, truth = inputs
-    sim = identify.build_simulator(identify.IdentifyConfig(), art, poses, shapes, 30.0)
-    vols = {b: shapes[b].volume() for b in ("link1", "link2")}
-    big, small = sorted(vols, key=vols.get, reverse=True)
-    kg = vols[big] * (100.0 * 3000.0) ** 0.5
-    assert sim.anchor == {big: pytest.approx(kg)}
-    i, j = sim.names.index(f"{big}.mass"), sim.names.index(f"{small}.mass")
-    assert sim.lower[i] == pytest.approx(0.999 * kg) and sim.upper[i] == pytest.approx(1.001 * kg)
-    assert sim.lower[j] == pytest.approx(100.0 * vols[small]) and sim.upper[j] == pytest.approx(3000.0 * vols[small])
-    known = identify.build_simulator(identify.IdentifyConfig(masses={small: 0.5}), art, poses, shapes, 30.0)
-    assert known.anchor == {} and known.upper[i] == pytest.approx(3000.0 * vols[big])
-    with pytest.raises(ValueError, match="scale"):
-        identify.build_simulator(identify.IdentifyConfig(scale="fixed"), art, poses, shapes, 30.0)
