@@ -13,7 +13,8 @@ counts as one, as in the dissertation's Table 4.5 protocol). Methods:
   are equality constraints under the modified differential method of multipliers.
 - ``svgd``: plain SVGD, single shooting, parameters clamped to their limits.
 - ``adam``: independent Adam runs from the same Sobol starts, best one wins.
-- ``cmaes``: CMA-ES (``cma``), population = particles, generations = iterations.
+- ``cmaes``: CMA-ES (``cma``), population = particles, generations = iterations, the last
+  tenth of them spent on a Levenberg-Marquardt polish of the best individual.
 - ``mcmc``: affine-invariant ensemble sampler (``emcee`` stretch move), walkers =
   particles, steps = iterations.
 
