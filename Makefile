@@ -22,7 +22,7 @@ install: $(STAMP)
 # slowly and less accurately: see README, "Status").
 demo: $(STAMP)
 	$(BIN)/vid2sim synth cartpole --out $(DEMO)/cartpole --frames 90 --size 320x240 --noise none --overwrite
-	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run --set identify.iterations=50
+	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run
 
 test: $(STAMP)
 	@bash scripts/test_deps.sh
