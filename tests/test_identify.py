@@ -101,3 +101,20 @@ def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
         identify.build_simulator(identify.IdentifyConfig(masses={"arm": 1.0}), art, poses, shapes, 30.0)
     with pytest.raises(ValueError, match="positive"):
         identify.build_simulator(identify.IdentifyConfig(masses={"link1": -1.0}), art, poses, shapes, 30.0)
+
+
+def test_observation_noise_is_estimated_per_joint_from_the_tracks():
+    """sigma=0 (default): each joint's noise from its track's third differences, so a noisier
+    joint weighs less; a set sigma applies to every joint."""
+    rng = np.random.default_rng(0)
+    t = np.arange(300) / 30.0
+    q = np.stack([0.3 * np.sin(1.3 * t), 1.5 * np.sin(2.9 * t + 0.4)], 1) + rng.normal(0, [0.0005, 0.003], (300, 2))
+    s = identify.observation_sigma(identify.IdentifyConfig(), q)
+    np.testing.assert_allclose(s, [0.0005, 0.003], rtol=0.15)
+    assert identify.observation_sigma(identify.IdentifyConfig(sigma=0.01), q).tolist() == [0.01, 0.01]
+    smooth = np.stack([np.sin(t), np.cos(t)], 1)
+    assert identify.observation_sigma(identify.IdentifyConfig(sigma_floor=2e-4), smooth).tolist() == [2e-4, 2e-4]
+    with pytest.raises(ValueError, match="too few"):
+        identify.observation_sigma(identify.IdentifyConfig(), q[:5])
+    with pytest.raises(ValueError, match="sigma"):
+        identify.observation_sigma(identify.IdentifyConfig(sigma=-1.0), q)
