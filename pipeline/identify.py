@@ -52,8 +52,9 @@ class IdentifyConfig:
 
     method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc. CMA-ES fits best here: cartpole from the
                                    # pipeline's tracks (140 frames, sigma 0.01) log-likelihood 1024 vs CSVGD 1012 (4
-                                   # windows), forecast MSE 0.0020 vs 0.0036, 23-31 s vs 77 s (CSVGD not re-measured
-                                   # with the per-joint sigma, which narrows its posterior); its particles are the final
+                                   # windows), forecast MSE 0.0020 vs 0.0036, 23-31 s vs 77 s; with the per-joint sigma
+                                   # (10-100x smaller on clean tracks) CSVGD fell to 0.0063 (CMA-ES 0.00085), on
+                                   # realistic noise 0.0034 (CMA-ES 0.0037); its particles are the final
                                    # population, not a posterior sample: use csvgd for a posterior
                                    # (scripts/bench_identify.py, bench_forecast.py)
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
