@@ -37,6 +37,7 @@ import torch
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.inference import InferenceResult, Problem, Shooting, infer
+from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import write_bytes, write_json
 
@@ -222,16 +223,14 @@ def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np
 
 
 def track_noise(q: np.ndarray, floor: float) -> np.ndarray:
-    """Per-joint noise std of tracked positions q (T, nv): the median absolute third
-    difference (white noise of std s gives third differences of std sqrt(20) s; smooth motion
-    at 30 fps gives little), at least ``floor``. A track smoothed by the tracker's motion prior
+    """Per-joint noise std of tracked positions q (T, nv) from their third differences
+    (``fit.difference_noise``, as articulate's pose noise; smooth motion at 30 fps gives
+    little), at least ``floor``. A track smoothed by the tracker's motion prior
     reads low; what matters most is the joints' relative weight, which it gets right:
     bench_forecast's clean cartpole cart 0.13 mm, pole 0.29 mrad; realistic 0.59 mm, 2.6 mrad."""
     if len(q) < 8:
         raise ValueError(f"identify: {len(q)} frames are too few to estimate the track noise (set identify.sigma)")
-    d = np.diff(np.asarray(q, float), 3, axis=0)
-    mad = 1.4826 * np.median(np.abs(d - np.median(d, 0)), 0)
-    return np.maximum(mad / math.sqrt(20.0), floor)
+    return np.maximum(difference_noise(np.diff(np.asarray(q, float), 3, axis=0)), floor)
 
 
 def observation_sigma(cfg: IdentifyConfig, q: np.ndarray) -> np.ndarray:

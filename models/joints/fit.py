@@ -363,8 +363,15 @@ def estimate_noise(world_from_body: np.ndarray, valid: np.ndarray | None = None)
             dr.append(d[1].ravel())
     if not dp:
         return 0.0, 0.0
-    mad = lambda x: 1.4826 * np.median(np.abs(x - np.median(x)))  # noqa: E731
-    return float(mad(np.concatenate(dp)) / np.sqrt(20)), float(mad(np.concatenate(dr)) / np.sqrt(20))
+    return float(difference_noise(np.concatenate(dp))), float(difference_noise(np.concatenate(dr)))
+
+
+def difference_noise(d: np.ndarray) -> np.ndarray | float:
+    """Noise std behind third differences d (n,) or (n, k) (per column): white noise of std s
+    gives third differences of std sqrt(20) s; a robust spread (1.4826 x median absolute
+    deviation) ignores the few differences that real motion makes large."""
+    d = np.asarray(d, float)
+    return 1.4826 * np.median(np.abs(d - np.median(d, 0)), 0) / np.sqrt(20)
 
 
 def _third_differences(W: np.ndarray, ok: np.ndarray, body_axes: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
@@ -390,9 +397,8 @@ def estimate_body_noise(world_from_body: np.ndarray, valid: np.ndarray | None = 
     W = np.asarray(world_from_body, float)
     T, M = W.shape[:2]
     valid = np.ones((T, M), bool) if valid is None else valid
-    mad = lambda x: 1.4826 * np.median(np.abs(x - np.median(x, 0)), 0)  # noqa: E731
     out: list[tuple[np.ndarray, np.ndarray] | None] = []
     for b in range(M):
         d = _third_differences(W[:, b], valid[:, b])
-        out.append(None if d is None or len(d[0]) < min_frames else (mad(d[0]) / np.sqrt(20), mad(d[1]) / np.sqrt(20)))
+        out.append(None if d is None or len(d[0]) < min_frames else (difference_noise(d[0]), difference_noise(d[1])))
     return out
