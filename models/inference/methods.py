@@ -278,19 +278,20 @@ def cmaes(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
         history.append(float(np.max(ll)))
     trace = {"best_log_prob": history}
     evals = particles * generations
+    best = [best_z]                                  # best ever, then the last population
     if polish_batches:
-        z, used, info = _least_squares_polish(problem, unpack, best_z, P, particles, polish_batches - 1)
-        ll_z = float(loglik(np.repeat(z[None], particles, 0))[0])  # a full batch: the simulator's batch size
-        evals += (used + 1) * particles
-        info.update(log_likelihood_before=best_ll, log_likelihood_after=ll_z, batches=used + 1)
-        if ll_z > best_ll:  # least squares maximises the product likelihood; a mixture may disagree
-            best_ll, best_z = ll_z, z
-        trace["polish"] = info
-        log.info("cmaes: least-squares polish %.2f -> %.2f in %d batches of %d rollouts", info["log_likelihood_before"],
-                 ll_z, used + 1, particles)
-    final = np.vstack([best_z[None], pop[: particles - 1]])  # best ever first, then the last population
+        z, used, info = _least_squares_polish(problem, unpack, best_z, P, particles, polish_batches)
+        evals += used * particles
+        trace["polish"] = dict(info, batches=used)
+        best = [z, best_z]  # _finish scores both: least squares maximises the product likelihood, a mixture may not
+    final = np.vstack(best + list(pop[: particles - len(best)]))
     theta, start = unpack(torch.as_tensor(final, dtype=problem.dtype))
-    return _finish("cmaes", problem, theta, start, evals, t0, trace)
+    res = _finish("cmaes", problem, theta, start, evals, t0, trace)
+    if polish_batches:
+        after, before = (float(v) for v in res.log_likelihood[:2])
+        trace["polish"].update(log_likelihood_before=before, log_likelihood_after=after)
+        log.info("cmaes: least-squares polish %.2f -> %.2f in %d batches of %d rollouts", before, after, used, particles)
+    return res
 
 
 def _least_squares_polish(problem: Problem, unpack, z0: np.ndarray, P: int, batch: int, max_batches: int):
