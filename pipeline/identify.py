@@ -269,6 +269,16 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem,
                    [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)
 
 
+def method_options(cfg: IdentifyConfig, method: str) -> dict:
+    """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget."""
+    opts = {"windows": cfg.windows, "polish": cfg.polish} if method == "csvgd" else {}
+    if method == "cmaes":
+        opts["polish"] = cfg.cmaes_polish
+    if method in ("csvgd", "svgd", "adam"):
+        opts["lr"] = cfg.lr
+    return opts
+
+
 def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
         shapes: dict[str, Shape], out_dir: Path, rec=None) -> Posterior:
     """Estimate the posterior over masses/damping(/friction) from the tracked joint positions
@@ -282,12 +292,8 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
-    opts = {"windows": cfg.windows, "polish": cfg.polish} if cfg.method == "csvgd" else {}
-    if cfg.method == "cmaes":
-        opts["polish"] = cfg.cmaes_polish
-    if cfg.method in ("csvgd", "svgd", "adam"):
-        opts["lr"] = cfg.lr
-    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
+    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed,
+                **method_options(cfg, cfg.method))
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,

@@ -41,7 +41,8 @@ import torch
 
 from vid2sim.models.inference import infer, nmae
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
-from vid2sim.pipeline.identify import IdentifyConfig, build_simulator, joint_trajectory, make_problem, make_video_problem
+from vid2sim.pipeline.identify import (IdentifyConfig, build_simulator, joint_trajectory, make_problem,
+                                       make_video_problem, method_options)
 
 log = logging.getLogger("bench_identify")
 METHODS = ("csvgd", "adam", "cmaes", "mcmc", "svgd")
@@ -104,11 +105,7 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
            "truth": dict(zip(names, t_true.tolist())), "nmae": {}, "seconds": {}, "estimates": {},
            "log_likelihood": {}, "evaluations": {}}
     for m in methods:
-        opts = {"windows": cfg.windows, "polish": cfg.polish} if m == "csvgd" else {}
-        if m == "cmaes":
-            opts["polish"] = cfg.cmaes_polish
-        if m in ("csvgd", "svgd", "adam"):
-            opts["lr"] = cfg.lr
+        opts = method_options(cfg, m)
         t0 = time.perf_counter()
         res = infer(m, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
         sec = time.perf_counter() - t0
