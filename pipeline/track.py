@@ -14,7 +14,8 @@ depth noise (sigma = k z^2) and Huber-weighted.
 - Initial poses (segmentation frame): each mask's point cloud is fitted by its
   primitive from several orientation hypotheses (principal axes and world axes, every
   assignment to a box's edges), keeping the best; a sphere needs no orientation, a
-  capsule/cylinder only its axis (roll about it is unobservable and stays put).
+  capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
+  the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
 - Later frames start from a constant-velocity prediction (smoothed velocity) that is
   also a weak prior (``prior_m``, ``prior_rad``), forward from the segmentation frame,
   then backward to frame 0. A body that finds too few of its points widens its gate.
@@ -44,7 +45,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
-from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
+from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
 from vid2sim.models.render.poses import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.atomic import atomic_path, write_bytes
@@ -64,6 +65,8 @@ class TrackConfig:
     gate_final_m: float = 0.012  # ... shrinking to this by the last step
     gate_max_m: float = 0.15  # a body that finds too few points widens its gate up to this
     search_iterations: int = 4  # extra steps allowed while some body widens its gate
+    travel_iterations: int = 8  # extra steps allowed while some body still moves more than travel_step per step
+    travel_step: float = 1e-3  # (m or rad)
     huber_m: float = 0.004  # residual scale (m) where no depth noise applies (RGB silhouettes)
     depth_noise_k: float = 0.004  # depth noise sigma = k z^2 (RealSense-like, Keselman et al. 2017): weights, gates
     depth_noise_floor_m: float = 0.001  # ... but never below this (quantisation)
@@ -285,6 +288,18 @@ def _velocity(T: torch.Tensor, T_prev: torch.Tensor) -> torch.Tensor:
     return torch.cat([T[:, :3, 3] - T_prev[:, :3, 3], so3_log(T[:, :3, :3] @ T_prev[:, :3, :3].transpose(1, 2))], -1)
 
 
+def _seen_velocity(prims: list[Primitive], T: torch.Tensor, velocity: torch.Tensor, planar: bool) -> torch.Tensor:
+    """The velocity without its components the shapes cannot show (a rod's spin about its
+    axis, a sphere's rotation): the prediction must not carry a spin no frame can correct."""
+    dofs = list(PLANAR_DOFS) if planar else list(range(6))
+    out = velocity.clone()
+    for m, prim in enumerate(prims):
+        if prim.kind != "box":
+            B = free_basis(prim, T[m], dofs)
+            out[m, dofs] = B @ (B.T @ velocity[m, dofs])
+    return out
+
+
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
@@ -308,7 +323,7 @@ class _Tracker:
         gate = torch.full((M,), cfg.gate_m, dtype=DT)
         shrink = (cfg.gate_m - cfg.gate_final_m) / max(n - 1, 1)
         best = None
-        for it in range(n + cfg.search_iterations):
+        for it in range(n + max(cfg.search_iterations, cfg.travel_iterations)):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
                                     w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
                                     planar=self.planar, T_prior=T0 if use_prior and cfg.prior_m > 0 else None,
@@ -328,7 +343,12 @@ class _Tracker:
                     searching = True
                 else:
                     gate[m] = max(float(gate[m]) - shrink, cfg.gate_final_m)
-            if not searching and (res.step_norm < cfg.converged_step or it >= n - 1):
+            # Extra steps while a body searches (above) or still travels (a fast swing started
+            # from a stale velocity: the double pendulum segmented mid-fall, tracked back to
+            # frame 0 and on from zero velocity, lost 20-60 mm for 6 frames with 8 steps).
+            extend = (searching and it < n - 1 + cfg.search_iterations) or \
+                (res.step_norm > cfg.travel_step and it < n - 1 + cfg.travel_iterations)
+            if not extend and (res.step_norm < cfg.converged_step or it >= n - 1):
                 break
         # Final render at the converged poses: support and visibility decide "lost".
         res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
@@ -502,6 +522,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                     b = cfg.velocity_smoothing
                     moving = keep & ~was_lost  # a re-acquired body's jump from its held pose is no velocity
                     vel = torch.where(moving.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
+                    vel = _seen_velocity(prims, T, vel, planar)
                 was_lost = ~keep
                 first = False
                 T_prev = T

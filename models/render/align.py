@@ -19,8 +19,9 @@ one damped Gauss-Newton (Levenberg-Marquardt) step per body:
 
 Margins' Jacobians come from autograd with one pose copy per ray (each residual
 depends only on its own copy, so one backward pass yields every Jacobian row).
-Weights are Huber IRLS weights. Symmetric directions (a capsule's roll) have no
-information; the LM damping keeps them where they are.
+Weights are Huber IRLS weights. Symmetric directions (a capsule's or cylinder's spin
+about its axis, a sphere's rotation) have no information and are left out of the step
+(``free_basis``), so they stay where they are.
 """
 from __future__ import annotations
 
@@ -163,6 +164,32 @@ def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, d
     return torch.stack(hits, 0)
 
 
+def free_basis(prim: Primitive, T: torch.Tensor, dofs: list[int]) -> torch.Tensor:
+    """(len(dofs), r) orthonormal basis of the pose directions (world twists restricted to
+    ``dofs``) that change what the shape shows: all of them for a box; all but the spin
+    about the axis (body z) for a capsule or cylinder; translations only for a sphere."""
+    n = len(dofs)
+    if prim.kind in ("capsule", "cylinder"):
+        null = torch.zeros(1, 6, dtype=T.dtype)
+        null[0, 3:] = T[:3, 2]
+    elif prim.kind == "sphere":
+        null = torch.zeros(3, 6, dtype=T.dtype)
+        null[:, 3:] = torch.eye(3, dtype=T.dtype)
+    else:
+        return torch.eye(n, dtype=T.dtype)
+    # a null twist restricts to a null direction of the ``dofs`` only if it lies within them
+    # (planar mode: a rod's spin is a rotation about world y only if the rod is along y)
+    off = [i for i in range(6) if i not in dofs]
+    U = null[:, dofs]
+    U = U[(null[:, off].norm(dim=1) < 1e-6) & (U.norm(dim=1) > 1e-9)]
+    if not len(U):
+        return torch.eye(n, dtype=T.dtype)
+    # complement of span(U): the right singular vectors beyond its rank
+    _, S, Vh = torch.linalg.svd(U, full_matrices=True)
+    rank = int((S > 1e-6 * S.max()).sum())
+    return Vh[rank:].T.contiguous()
+
+
 def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation, *, gate: float | torch.Tensor,
                       scale: float = 0.004, freespace_tol: float = 0.02, w_depth: float = 1.0,
                       w_silhouette: float = 1.0, damping: float = 1e-3, planar: bool = False,
@@ -279,8 +306,14 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
                               dtype=T.dtype)[dofs]
             H = H + torch.diag(wp)
             g = g + wp * e
-        H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
-        delta = -step_scale * torch.linalg.solve(H, g)
+        # Directions the shape cannot show (a capsule's spin about its axis, any rotation of a
+        # sphere) are taken out of the step: left to the damping and the prior, the spin
+        # followed the prediction's leaked spin and drifted (rott's leg 7 deg in 120 frames),
+        # which a joint fit then reads as motion.
+        B = free_basis(prim, T[m], dofs)
+        Hr, gr = B.T @ H @ B, B.T @ g
+        Hr = Hr + damping * torch.diag(torch.diag(Hr)) + 1e-9 * torch.eye(B.shape[1], dtype=H.dtype) * w.sum()
+        delta = -step_scale * (B @ torch.linalg.solve(Hr, gr))
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
