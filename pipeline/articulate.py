@@ -70,6 +70,23 @@ class ArticulateConfig:
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
+UNSEEN_SIGMA = 1.0  # rad: noise of a rotation a body's shape cannot show (a rod's spin about its axis, a ball's turn)
+
+
+def unseen_rotations(poses: PoseTracks, shapes: dict | None) -> dict[str, tuple[bool, bool, bool]]:
+    """Body name -> which of its own rotation axes its shape cannot show: z (the axis) for a
+    capsule or cylinder, all three for a sphere. The tracker leaves those rotations where
+    they were (``models.render.align.free_basis``), so a rod hinged to a turning parent
+    (tree5's arm_b) keeps a spin that is not the true one, and the ball keeps its first
+    orientation: joint fits must not read those as motion."""
+    out = {}
+    for body, shape in zip(poses.body_names, poses.shape_names):
+        kind = getattr((shapes or {}).get(shape), "type", None)
+        if kind in ("capsule", "cylinder"):
+            out[body] = (False, False, True)
+        elif kind == "sphere":
+            out[body] = (True, True, True)
+    return out
 
 
 @dataclass(frozen=True)
@@ -124,13 +141,18 @@ def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "pris
     return fit.select(X, _valid(valid, names, parent, child), _settings(cfg, sp, sr, parent, child, axes), kinds)
 
 
-def _forest(cfg, W, valid, names, sp, sr, axes=None) -> tuple[nx.Graph, dict]:
+def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Graph, dict]:
     """Graph over bodies + world with the cheapest fitting joint of every pair (a body's
-    joint to the world may also be planar: a root sliding on a floor)."""
+    joint to the world may also be planar: a root sliding on a floor). A pair is fitted with
+    the body whose shape shows more of its rotation as the parent: seen from a ball whose
+    tracked orientation stays put, the rod welded to it swings around (tree5: chi-square
+    ~1000 for the weld the other way round fits at ~1)."""
     G = nx.Graph()
     G.add_nodes_from(["world", *names])
     table = {}
-    pairs = [("world", b) for b in names] + [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    hidden = {b: sum((unseen or {}).get(b, ())) for b in names}
+    pairs = [("world", b) for b in names] + [(a, b) if hidden[a] <= hidden[b] else (b, a)
+                                             for i, a in enumerate(names) for b in names[i + 1:]]
     world_kinds = ("fixed", "prismatic", "revolute") + (("planar",) if cfg.planar_roots else ())
     for a, b in pairs:
         kinds = world_kinds if a == "world" else ("fixed", "prismatic", "revolute")
@@ -205,8 +227,10 @@ def _interp(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return q if ok.all() or not ok.any() else np.interp(t, t[ok], q[ok])
 
 
-def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articulation, JointPositions]:
-    """poses -> (Articulation, JointPositions) per docs/interfaces.md §2."""
+def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
+        ) -> tuple[Articulation, JointPositions]:
+    """poses -> (Articulation, JointPositions) per docs/interfaces.md §2. ``shapes`` (the
+    recording's library, optional) says which rotations each body's shape cannot show."""
     W = np.asarray(poses.world_from_body, float)
     T, M = W.shape[:2]
     names = list(poses.body_names)
@@ -224,10 +248,14 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path) -> tuple[Articu
              sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
 
     axes = body_noise(cfg, W, valid, names, sp, sr)
+    unseen_axes = unseen_rotations(poses, shapes)
+    for name, unseen in unseen_axes.items():
+        pa, ra = axes.get(name, ((sp,) * 3, (sr,) * 3))
+        axes[name] = (tuple(pa), tuple(UNSEEN_SIGMA if u else r for u, r in zip(unseen, ra)))
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
-    tree, table = _forest(cfg, W, valid, names, sp, sr, axes)
+    tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
     def comp_order(c: set) -> tuple[int, int]:

@@ -124,7 +124,7 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> Non
     elif spec.name == "track":
         mod.run(cfg, rec, Segmentation.load(p("segmentation.npz")), run_dir).save(p("poses.npz"))
     elif spec.name == "articulate":
-        art, jp = mod.run(cfg, PoseTracks.load(p("poses.npz")), run_dir)
+        art, jp = mod.run(cfg, PoseTracks.load(p("poses.npz")), run_dir, shapes=shapes)
         jp.save(p("joint_positions.npz"))
         art.save(p("articulation.json"))
     elif spec.name == "identify":
