@@ -348,7 +348,8 @@ def plot_posterior(post: Posterior, path: Path, truth: dict[str, float] | None =
                 ax.axis("off")
                 continue
             if i == j:
-                ax.hist(X[:, i], bins=12, color="tab:blue", alpha=0.7)
+                lo, hi = post.limits[post.names[i]]
+                ax.hist(X[:, i], bins=np.linspace(lo, hi, 13) if hi > lo else 12, color="tab:blue", alpha=0.7)
                 ax.set_xlim(post.limits[post.names[i]])
             else:
                 ax.scatter(X[:, j], X[:, i], s=10, color="tab:blue", alpha=0.7)

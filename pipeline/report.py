@@ -229,7 +229,7 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
         fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(2.4 * cols, 1.9 * ((n + cols - 1) // cols)), squeeze=False)
         for i, k in enumerate(post.names):
             ax = axes[i // cols][i % cols]
-            ax.hist(post.particles[:, i], bins=12, color="tab:blue", alpha=0.7)
+            ax.hist(post.particles[:, i], bins=_bins(post.limits[k], 12), color="tab:blue", alpha=0.7)
             ax.axvline(post.estimate[k], color="k", lw=1)
             ax.set_xlim(*post.limits[k]) if post.limits[k][1] > post.limits[k][0] else None
             ax.set_title(k, fontsize=8)
@@ -245,9 +245,11 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
                 ax = axes[r][c]
                 ax.tick_params(labelsize=5)
                 if r == c:
-                    ax.hist(post.particles[:, r], bins=10, color="tab:blue")
+                    ax.hist(post.particles[:, r], bins=_bins(post.limits[post.names[r]], 10), color="tab:blue")
                 else:
                     ax.scatter(post.particles[:, c], post.particles[:, r], s=4)
+                    _set_limits(ax.set_ylim, post.limits[post.names[r]])
+                _set_limits(ax.set_xlim, post.limits[post.names[c]])
                 if r == n - 1:
                     ax.set_xlabel(post.names[c], fontsize=6)
                 if c == 0:
@@ -255,6 +257,20 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
         fig.tight_layout()
         parts.append(_img(fig_data_uri(fig), "pairwise posterior"))
     return _section("Posterior", "".join(parts))
+
+
+def _bins(limits, n: int):
+    """Histogram bins over a parameter's whole limits, so a tight posterior shows as one
+    bar at its place within them (bins over the particles' own range made bars ~1e-6 of
+    the axis wide, i.e. invisible, for CMA-ES's converged population)."""
+    lo, hi = (float(v) for v in limits)
+    return np.linspace(lo, hi, n + 1) if hi > lo else n
+
+
+def _set_limits(setter, limits) -> None:
+    lo, hi = (float(v) for v in limits)
+    if hi > lo:
+        setter(lo, hi)
 
 
 def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
