@@ -4,7 +4,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 
 1. noise of the tracks (``fit.estimate_noise`` unless given; a body axis clearly
    noisier than that, e.g. a rod located along its own axis only by its end caps,
-   keeps its own estimate: ``body_noise``), propagated to each pair's relative pose;
+   keeps its own estimate: ``body_noise``; a rotation the body's shape cannot show, a
+   rod's spin or a ball's turn, gets ``UNSEEN_SIGMA`` when the shapes are given),
+   propagated to each pair's relative pose;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits);
