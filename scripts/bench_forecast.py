@@ -82,7 +82,7 @@ def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, s
     def articulated():
         from vid2sim.pipeline import articulate
 
-        return articulate.run(articulate.ArticulateConfig(plots=False), poses, run)
+        return articulate.run(articulate.ArticulateConfig(plots=False), poses, run, shapes=rec.shapes)
 
     art, jp = _stage("articulate", articulated, lambda: (t_art, t_jp), inputs, source)
 
