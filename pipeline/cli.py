@@ -44,7 +44,7 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
         torch.set_num_threads(threads)
 
 
-def _parse_sets(sets: list[str] | None) -> dict[str, dict]:
+def parse_sets(sets: list[str] | None) -> dict[str, dict]:
     """``--set stage.key=value`` (value parsed as JSON when it parses, else a string)."""
     out: dict[str, dict] = {}
     for s in sets or []:
@@ -134,7 +134,7 @@ def batch(recs: list[Path] = typer.Argument(..., help="Recordings (folders, bags
     """Process many recordings on Ray; a failed recording does not stop the others."""
     from vid2sim.pipeline.batch import run_batch
 
-    rows = run_batch(recs, out, ray_address=ray_address, overrides=_parse_sets(set_), num_cpus=num_cpus)
+    rows = run_batch(recs, out, ray_address=ray_address, overrides=parse_sets(set_), num_cpus=num_cpus)
     for r in rows:
         colour = {"ok": "green", "partial": "yellow"}.get(r["status"], "red")
         err.print(f"[{colour}]{r['status']:>8}[/] {r['recording']}  {r['error']}", highlight=False)
@@ -157,7 +157,7 @@ def run_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or vide
             set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a setting: STAGE.KEY=VALUE (repeatable)."),
             force: bool = typer.Option(False, help="Re-run stages even when cached.")) -> None:
     """Run every stage in order, re-running only what changed."""
-    configs = runner.resolve_configs(_parse_sets(set_), settings)
+    configs = runner.resolve_configs(parse_sets(set_), settings)
     status = runner.run_pipeline(rec, out, configs, force=force, on_stage=_progress_printer())
     err.print(f"[bold]run folder[/] {out}")
     if (out / "report.html").exists():
@@ -172,7 +172,7 @@ def _stage_command(spec: runner.StageSpec) -> None:
 
     def command(**kwargs: Any) -> None:
         rec, out, force, sets = kwargs.pop("rec"), kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("set_")
-        overrides = _parse_sets(sets)
+        overrides = parse_sets(sets)
         overrides.setdefault(spec.name, {}).update({k: v for k, v in kwargs.items() if v is not None})
         configs = runner.resolve_configs(overrides)
         runner.run_pipeline(rec, out, configs, stages=[spec.name], force=force, on_stage=_progress_printer())

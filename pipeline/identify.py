@@ -338,6 +338,8 @@ def plot_posterior(post: Posterior, path: Path, truth: dict[str, float] | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from vid2sim.pipeline.report import limit_bins
+
     P = len(post.names)
     fig, axes = plt.subplots(P, P, figsize=(2.2 * P, 2.2 * P), squeeze=False)
     X = post.particles
@@ -348,8 +350,7 @@ def plot_posterior(post: Posterior, path: Path, truth: dict[str, float] | None =
                 ax.axis("off")
                 continue
             if i == j:
-                lo, hi = post.limits[post.names[i]]
-                ax.hist(X[:, i], bins=np.linspace(lo, hi, 13) if hi > lo else 12, color="tab:blue", alpha=0.7)
+                ax.hist(X[:, i], bins=limit_bins(post.limits[post.names[i]], 12), color="tab:blue", alpha=0.7)
                 ax.set_xlim(post.limits[post.names[i]])
             else:
                 ax.scatter(X[:, j], X[:, i], s=10, color="tab:blue", alpha=0.7)

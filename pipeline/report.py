@@ -229,9 +229,9 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
         fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(2.4 * cols, 1.9 * ((n + cols - 1) // cols)), squeeze=False)
         for i, k in enumerate(post.names):
             ax = axes[i // cols][i % cols]
-            ax.hist(post.particles[:, i], bins=_bins(post.limits[k], 12), color="tab:blue", alpha=0.7)
+            ax.hist(post.particles[:, i], bins=limit_bins(post.limits[k], 12), color="tab:blue", alpha=0.7)
             ax.axvline(post.estimate[k], color="k", lw=1)
-            ax.set_xlim(*post.limits[k]) if post.limits[k][1] > post.limits[k][0] else None
+            _set_limits(ax.set_xlim, post.limits[k])
             ax.set_title(k, fontsize=8)
             ax.tick_params(labelsize=6)
         for i in range(n, axes.size):
@@ -245,7 +245,7 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
                 ax = axes[r][c]
                 ax.tick_params(labelsize=5)
                 if r == c:
-                    ax.hist(post.particles[:, r], bins=_bins(post.limits[post.names[r]], 10), color="tab:blue")
+                    ax.hist(post.particles[:, r], bins=limit_bins(post.limits[post.names[r]], 10), color="tab:blue")
                 else:
                     ax.scatter(post.particles[:, c], post.particles[:, r], s=4)
                     _set_limits(ax.set_ylim, post.limits[post.names[r]])
@@ -259,7 +259,7 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
     return _section("Posterior", "".join(parts))
 
 
-def _bins(limits, n: int):
+def limit_bins(limits, n: int):
     """Histogram bins over a parameter's whole limits, so a tight posterior shows as one
     bar at its place within them (bins over the particles' own range made bars ~1e-6 of
     the axis wide, i.e. invisible, for CMA-ES's converged population)."""

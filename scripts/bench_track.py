@@ -25,7 +25,7 @@ cylinder's spin removed as in the error above (boxes: full angle). Silhouette ed
 carry information the depth Jacobian misses, so a tracker can beat the bound somewhat;
 it says which target ratios are out of reach, not how far a tracker is from optimal.
 
-    OMP_NUM_THREADS=1 python scripts/bench_track.py --mechanisms cartpole [--noise none] [--set iterations=16]
+    OMP_NUM_THREADS=1 python scripts/bench_track.py --mechanisms cartpole [--noise none] [--set track.iterations=16]
 """
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.pipeline import track
 from vid2sim.pipeline.artifacts import Segmentation
+from vid2sim.pipeline.cli import parse_sets
+from vid2sim.pipeline.run import resolve_configs
 
 BOX_SYMMETRIES = [np.diag(d) for d in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1))]
 
@@ -181,7 +183,7 @@ def bench(name: str, args) -> dict:
     seg = segmentation_from_truth(path)
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
     prims = [Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names]
-    cfg = track.TrackConfig(**{**settings(args.set), "overlay": False})
+    cfg = dataclasses.replace(resolve_configs(parse_sets(args.set))["track"], overlay=False)
     t0 = time.perf_counter()
     c0 = time.process_time()
     poses = track.run(cfg, rec, seg, path / "run")
@@ -199,21 +201,6 @@ def bench(name: str, args) -> dict:
     return out
 
 
-def settings(pairs: list[str]) -> dict:
-    """``--set key=value`` pairs -> TrackConfig overrides (values parsed as JSON, else kept as text)."""
-    fields = {f.name for f in dataclasses.fields(track.TrackConfig)}
-    out = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or key not in fields:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE with KEY one of TrackConfig's fields ({', '.join(sorted(fields))})")
-        try:
-            out[key] = json.loads(text)
-        except json.JSONDecodeError:
-            out[key] = text
-    return out
-
-
 def main() -> None:
     from vid2sim.datasets.synthetic import MECHANISMS
 
@@ -225,7 +212,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/vid2sim_bench_track")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a TrackConfig setting (repeatable), e.g. --set iterations=16")
+                    help="override a setting as vid2sim run does (repeatable), e.g. --set track.iterations=16")
     ap.add_argument("--skip-icp", action="store_true")
     ap.add_argument("--skip-crlb", action="store_true", help="do not compute the Cramer-Rao bound")
     args = ap.parse_args()

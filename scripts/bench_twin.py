@@ -30,7 +30,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording  # noqa: E402
@@ -44,55 +43,28 @@ from bench_forecast import truth_inputs  # noqa: E402
 
 log = logging.getLogger("bench_twin")
 FPS = 30.0
-TIP_LABEL = 255  # truth_masks value of the pusher tip (not part of the twin)
-
-
-def silhouette_iou(rec_path: Path, urdf: Path, art: Articulation, poses: PoseTracks, post: Posterior, shapes: dict,
-                   tip, at: int, steps: int) -> np.ndarray:
-    """Per-frame IoU of the restarted twin's rendered silhouette against the true masks of
-    frames at+1 .. at+steps."""
-    rec = open_recording(rec_path)
-    W = forecast.simulate_twin(urdf, art, poses, at, steps, rec.fps, floor=forecast.default_floor(art, post), tip=tip)
-    renderer = forecast.DepthRenderer(rec.camera, [shapes[poses.shape_names[poses.body_names.index(b)]] for b in art.bodies])
-    ious = []
-    for k in range(steps):
-        _, ids = renderer.render(W[k])
-        mask_path = rec_path / "truth_masks" / f"{at + 1 + k:06d}.png"
-        mask = cv2.imread(str(mask_path), cv2.IMREAD_UNCHANGED)
-        if mask is None:
-            raise FileNotFoundError(f"{mask_path}: missing true mask")
-        real = (mask > 0) & (mask != TIP_LABEL)
-        pred = ids >= 0
-        ious.append((real & pred).sum() / max((real | pred).sum(), 1))
-    return np.array(ious)
-
-
-def _tip(st):
-    if st.tip_position is None:
-        return None
-    t = st.truth["tip"]
-    return forecast.Tip(t["radius"], t["height"], st.tip_position, t["friction"])
 
 
 def bench(name: str, out: Path, frames: int, at: int, steps: int, noise: str, seed: int) -> dict:
     t0 = time.time()
     rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, noise=noise, overwrite=True)
     st = simulate(name, seed=seed, frames=frames, fps=FPS)
-    tip = _tip(st)
+    tip = forecast.Tip.from_truth(st)
     res: dict = {}
     # peer: the twin exported from the truth's tracks and parameters
     art, poses, jp, post = truth_inputs(st, FPS)
     tdir = out / "truth_twin"
     tdir.mkdir(parents=True, exist_ok=True)
     urdf = export.run(export.ExportConfig(), art, post, st.shapes, poses, tdir)
-    iou = silhouette_iou(rec_path, urdf, art, poses, post, st.shapes, tip, at, steps)
+    iou = forecast.silhouette_iou(rec_path, urdf, art, poses, post, st.shapes, at, steps, tip)
     res["truth"] = {"iou_mean": float(iou.mean()), "iou_min": float(iou.min())}
     run = out / "run"
     try:
         run_pipeline(rec_path, run, stages=["segment", "track", "articulate", "identify", "export"])
         art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
         post = Posterior.load(run / Posterior.FILE)
-        iou = silhouette_iou(rec_path, run / "model.urdf", art, poses, post, open_recording(rec_path).shapes, tip, at, steps)
+        iou = forecast.silhouette_iou(rec_path, run / "model.urdf", art, poses, post, open_recording(rec_path).shapes,
+                                      at, steps, tip)
         res["pipeline"] = {"iou_mean": float(iou.mean()), "iou_min": float(iou.min()),
                            "joints": [f"{j.name}:{j.type}" for j in art.joints]}
     except Exception as e:  # a failing stage is a result to report, not to hide

@@ -177,9 +177,8 @@ def test_rotations_a_shape_cannot_show_do_not_break_the_tree(tmp_path):
     spin = np.linspace(0.0, 0.6, len(W))  # rad about arm_b's own axis (body z)
     W[:, arm, :3, :3] = W[:, arm, :3, :3] @ so3_exp(torch.as_tensor(spin[:, None] * np.array([0.0, 0.0, 1.0]))).numpy()
     poses = PoseTracks(W, names, [shapes_of[n] for n in names], np.zeros(len(W)), 30.0)
-    shapes = {k: v for k, v in sim.shapes.items()}
-    assert isinstance(shapes[shapes_of["ball_b"]], Shape) and shapes[shapes_of["ball_b"]].type == "sphere"
-    art, _ = run(ArticulateConfig(plots=False), poses, tmp_path, shapes=shapes)
+    assert isinstance(sim.shapes[shapes_of["ball_b"]], Shape) and sim.shapes[shapes_of["ball_b"]].type == "sphere"
+    art, _ = run(ArticulateConfig(plots=False), poses, tmp_path, shapes=sim.shapes)
     c = compare(art, sim.truth, (W[0], sim.world_from_body[0]))
     assert c["tree_ok"] and c["types_ok"], [(j.name, j.type) for j in art.joints]
     art, _ = run(ArticulateConfig(plots=False), poses, tmp_path)

@@ -235,31 +235,15 @@ def _restart_truth(st, at: int, steps: int, tip) -> np.ndarray:
 def silhouette_iou(name: str, tmp_path) -> np.ndarray:
     """Per-frame IoU of the simulated twin's silhouette against the recording's body masks
     over the 2 s after frame AT."""
-    import cv2
-
-    from vid2sim.datasets.recording import open_recording
     from vid2sim.pipeline import forecast
 
     frames = AT + 61
     rec_path = make_recording(name, tmp_path / "rec", seed=0, frames=frames, fps=FPS, size=(160, 120))
-    rec = open_recording(rec_path)
     st = simulate(name, seed=0, frames=frames, fps=FPS)
     art, poses, jp, post = truth_inputs(st)
     path = export.run(export.ExportConfig(), art, post, st.shapes, poses, tmp_path)
-    tip = None
-    if st.tip_position is not None:  # the pusher is a known input, not part of the twin
-        t = st.truth["tip"]
-        tip = forecast.Tip(t["radius"], t["height"], st.tip_position, t["friction"])
-    W = forecast.simulate_twin(path, art, poses, AT, 60, FPS, floor=forecast.default_floor(art, post), tip=tip)
-    renderer = forecast.DepthRenderer(rec.camera, [st.shapes[poses.shape_names[poses.body_names.index(b)]] for b in art.bodies])
-    ious = []
-    for k in range(60):
-        _, ids = renderer.render(W[k])
-        mask = cv2.imread(str(rec_path / "truth_masks" / f"{AT + 1 + k:06d}.png"), cv2.IMREAD_UNCHANGED)
-        real = (mask > 0) & (mask != 255)  # 255: the pusher tip
-        pred = ids >= 0
-        ious.append((real & pred).sum() / max((real | pred).sum(), 1))
-    return np.array(ious)
+    # the pusher is a known input, not part of the twin
+    return forecast.silhouette_iou(rec_path, path, art, poses, post, st.shapes, AT, 60, forecast.Tip.from_truth(st))
 
 
 @pytest.mark.parametrize("name", ("cartpole", "cabinet", "pushed"))
@@ -275,8 +259,7 @@ def test_bullet_twin_replays_the_pushed_recording_from_frame_0():
     from vid2sim.pipeline import forecast
 
     st = simulate("pushed", seed=0, frames=81, fps=FPS)
-    t = st.truth["tip"]
-    tip = forecast.Tip(t["radius"], t["height"], st.tip_position, t["friction"])
+    tip = forecast.Tip.from_truth(st)
     W = _restart_truth(st, 0, 80, tip)
     assert np.abs(W - st.world_from_body[1:81]).max() < 1e-5
 
@@ -290,8 +273,7 @@ def test_pushed_true_model_restarted_follows_the_recording():
     from vid2sim.pipeline import forecast
 
     st = simulate("pushed", seed=0, frames=81, fps=FPS)
-    t = st.truth["tip"]
-    tip = forecast.Tip(t["radius"], t["height"], st.tip_position, t["friction"])
+    tip = forecast.Tip.from_truth(st)
     W = _restart_truth(st, AT, 60, tip)
     assert np.abs(W - st.world_from_body[AT + 1:AT + 61]).max() < 1e-3
     assert np.abs(st.world_from_body[-1, :, :3, 3] - st.world_from_body[AT, :, :3, 3]).max() > 0.05  # it was pushed
