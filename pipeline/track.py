@@ -9,7 +9,8 @@ covers, point-to-surface distances of depth points it does not cover yet, and
 silhouette residuals where the render and the observation disagree about which part
 (if any) a ray sees, by depth (seen through) and, where colour is given, by colour
 (chromaticity of each part in the segmentation frame). Residuals are whitened by the
-depth noise (sigma = k z^2) and Huber-weighted.
+depth noise (sigma = k z^2, k measured from the recording's static pixels unless set:
+``datasets/noise.py``) and Huber-weighted.
 
 - Initial poses (segmentation frame): each mask's point cloud is fitted by its
   primitive from several orientation hypotheses (principal axes and world axes, every
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cv2
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from vid2sim.datasets.noise import estimate_depth_noise
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
@@ -68,7 +70,9 @@ class TrackConfig:
     travel_iterations: int = 8  # extra steps allowed while some body still moves more than travel_step per step
     travel_step: float = 1e-3  # (m or rad)
     huber_m: float = 0.004  # residual scale (m) where no depth noise applies (RGB silhouettes)
-    depth_noise_k: float = 0.004  # depth noise sigma = k z^2 (RealSense-like, Keselman et al. 2017): weights, gates
+    # Depth noise sigma = k z^2 (Keselman et al. 2017; RealSense about 0.004): weights, gates and
+    # "seen through" tests. None: measured from the recording's static pixels (datasets/noise.py).
+    depth_noise_k: float | None = None
     depth_noise_floor_m: float = 0.001  # ... but never below this (quantisation)
     freespace_tol_m: float = 0.02  # observed this far behind a rendered surface = "seen through it"
     w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals
@@ -488,6 +492,12 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
     planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
+    if cfg.depth_noise_k is None:
+        fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
+        noise = estimate_depth_noise(rec, exclude=fg)
+        log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m; %d static pixels, %d frame pairs)",
+                 noise.k, 1000 * noise.k, 4000 * noise.k, noise.pixels, noise.pairs)
+        cfg = replace(cfg, depth_noise_k=noise.k)
     scene = _Scene(rec, prims, cfg)
     d0 = rec.depth(seg.frame)
     scene.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
