@@ -76,3 +76,16 @@ def test_compiled_rollout_without_grad_equals_eager(monkeypatch):
     eager = rollout(model, State(q0, qd0), STEPS, dt=0.01, controls=tau)
     np.testing.assert_allclose(compiled.q.numpy(), eager.q.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(compiled.qd.numpy(), eager.qd.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_more_compiled_graphs_than_dynamos_default_limit_in_one_process():
+    """One graph per model structure and batch size: a process identifying several mechanisms
+    (scripts/bench_twin.py: the double pendulum after five others) passed Dynamo's default
+    recompile limit of 8 and failed with "Recompilation triggered with skip_guard_eval_unsafe
+    stance" (reproduced here with integrate.RECOMPILE_LIMIT = 8 at batch 9 or earlier)."""
+    for b in range(1, 11):
+        m = model_from_urdf(DP, batch=b)
+        s = State(torch.full((b, 2), 0.3, dtype=torch.float64), torch.zeros(b, 2, dtype=torch.float64))
+        with torch.no_grad():
+            compiled, eager = rollout(m, s, 4, dt=0.01, compile=True), rollout(m, s, 4, dt=0.01)
+        assert torch.allclose(compiled.q, eager.q, atol=1e-12)

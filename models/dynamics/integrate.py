@@ -282,6 +282,7 @@ class _CompiledStep:
 
 
 _compiled_step = None
+RECOMPILE_LIMIT = 256           # graphs of the compiled step kept per process (Dynamo's default: 8)
 _ACTIVATION_BUDGET = 0.0    # AOTAutograd's activation_memory_budget for the step (see rollout)
 
 
@@ -342,6 +343,11 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             # them (cartpole 64 x 200 value+grad: 53 ms vs 70 ms). Read when AOTAutograd
             # partitions the joint graph, i.e. at (re)compilation inside this loop.
             stack.enter_context(torch._functorch.config.patch(activation_memory_budget=_ACTIVATION_BUDGET))
+            # One graph per model structure and batch size, all of the one step function: a process
+            # that identifies several mechanisms (scripts/bench_twin.py) passed Dynamo's default of 8
+            # graphs per function, after which Dynamo falls back to eager, which under the stance
+            # below is an error ("Recompilation triggered with skip_guard_eval_unsafe stance").
+            stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
         for k in range(steps):
             if controls is None:
                 ctrl = None
