@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional
 
+import rich.markup
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -213,7 +214,8 @@ def main() -> None:
     try:
         app()
     except USER_ERRORS as e:
-        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        # escaped: a message's own brackets ("tuple[int, ...]", "['a', 'b']") are not Rich markup
+        err.print(f"[red]error:[/] {rich.markup.escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")

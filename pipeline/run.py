@@ -16,6 +16,8 @@ import importlib.util
 import json
 import logging
 import time
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -97,11 +99,51 @@ def config_from_json(cls: type, d: dict, source: str) -> Any:
     unknown = sorted(set(d) - set(names))
     if unknown:
         raise StageError(f"{source}: unknown setting(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(names)}")
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for k, v in d.items():
         default = getattr(cls(), k)
-        kwargs[k] = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
+        v = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
+        if not _fits(v, hints[k]):
+            raise StageError(f"{source}: setting {k}={v!r} of {cls.__name__} must be {_type_name(hints[k])}")
+        kwargs[k] = v
     return cls(**kwargs)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON-decoded value fits a config field's annotation (an int is a float; a bool
+    is neither; unions, tuple[X, ...] and plain classes are checked, anything else is let through)."""
+    if hint is Any:
+        return True
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(x, args[0]) for x in value)
+        return len(args) == len(value) and all(_fits(x, a) for x, a in zip(value, args))
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) is None and isinstance(hint, type):
+        return hint.__name__
+    return str(hint)
 
 
 def _load_inputs(run_dir: Path, spec: StageSpec) -> None:

@@ -183,3 +183,16 @@ def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
     fails(["track", rec, "--out", run], "segmentation.npz", "1 names", run_dir=run)
     assert (run / "segmentation.npz").read_bytes() == before  # nothing already written is lost
     assert not (run / "poses.npz").exists()
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("track.depth_noise_k=abc", "depth_noise_k='abc' of TrackConfig must be float or null"),
+    ("track.iterations=2.5", "iterations=2.5 of TrackConfig must be int"),
+    ("identify.compile=3", "compile=3 of IdentifyConfig must be bool or str"),
+    ("segment.frames=[0,\"a\"]", "frames=(0, 'a') of SegmentConfig must be tuple[int, ...]"),
+])
+def test_setting_of_the_wrong_type(rec, tmp_path, setting, needle):
+    """A mistyped --set value stops before any stage runs, naming the setting and its type (a
+    string for a float once went through to the tracker's arithmetic)."""
+    fails(["run", rec, "--out", tmp_path / "run", "--set", setting], needle)
+    assert not (tmp_path / "run" / "segmentation.npz").exists()
