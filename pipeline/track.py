@@ -17,6 +17,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   assignment to a box's edges), keeping the best; a sphere needs no orientation, a
   capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
   the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
+  On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
+  competes, body by body.
 - Later frames start from a constant-velocity prediction (smoothed velocity) that is
   also a weak prior (``prior_m``, ``prior_rad``), forward from the segmentation frame,
   then backward to frame 0. A body that finds too few of its points widens its gate.
@@ -551,8 +553,8 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     if cfg.depth_noise_k is None:
         fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
         noise = estimate_depth_noise(rec, exclude=fg)
-        log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; %d static pixels, %d frame pairs)",
-                 noise.k, 1000 * noise.k, 4000 * noise.k, 1000 * cfg.depth_noise_floor_m, noise.pixels, noise.pairs)
+        log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; "
+                 "%d static pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k, 1000 * cfg.depth_noise_floor_m, noise.pixels, noise.pairs)
         cfg = replace(cfg, depth_noise_k=noise.k)
     scene = _Scene(rec, prims, cfg)
     scene.set_background(rec.depth(seg.frame), seg.masks, rec.color(seg.frame) if rec.has_color else None)
