@@ -90,7 +90,8 @@ class Segmentation:
 
 @dataclass(frozen=True)
 class PoseTracks:
-    """world_from_body: (T, M, 4, 4); residual: (T,) per-frame fit residual; lost: (T, M) bool."""
+    """world_from_body: (T, M, 4, 4); residual: (T,) per-frame fit residual; lost: (T, M) bool;
+    depth_noise_k: the k of the depth noise sigma = k z^2 the tracker used (None: not recorded)."""
 
     world_from_body: np.ndarray
     body_names: list[str]
@@ -98,6 +99,7 @@ class PoseTracks:
     residual: np.ndarray
     fps: float = 30.0
     lost: np.ndarray | None = None
+    depth_noise_k: float | None = None
     FILE = "poses.npz"
 
     @staticmethod
@@ -123,16 +125,18 @@ class PoseTracks:
 
     def save(self, path: str | Path) -> None:
         lost = np.zeros(self.world_from_body.shape[:2], bool) if self.lost is None else self.lost
+        extra = {} if self.depth_noise_k is None else {"depth_noise_k": np.float64(self.depth_noise_k)}
         write_npz(path, world_from_body=self.world_from_body.astype(np.float64), body_names=np.array(self.body_names, dtype=str),
                   shape_names=np.array(self.shape_names, dtype=str), residual=np.asarray(self.residual, np.float64),
-                  fps=np.float64(self.fps), lost=lost.astype(bool))
+                  fps=np.float64(self.fps), lost=lost.astype(bool), **extra)
 
     @staticmethod
     def load(path: str | Path) -> "PoseTracks":
         z = _load_npz(Path(path), ("world_from_body", "body_names", "shape_names", "residual"))
         try:
             return PoseTracks(z["world_from_body"].astype(np.float64), _strs(z["body_names"]), _strs(z["shape_names"]),
-                              z["residual"], float(z.get("fps", 30.0)), z.get("lost"))
+                              z["residual"], float(z.get("fps", 30.0)), z.get("lost"),
+                              None if z.get("depth_noise_k") is None else float(z["depth_noise_k"]))
         except ValueError as e:
             raise ArtifactError(path, str(e)) from None
 

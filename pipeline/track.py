@@ -604,4 +604,4 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
         frames = [_overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
                   for i in sorted(render_cache)]
         _write_overlay(frames, rec.fps, out_dir)
-    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost)
+    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.depth_noise_k))

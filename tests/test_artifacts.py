@@ -26,7 +26,9 @@ def test_posetracks_round_trip_and_nonfinite(tmp_path):
     p.save(tmp_path / "poses.npz")
     q = PoseTracks.load(tmp_path / "poses.npz")
     assert np.array_equal(q.world_from_body, T) and q.fps == 25.0 and q.body_names == ["a", "b"]
-    assert q.lost.shape == (5, 2) and not q.lost.any()
+    assert q.lost.shape == (5, 2) and not q.lost.any() and q.depth_noise_k is None
+    PoseTracks(T, ["a", "b"], ["box", "ball"], np.arange(5.0), depth_noise_k=0.004).save(tmp_path / "k.npz")
+    assert PoseTracks.load(tmp_path / "k.npz").depth_noise_k == 0.004
     bad = dict(np.load(tmp_path / "poses.npz"))
     bad["world_from_body"][2, 1, 0, 0] = np.nan
     np.savez(tmp_path / "bad.npz", **bad)

@@ -37,7 +37,8 @@ def full_run(tmp_path_factory):
     ids = cv2.imread(str(tmp / "rec" / "truth_masks" / "000000.png"), cv2.IMREAD_UNCHANGED)
     Segmentation(np.stack([(ids == k + 1).astype(np.uint8) for k in range(2)]), 0, ["cart", "pole"],
                  np.array([0.9, 0.8])).save(run / "segmentation.npz")
-    poses.save(run / "poses.npz")
+    import dataclasses
+    dataclasses.replace(poses, depth_noise_k=0.004).save(run / "poses.npz")  # as the track stage records it
     art.save(run / "articulation.json")
     jp.save(run / "joint_positions.npz")
     post.save(run / "params.json")
@@ -54,6 +55,7 @@ def test_report_is_self_contained_and_complete(full_run):
     for title in ("Segmentation", "Tracking", "Kinematic tree", "Joint positions", "Posterior", "Forecast", "Model"):
         assert f"<h2>{title}" in page
     assert 'href="model.urdf"' in page
+    assert "depth noise used: sigma = 0.00400 z&sup2;" in page
     # every image is embedded; nothing is fetched but the local model/video links
     srcs = re.findall(r'src="([^"]+)"', page)
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
