@@ -15,7 +15,7 @@ Prints one JSON object as the last stdout line: ``{mechanism: {"pipeline": {"iou
 "iou_min"} | {"error"}, "truth": {"iou_mean", "iou_min"}, "seconds"}, ...}``.
 
     python scripts/bench_twin.py [--mechanisms cartpole,cabinet] [--frames 120] [--at 20]
-        [--seconds 2] [--noise none] [--out DIR]
+        [--seconds 2] [--noise none] [--out DIR] [--set identify.method=csvgd ...]
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ from vid2sim.datasets.recording import open_recording  # noqa: E402
 from vid2sim.datasets.synthetic import MECHANISMS, make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior  # noqa: E402
-from vid2sim.pipeline.run import run_pipeline  # noqa: E402
+from vid2sim.pipeline.cli import parse_sets  # noqa: E402
+from vid2sim.pipeline.run import resolve_configs, run_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
@@ -45,7 +46,8 @@ log = logging.getLogger("bench_twin")
 FPS = 30.0
 
 
-def bench(name: str, out: Path, frames: int, at: int, steps: int, noise: str, seed: int) -> dict:
+def bench(name: str, out: Path, frames: int, at: int, steps: int, noise: str, seed: int,
+          configs: dict | None = None) -> dict:
     t0 = time.time()
     rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, noise=noise, overwrite=True)
     st = simulate(name, seed=seed, frames=frames, fps=FPS)
@@ -60,7 +62,7 @@ def bench(name: str, out: Path, frames: int, at: int, steps: int, noise: str, se
     res["truth"] = {"iou_mean": float(iou.mean()), "iou_min": float(iou.min())}
     run = out / "run"
     try:
-        run_pipeline(rec_path, run, stages=["segment", "track", "articulate", "identify", "export"])
+        run_pipeline(rec_path, run, configs, stages=["segment", "track", "articulate", "identify", "export"])
         art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
         post = Posterior.load(run / Posterior.FILE)
         iou = forecast.silhouette_iou(rec_path, run / "model.urdf", art, poses, post, open_recording(rec_path).shapes,
@@ -83,12 +85,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--noise", default="none", choices=("none", "realistic"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
+                    help="override a setting as vid2sim run does (repeatable), e.g. --set identify.method=csvgd")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     names = [n for n in args.mechanisms.split(",") if n]
     unknown = [n for n in names if n not in MECHANISMS]
     if unknown:
         ap.error(f"unknown mechanism(s) {unknown}; known: {', '.join(MECHANISMS)}")
+    configs = resolve_configs(parse_sets(args.set)) if args.set else None
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_twin_"))
     results = {}
     for name in names:
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.at + steps >= args.frames:
             ap.error(f"--at {args.at} + {steps} frames does not fit in --frames {args.frames}")
         print(f"bench_twin: {name} ...", file=sys.stderr)
-        results[name] = bench(name, out / name, args.frames, args.at, steps, args.noise, args.seed)
+        results[name] = bench(name, out / name, args.frames, args.at, steps, args.noise, args.seed, configs)
         print(f"bench_twin: {name}: {json.dumps(results[name])}", file=sys.stderr)
     print(json.dumps(results))
     return results
