@@ -104,6 +104,12 @@ class TrackConfig:
     inlier_m: float = 0.01  # a depth point this close to its body supports it
     lost_min_pixels: int = 20  # fewer visible rendered pixels than this: body lost
     lost_min_support: float = 0.3  # fewer supporting points than this fraction of them: lost
+    # A body predicted to move faster than this per frame (m, rad) is also tried at rest, and kept
+    # there if that explains the frame better (0: off): thrown's body_b, landing from 40-90 mm per
+    # frame to rest within 2 frames, was carried 150 mm past where it lay by the prediction (clean
+    # thrown 38 -> 1.2 mm; realistic noise: double pendulum 1.14 -> 1.37 mm, the rest unchanged).
+    stop_check_m: float = 0.01
+    stop_check_rad: float = 0.1
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
     reacquire_reach: float = 2.5  # ... within this many bounding radii of it
     overlay: bool = True  # write the side-by-side overlay video
@@ -307,17 +313,8 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
         for _ in range(2):
             T0 = tracker.frame(d0, T0, T0, use_prior=False, rgb=rgb)[0]
         starts.append(T0)
-    roi = scene.roi(starts[0]) | scene.roi(starts[1])
-    stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.max_rays, 1))))
-    obs, flat = scene.observe(d0, roi, stride=stride)
-    if rgb is not None and scene.body_chroma is not None:
-        obs.label = torch.as_tensor(scene.labels(rgb, flat))
+    cost = tracker.cost_fn(d0, rgb, starts)
     M = len(scene.prims)
-
-    def cost(Ts: torch.Tensor) -> float:
-        return gauss_newton_step(scene.prims, Ts, obs, gate=cfg.gate_final_m, scale=cfg.huber_m, planar=planar,
-                                 freespace_tol=cfg.freespace_tol_m, active=torch.zeros(M, dtype=torch.bool)).cost
-
     # Each start can be right for some bodies only (the cabinet: the fine start's carcass 84 mm
     # off, the coarse start's drawer 7 mm): from the better start, take each body's pose from the
     # other where that lowers the cost of the whole frame, then align once more.
@@ -365,6 +362,37 @@ def _seen_velocity(prims: list[Primitive], T: torch.Tensor, velocity: torch.Tens
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
+
+    def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor]):
+        """cost(T) -> float: the frame's fixed, truncated objective (``gauss_newton_step``'s cost)
+        of poses T on the rays around all of ``poses``, so that poses can be compared."""
+        cfg, scene = self.cfg, self.scene
+        roi = np.logical_or.reduce([scene.roi(T) for T in poses])
+        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.max_rays, 1))))
+        obs, flat = scene.observe(depth, roi, stride=stride)
+        if rgb is not None and scene.body_chroma is not None:
+            obs.label = torch.as_tensor(scene.labels(rgb, flat))
+        off = torch.zeros(len(scene.prims), dtype=torch.bool)
+        return lambda T: gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
+                                           planar=self.planar, freespace_tol=cfg.freespace_tol_m, active=off).cost
+
+    def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
+                velocity: torch.Tensor) -> np.ndarray:
+        """(M,) bool: fast bodies (``stop_check``) whose last pose explains this frame better than
+        their constant-velocity prediction (a part that hit something and stopped)."""
+        fast = (velocity[:, :3].norm(dim=1) > self.cfg.stop_check_m) | (velocity[:, 3:].norm(dim=1) > self.cfg.stop_check_rad)
+        out = np.zeros(len(fast), bool)
+        if not bool(fast.any()):
+            return out
+        cost = self.cost_fn(depth, rgb, [T_pred, T_prev])
+        c = cost(T_pred)
+        for m in np.flatnonzero(fast.numpy()):
+            Tm = T_pred.clone()
+            Tm[m] = T_prev[m]
+            cm = cost(Tm)
+            if cm < c:
+                out[m], T_pred, c = True, Tm, cm
+        return out
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
               use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
@@ -579,6 +607,11 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 depth = rec.depth(i)
                 rgb = rec.color(i) if rec.has_color and cfg.w_color > 0 else None
                 T0 = _predict(T_prev, vel)
+                if not first and cfg.stop_check_m > 0:
+                    stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, vel))
+                    if stop.any():
+                        T0, vel = T0.clone(), vel.clone()
+                        T0[stop], vel[stop] = T_prev[stop], 0.0
                 T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
