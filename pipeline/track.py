@@ -313,25 +313,32 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
         for _ in range(2):
             T0 = tracker.frame(d0, T0, T0, use_prior=False, rgb=rgb)[0]
         starts.append(T0)
-    cost = tracker.cost_fn(d0, rgb, starts)
+    cost = tracker.cost_fn(d0, rgb, starts, cfg.max_rays)
     M = len(scene.prims)
     # Each start can be right for some bodies only (the cabinet: the fine start's carcass 84 mm
     # off, the coarse start's drawer 7 mm): from the better start, take each body's pose from the
     # other where that lowers the cost of the whole frame, then align once more.
     costs = [cost(Ts) for Ts in starts]
     best = int(costs[1] < costs[0])
-    T, c, swapped = starts[best].clone(), costs[best], []
-    for m in range(M):
-        Tm = T.clone()
-        Tm[m] = starts[1 - best][m]
-        cm = cost(Tm)
-        if cm < c:
-            T, c = Tm, cm
-            swapped.append(m)
+    T, swapped, c = _mix(cost, starts[best], starts[1 - best], range(M), costs[best])
     log.info("track: start poses: cost %.0f at the measured noise, %.0f after a coarse pass; kept the %s, with %s "
              "from the other (cost %.0f)", costs[0], costs[1], ("first", "second")[best],
-             [seg.shape_names[m] for m in swapped] or "no body", c)
-    return tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped else T
+             [seg.shape_names[m] for m in np.flatnonzero(swapped)] or "no body", c)
+    return tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
+
+
+def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[torch.Tensor, np.ndarray, float]:
+    """Greedy per-body choice between two pose sets: from ``T`` (cost ``c``), each body in
+    ``bodies`` takes its pose from ``other`` where that lowers ``cost`` of the whole frame.
+    Returns (poses, (M,) bool taken from ``other``, their cost)."""
+    taken = np.zeros(len(T), bool)
+    for m in bodies:
+        Tm = T.clone()
+        Tm[m] = other[m]
+        cm = cost(Tm)
+        if cm < c:
+            T, c, taken[m] = Tm, cm, True
+    return T, taken, c
 
 
 def _predict(T_prev: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
@@ -363,36 +370,42 @@ class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
 
-    def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor]):
+    def _observe(self, depth: np.ndarray, roi: np.ndarray, rgb: np.ndarray | None, max_rays: int,
+                 reach_of: torch.Tensor | None = None) -> tuple[Observation, np.ndarray]:
+        """The rays of ``roi`` (coarser where it holds more than ``max_rays`` pixels: big parts, a
+        cabinet filling the view, need no more rays than small ones to be pinned down), only those
+        within reach of the poses ``reach_of`` if given, with colour labels where colour is used."""
+        cfg, scene = self.cfg, self.scene
+        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(max_rays, 1))))
+        obs, flat = scene.observe(depth, roi, stride=stride)
+        if reach_of is not None:
+            keep = relevant_rays(scene.prims, reach_of, obs, cfg.reach_m)
+            obs, flat = obs.subset(keep), flat[keep.numpy()]
+        if rgb is not None and scene.body_chroma is not None:
+            obs.label = torch.as_tensor(scene.labels(rgb, flat))
+        return obs, flat
+
+    def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor], max_rays: int):
         """cost(T) -> float: the frame's fixed, truncated objective (``gauss_newton_step``'s cost)
         of poses T on the rays around all of ``poses``, so that poses can be compared."""
         cfg, scene = self.cfg, self.scene
-        roi = np.logical_or.reduce([scene.roi(T) for T in poses])
-        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.max_rays, 1))))
-        obs, flat = scene.observe(depth, roi, stride=stride)
-        if rgb is not None and scene.body_chroma is not None:
-            obs.label = torch.as_tensor(scene.labels(rgb, flat))
+        obs, _ = self._observe(depth, np.logical_or.reduce([scene.roi(T) for T in poses]), rgb, max_rays)
         off = torch.zeros(len(scene.prims), dtype=torch.bool)
         return lambda T: gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
                                            planar=self.planar, freespace_tol=cfg.freespace_tol_m, active=off).cost
 
     def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
                 velocity: torch.Tensor) -> np.ndarray:
-        """(M,) bool: fast bodies (``stop_check``) whose last pose explains this frame better than
-        their constant-velocity prediction (a part that hit something and stopped)."""
-        fast = (velocity[:, :3].norm(dim=1) > self.cfg.stop_check_m) | (velocity[:, 3:].norm(dim=1) > self.cfg.stop_check_rad)
-        out = np.zeros(len(fast), bool)
+        """(M,) bool: fast bodies (``stop_check_*``) whose last pose explains this frame better than
+        their constant-velocity prediction (a part that hit something and stopped). Judged on an
+        eighth of the frame's rays: it runs on most frames of a swinging mechanism, and the poses
+        it tells apart are tens of millimetres apart."""
+        cfg = self.cfg
+        fast = (velocity[:, :3].norm(dim=1) > cfg.stop_check_m) | (velocity[:, 3:].norm(dim=1) > cfg.stop_check_rad)
         if not bool(fast.any()):
-            return out
-        cost = self.cost_fn(depth, rgb, [T_pred, T_prev])
-        c = cost(T_pred)
-        for m in np.flatnonzero(fast.numpy()):
-            Tm = T_pred.clone()
-            Tm[m] = T_prev[m]
-            cm = cost(Tm)
-            if cm < c:
-                out[m], T_pred, c = True, Tm, cm
-        return out
+            return np.zeros(len(fast), bool)
+        cost = self.cost_fn(depth, rgb, [T_pred, T_prev], cfg.max_rays // 8)
+        return _mix(cost, T_pred, T_prev, np.flatnonzero(fast.numpy()), cost(T_pred))[1]
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
               use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
@@ -400,14 +413,7 @@ class _Tracker:
         ``use_prior`` is off: no velocity yet); lost bodies fall back to ``T_hold``."""
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
-        roi = scene.roi(T0)
-        # Big parts (a cabinet filling the view) need no more rays than small ones to be pinned down.
-        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.max_rays, 1))))
-        obs, flat = scene.observe(depth, roi, stride=stride)
-        keep = relevant_rays(scene.prims, T0, obs, cfg.reach_m)
-        obs, flat = obs.subset(keep), flat[keep.numpy()]
-        if rgb is not None and scene.body_chroma is not None:
-            obs.label = torch.as_tensor(scene.labels(rgb, flat))
+        obs, flat = self._observe(depth, scene.roi(T0), rgb, cfg.max_rays, reach_of=T0)
         T = T0
         n = max(cfg.iterations, 1)
         gate = torch.full((M,), cfg.gate_m, dtype=DT)

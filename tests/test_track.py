@@ -207,14 +207,7 @@ def _learned_track_error(name: str, body: str, tmp_path: Path, seg_frames: tuple
     synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     from vid2sim.pipeline import segment
     full = synthetic.make_recording(name, tmp_path / "full", seed=0, frames=120, noise="none")
-    path = tmp_path / "rec"
-    path.mkdir()
-    for f in ("camera.json", "shapes.json"):
-        (path / f).write_bytes((full / f).read_bytes())
-    for sub in ("depth", "color"):
-        (path / sub).mkdir()
-        for f in sorted((full / sub).iterdir())[:24]:
-            (path / sub / f.name).write_bytes(f.read_bytes())
+    path = _first_frames(full, tmp_path / "rec", 24)
     rec = open_recording(path)
     seg = segment.run(segment.SegmentConfig(frames=seg_frames), rec, tmp_path / "seg")
     poses = track.run(track.TrackConfig(overlay=False, **cfg), rec, seg, tmp_path / "run")
@@ -231,14 +224,7 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
     the body is tried at rest where it is predicted fast, and is back within a few mm by frame 42."""
     synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     path = synthetic.make_recording("thrown", tmp_path / "rec", seed=0, frames=120, noise="none")
-    short = tmp_path / "short"
-    short.mkdir()
-    for f in ("camera.json", "shapes.json", "truth.json"):
-        (short / f).write_bytes((path / f).read_bytes())
-    for sub in ("depth", "color", "truth_masks"):
-        (short / sub).mkdir()
-        for f in sorted((path / sub).iterdir())[:51]:
-            (short / sub / f.name).write_bytes(f.read_bytes())
+    short = _first_frames(path, tmp_path / "short", 51)
     truth = np.load(path / "truth_poses.npz")
     t = truth["world_from_body"][:51, list(truth["body_names"]).index("body_b"), :3, 3]
     rec, seg = open_recording(short), _seg_from_truth(short)
@@ -249,3 +235,16 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
         errs[check] = np.linalg.norm(poses.world_from_body[:, poses.body_names.index("body_b"), :3, 3] - t, axis=-1)
     assert errs[0.01][42:].max() < 0.01 and errs[0.01].max() < 0.08, errs[0.01]
     assert errs[0.0][42:].min() > 0.05, errs[0.0]  # the drift this guards against
+
+
+def _first_frames(src: Path, dst: Path, n: int) -> Path:
+    """A copy of recording ``src`` cut to its first ``n`` frames (camera framed for the whole clip:
+    ``make_recording`` with fewer frames frames a shorter motion, and its depth differs)."""
+    dst.mkdir()
+    for f in ("camera.json", "shapes.json", "truth.json"):
+        (dst / f).write_bytes((src / f).read_bytes())
+    for sub in ("depth", "color", "truth_masks"):
+        (dst / sub).mkdir()
+        for f in sorted((src / sub).iterdir())[:n]:
+            (dst / sub / f.name).write_bytes(f.read_bytes())
+    return dst
