@@ -130,8 +130,10 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=150)
     ap.add_argument("--sigma", type=float, default=0.01, help="observation noise std (rad / m)")
     ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--polish", type=float, default=0.0,
+    ap.add_argument("--polish", type=float, default=IdentifyConfig.polish,
                     help="csvgd: fraction of the iterations spent last on single shooting (methods.csvgd)")
+    ap.add_argument("--precondition", default=IdentifyConfig.precondition, choices=("gauss-newton", "none"),
+                    help="csvgd: steps of that last phase, Gauss-Newton (svgd_newton.py) or Adam")
     ap.add_argument("--substeps", type=int, default=0, help="simulator steps per frame (0: identify's default, 480 Hz)")
     ap.add_argument("--protocol", choices=("anchored", "all_free"), default="anchored")
     ap.add_argument("--both", action="store_true", help="run both protocols; 'nmae' is --protocol's")
@@ -161,7 +163,7 @@ def main() -> None:
         from vid2sim.datasets.recording import open_recording
 
         rec = open_recording(rec_path)
-    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish, substeps=a.substeps, sigma=a.sigma,
+    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish, precondition=a.precondition, substeps=a.substeps, sigma=a.sigma,
                          seed=a.seed, plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
     methods = a.methods.split(",")
     protocols = ("anchored", "all_free") if a.both else (a.protocol,)

@@ -101,7 +101,7 @@ def bench_uw(root: Path, particles: int, iterations: int, windows: int, samples:
     t0 = time.perf_counter()
     # --uw-tuned: the current csvgd defaults; otherwise the settings of the first reported run
     opts = {} if tuned else {"lr": 0.02, "lr_final": 0.002, "c": 10.0, "lr_multiplier": 0.01, "dual": "sgd",
-                             "defect_units": "scale"}
+                             "defect_units": "scale", "polish": 0.0}
     res = infer("csvgd", prob, particles=particles, iterations=iterations, seed=seed, windows=windows, **opts)
     seconds = time.perf_counter() - t0
     csvgd_params = dict(fixed, **{n: float(v) for n, v in zip(UW_FREE, res.estimate)})

@@ -34,23 +34,24 @@ def test_method_recovers_oscillator(method):
     opts = {"windows": 4} if method == "csvgd" else {}
     res = infer(method, prob, particles=16, iterations=150, seed=0, **opts)
     assert res.theta.shape == (16, 2) and res.start.shape == (16, 1, 2)
-    assert res.evaluations == 16 * 150 or (method == "cmaes" and res.evaluations <= 16 * 150)
+    # CMA-ES's polish and CSVGD's Gauss-Newton phase may leave part of the budget unspent
+    assert res.evaluations == 16 * 150 or (method in ("cmaes", "csvgd") and 0.9 * 16 * 150 <= res.evaluations <= 16 * 150)
     tol = 0.05 if method in ("mcmc", "svgd") else 0.01   # samplers spread over the posterior; the rest converge
     assert nmae(res.estimate, TRUTH, prob.lower, prob.upper) < tol, res.estimate
     assert ((res.theta >= prob.lower - 1e-9) & (res.theta <= prob.upper + 1e-9)).all()
 
 
 def test_multiple_shooting_defects_close():
-    """Defaults (defects weighed in observation units, multipliers on their own Adam, c=10): the
+    """The multiple-shooting phase alone (polish=0), with its defaults (defects weighed in observation units, multipliers on their own Adam, c=10): the
     best particle's defects close within 150 iterations (measured 0.006; NMAE 0.001), every
     particle's within 400 (0.026; at 150 iterations the particles the kernel pushes off the
     mode lag, 0.10)."""
     prob = problem()
-    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4)
+    res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4, polish=0.0)
     assert res.trace["windows"] == 4 and res.trace["window_length"] == 14
     assert res.trace["final_violation"][res.best] < 0.01    # defects in units of the state spread
     assert nmae(res.estimate, TRUTH, prob.lower, prob.upper) < 0.005, res.estimate
-    res = infer("csvgd", prob, particles=8, iterations=400, seed=0, windows=4)
+    res = infer("csvgd", prob, particles=8, iterations=400, seed=0, windows=4, polish=0.0)
     assert res.trace["max_violation"][-1] < 0.04 and max(res.trace["final_violation"]) < 0.04
 
 
@@ -58,7 +59,7 @@ def test_multiple_shooting_defects_close_fixed_rate_multipliers():
     """The earlier scheme (scalar weight, lambda += 0.01 g) with a stiff penalty also closes them."""
     prob = problem()
     res = infer("csvgd", prob, particles=8, iterations=150, seed=0, windows=4, c=10.0, dual="sgd",
-                defect_units="scale", lr_multiplier=0.01)
+                defect_units="scale", lr_multiplier=0.01, polish=0.0)
     assert res.trace["max_violation"][-1] < 0.05
 
 
@@ -102,11 +103,12 @@ def test_unknown_method_and_bad_limits():
 
 
 def test_csvgd_polish_ends_on_single_shooting_within_the_budget():
-    """polish: the last quarter of the iterations refines each particle by single shooting from
-    its first window's state; same budget, and its final particles score at least as well."""
+    """polish with Adam steps (precondition="none"): the last quarter of the iterations refines
+    each particle by single shooting from its first window's state; same budget, and its final
+    particles score at least as well."""
     prob = problem()
-    plain = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4)
-    res = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4, polish=0.25)
+    plain = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4, polish=0.0)
+    res = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4, polish=0.25, precondition="none")
     assert res.evaluations == plain.evaluations == 8 * 60
     assert res.trace["polish_iterations"] == 15 and len(res.trace["mean_log_prob"]) == 45
     assert len(res.trace["polish_mean_log_prob"]) == 15 and res.start.shape == (8, 1, 2)

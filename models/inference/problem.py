@@ -136,16 +136,22 @@ class Shooting:
         (N, D, S) divided by ``state_scale`` (D = number of window boundaries).
         """
         p, N = self.p, theta.shape[0]
-        r, states, starts = self._residuals(theta, starts)
+        r, defects = self.residuals_and_defects(theta, starts)
         wll = -0.5 * (r * r).sum((2, 3)) - self.L * torch.log(p.sigma * math.sqrt(2 * math.pi)).sum() * (r.shape[-1] / max(p.sigma.numel(), 1))
         ll_k = torch.zeros(N, self.num_traj, dtype=wll.dtype).index_add(1, self.traj, wll)
         if p.combine == "mixture":
             ll = torch.logsumexp(ll_k, 1) - math.log(self.num_traj)
         else:
             ll = ll_k.sum(1)
+        return ll, ll_k, defects
+
+    def residuals_and_defects(self, theta: Tensor, starts: Tensor) -> tuple[Tensor, Tensor]:
+        """Whitened residuals (N, W, L, O) (see ``residuals``) and defects (N, D, S) (see
+        ``evaluate``) of one batched simulation. theta, starts as ``evaluate``."""
+        r, states, starts = self._residuals(theta, starts)
         S = starts.shape[-1]
-        defects = (starts[:, self.nxt] - states[:, self.cur, -1, :S]) / p.state_scale
-        return ll, ll_k, torch.nan_to_num(defects, nan=1e3, posinf=1e3, neginf=-1e3)
+        defects = (starts[:, self.nxt] - states[:, self.cur, -1, :S]) / self.p.state_scale
+        return r, torch.nan_to_num(defects, nan=1e3, posinf=1e3, neginf=-1e3)
 
     def residuals(self, theta: Tensor, starts: Tensor) -> Tensor:
         """Whitened observation residuals (N, W, L, O) = (simulated - observed) / sigma: the

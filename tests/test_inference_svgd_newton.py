@@ -1,0 +1,96 @@
+"""The Gauss-Newton preconditioned Stein steps (CSVGD's last phase): a Newton step where the
+model is quadratic, a posterior-shaped spread on an elongated Gaussian that Adam-scheduled
+SVGD has not even crossed in the same number of iterations, and the budget inside csvgd."""
+import math
+
+import pytest
+import torch
+
+from vid2sim.models.inference import Problem, infer, nmae
+from vid2sim.models.inference.svgd import run_svgd
+from vid2sim.models.inference.svgd_newton import kernel_metric, run_stein_gauss_newton
+
+ANGLE = 0.5
+ROT = torch.tensor([[math.cos(ANGLE), -math.sin(ANGLE)], [math.sin(ANGLE), math.cos(ANGLE)]], dtype=torch.float64)
+PRECISION = ROT @ torch.diag(torch.tensor([1e4, 1.0], dtype=torch.float64)) @ ROT.T   # a valley 100x longer than wide
+ROOT = torch.linalg.cholesky(PRECISION).T                                                 # PRECISION = ROOT^T ROOT
+MEAN = torch.tensor([0.3, -0.2], dtype=torch.float64)
+
+
+def density(x):
+    r = (x - MEAN) @ ROOT.T
+    return -0.5 * (r * r).sum(1), None
+
+
+def linearise(x):
+    return PRECISION.expand(x.shape[0], 2, 2).clone(), torch.zeros(x.shape[0], 0, 2, dtype=x.dtype)
+
+
+def start(n):
+    torch.manual_seed(0)
+    return torch.rand(n, 2, dtype=torch.float64) * 4 - 2
+
+
+def test_an_isolated_particle_takes_the_newton_step():
+    x, _, _, lins = run_stein_gauss_newton(density, linearise, start(1), 1, kernel_dims=2, damping=1e-12)
+    assert lins == 1 and float((x[0] - MEAN).abs().max()) < 1e-5
+
+
+def test_particles_spread_like_the_posterior_along_a_narrow_valley():
+    """Whitened by the true precision the particles should look standard normal. Measured:
+    standard deviations 0.95 / 0.92, mean within 0.03 of the truth (32 particles, 100
+    iterations); Adam-scheduled SVGD from the same start: 11.9 along the valley, mean 0.36 off."""
+    x, _, _, _ = run_stein_gauss_newton(density, linearise, start(32), 100, kernel_dims=2)
+    white = (x - MEAN) @ ROOT.T
+    assert ((white.std(0) > 0.75) & (white.std(0) < 1.1)).all(), white.std(0)
+    assert float((x.mean(0) - MEAN).norm()) < 0.1
+    xa, _, _ = run_svgd(density, start(32), 100, lr=0.05, lr_final=0.005, kernel_dims=2)
+    assert float(((xa - MEAN) @ ROOT.T).std(0).max()) > 5.0       # Adam has not converged along the valley
+
+
+def test_kernel_metric_profiles_out_the_other_coordinates():
+    """Schur complement: for a Gaussian metric the parameters' marginal precision."""
+    m = torch.tensor([[4.0, 2.0], [2.0, 3.0]], dtype=torch.float64)
+    got = kernel_metric(m[None], 1)
+    assert float(got) == pytest.approx(4.0 - 2.0 * 2.0 / 3.0)
+
+
+def test_limits_are_kept_and_refresh_checked():
+    """A coordinate only a limit constrains: projected, never stepped outside."""
+    def flat(x):
+        return -0.5 * (x[:, 1] - 0.5) ** 2 * 100, None
+
+    def lin(x):
+        h = torch.zeros(x.shape[0], 2, 2, dtype=x.dtype)
+        h[:, 1, 1] = 100.0
+        return h, torch.zeros(x.shape[0], 0, 2, dtype=x.dtype)
+
+    x, _, _, _ = run_stein_gauss_newton(flat, lin, torch.full((4, 2), 0.5, dtype=torch.float64) + 0.1 * start(4),
+                                        20, kernel_dims=2, project=lambda z: z.clamp(0.0, 1.0))
+    assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+    with pytest.raises(ValueError, match="refresh"):
+        run_stein_gauss_newton(density, linearise, start(2), 2, kernel_dims=2, refresh=0)
+
+
+def oscillator(theta, x0, steps, dt=0.05):
+    k, c = theta[:, :1], theta[:, 1:2]
+    out = [x0]
+    for _ in range(steps - 1):
+        q, v = out[-1][:, :1], out[-1][:, 1:]
+        v = v + dt * (-k * q - c * v)
+        out.append(torch.cat([q + dt * v, v], 1))
+    return torch.stack(out, 1)
+
+
+def test_csvgd_spends_its_budget_on_shooting_then_gauss_newton():
+    truth = torch.tensor([4.0, 0.3], dtype=torch.float64)
+    traj = oscillator(truth[None], torch.tensor([[1.0, 0.0]], dtype=torch.float64), 60)[0]
+    prob = Problem(("k", "c"), [1.0, 0.0], [10.0, 1.0], oscillator, [traj[:, :1]], [traj], sigma=0.01,
+                   observe=lambda s: s[..., :1])
+    res = infer("csvgd", prob, particles=8, iterations=60, seed=0, windows=4)
+    tr = res.trace
+    assert tr["polish_iterations"] == 42 and tr["linearisations"] >= 2
+    assert len(tr["mean_log_prob"]) == 18 and tr["newton_rollouts"] <= 8 * 42
+    assert nmae(res.estimate, truth, prob.lower, prob.upper) < 1e-3, res.estimate
+    with pytest.raises(ValueError, match="precondition"):
+        infer("csvgd", prob, particles=2, iterations=4, windows=4, precondition="newton")
