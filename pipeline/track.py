@@ -28,6 +28,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   counts a lost body at the full gate.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
+The mask fits are in ``track_fit.py``, the overlay video in ``track_overlay.py``.
+
 Deliberately not here: RGB-only recordings (need an initial depth from the masks;
 raises a clear error, though the silhouette residuals and planar mode are ready for
 it), meshes (need a rasteriser backend), re-acquiring a body after it was lost.
@@ -52,11 +54,11 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
 from vid2sim.models.render.poses import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
-from vid2sim.pipeline.atomic import atomic_path, write_bytes
+from vid2sim.pipeline.track_fit import fit_primitive
+from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 
 log = logging.getLogger(__name__)
 DT = torch.float64
-OVERLAY_FILE = "track_overlay.mp4"
 
 
 @dataclass(frozen=True)
@@ -219,59 +221,6 @@ def _chroma(rgb: np.ndarray) -> np.ndarray:
     return f / f.sum(-1, keepdims=True)
 
 
-def _rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
-    """Candidate body orientations (3, 3) from the principal axes of a point cloud."""
-    c = pts - pts.mean(0)
-    _, _, Vt = np.linalg.svd(c, full_matrices=False)
-    axes = Vt  # rows: principal directions, largest variance first
-    if prim.kind == "sphere":
-        return [np.eye(3)]
-    if prim.kind in ("capsule", "cylinder"):
-        z = axes[0]
-        x = axes[1] - axes[1] @ z * z
-        x /= np.linalg.norm(x)
-        return [np.stack([x, np.cross(z, x), z], 1)]
-    # A box seen in part (occluded, one face visible) has misleading principal axes, and
-    # man-made boxes usually stand square to gravity: try the world axes too.
-    hyps = []
-    for basis in (axes, np.eye(3)):
-        for perm in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
-            R = np.stack([basis[perm[0]], basis[perm[1]], basis[perm[2]]], 1)
-            if np.linalg.det(R) < 0:
-                R[:, 2] *= -1
-            hyps.append(R)
-    return hyps
-
-
-def _fit_primitive(cfg: TrackConfig, prim: Primitive, obs: Observation) -> tuple[float, torch.Tensor]:
-    """Fit one primitive to the foreground points of ``obs`` from every orientation hypothesis.
-
-    Returns (cost, (4, 4) world pose): cost = mean clipped squared point residual plus a
-    penalty per free-space ray (a pose that covers background is wrong).
-    """
-    p = obs.points[obs.foreground].numpy()
-    view = p.mean(0) - obs.origin.numpy()
-    view /= np.linalg.norm(view)
-    # The visible surface lies in front of the centre by about half the shape's depth.
-    centre = p.mean(0) + view * (prim.radius if prim.kind != "box" else min(prim.half_size))
-    best = (float("inf"), None)
-    for R in _rot_hypotheses(prim, p):
-        T = torch.eye(4, dtype=DT)
-        T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
-        T = T[None]
-        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping,
-                  grazing=False)  # see gauss_newton_step
-        for _ in range(cfg.init_iterations):
-            T = gauss_newton_step([prim], T, obs, w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, **kw).T
-        res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
-        r = res.point_res[torch.isfinite(res.point_res)]
-        cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
-            res.freespace.sum()) / max(len(r), 1)
-        if cost < best[0]:
-            best = (cost, T[0])
-    return best
-
-
 def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
     """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud."""
     poses = []
@@ -284,7 +233,7 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
         roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.roi_pad_px + 1,) * 2, np.uint8)) > 0
         obs, _ = scene.observe(depth, roi, foreground=mask)
-        poses.append(_fit_primitive(cfg, prim, obs)[1])
+        poses.append(fit_primitive(cfg, prim, obs)[1])
     return torch.stack(poses)
 
 
@@ -495,7 +444,7 @@ def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.nd
     if int(fg.sum()) < cfg.lost_min_pixels:
         return None
     obs.foreground = fg
-    cost, T_new = _fit_primitive(cfg, prim, obs)
+    cost, T_new = fit_primitive(cfg, prim, obs)
     if T_new is None:  # no orientation hypothesis left a finite residual: nothing re-acquired
         return None
     res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
@@ -521,52 +470,6 @@ def _roi_of(scene: _Scene, c: np.ndarray, radius: float) -> np.ndarray:
     if x0 < x1 and y0 < y1:
         out[y0:y1, x0:x1] = True
     return out
-
-
-def _overlay_frame(rec: Recording, i: int, depth: np.ndarray | None, flat: np.ndarray, visible: np.ndarray,
-                   lost: np.ndarray, names: list[str], colors: np.ndarray) -> np.ndarray:
-    if rec.has_color:
-        img = rec.color(i)
-    else:
-        d = np.clip(depth / max(float(depth.max()), 1e-6) * 255, 0, 255).astype(np.uint8)
-        img = cv2.cvtColor(cv2.applyColorMap(d, cv2.COLORMAP_VIRIDIS), cv2.COLOR_BGR2RGB)
-    over = img.copy().reshape(-1, 3)
-    hit = visible >= 0
-    over[flat[hit]] = (0.4 * over[flat[hit]] + 0.6 * colors[visible[hit]] * 255).astype(np.uint8)
-    over = over.reshape(img.shape)
-    y = 14
-    for m, name in enumerate(names):
-        if lost[m]:
-            cv2.putText(over, f"{name}: lost", (4, y), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 0, 0), 1)
-            y += 14
-    return np.concatenate([img, over], 1)
-
-
-class _NoVideoCodec(RuntimeError):
-    pass
-
-
-def _write_overlay(frames: list[np.ndarray], fps: float, out_dir: Path) -> Path:
-    """mp4 through cv2.VideoWriter; a PNG strip of up to 8 frames if no mp4 codec is available."""
-    h, w = frames[0].shape[:2]
-    path = out_dir / OVERLAY_FILE
-    try:
-        with atomic_path(path) as tmp:
-            vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-            ok = vw.isOpened()
-            for f in frames if ok else []:
-                vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
-            vw.release()
-            if not ok or tmp.stat().st_size == 0:
-                raise _NoVideoCodec  # atomic_path then drops the temporary file
-        return path
-    except _NoVideoCodec:
-        log.warning("track: no mp4 codec in OpenCV; writing a PNG strip instead of %s", OVERLAY_FILE)
-    path = out_dir / "track_overlay.png"
-    picks = frames[:: max(1, len(frames) // 8)][:8]
-    _, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
-    write_bytes(path, buf.tobytes())
-    return path
 
 
 def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
@@ -640,7 +543,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     if cfg.overlay and render_cache:
         colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
                            [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
-        frames = [_overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
+        frames = [overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
                   for i in sorted(render_cache)]
-        _write_overlay(frames, rec.fps, out_dir)
+        write_overlay(frames, rec.fps, out_dir)
     return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.depth_noise_k))

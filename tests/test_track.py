@@ -190,15 +190,19 @@ def test_cabinet_drawer_is_tracked_on_clean_depth_from_the_learned_masks(tmp_pat
     assert err.max() < 0.002, err
 
 
-def test_thin_box_started_off_is_found_from_the_coarse_start(tmp_path):
-    """tree5's fin (a 14 x 3 x 6 cm box) fitted to its learned mask starts 23 mm off; aligned
-    at the clean clip's measured noise it stayed 16 mm off (its 3-cm and 6-cm sides swapped),
-    from the coarse start (k = 0.004) it is found: 0.05 mm. ``start_noise_k=0`` turns the
-    coarse start off."""
-    err = _learned_track_error("tree5", "fin_a", tmp_path, (12,))
+def test_a_start_far_off_is_found_from_the_coarse_start(tmp_path):
+    """On clean depth the segmentation frame is also fitted from a coarse pass (k = 0.004) and
+    each body keeps the better start. The cabinet's carcass, fitted to its learned mask, is
+    0.06 mm off with it and 122 mm off with ``start_noise_k=0`` (no coarse start). tree5's fin
+    (a 14 x 3 x 6 cm box) is found with it (0.05 mm); on the machine this test was first
+    written on it had stayed 16 mm off without it, on the 2026-11-23 machine (AMD EPYC) the fine
+    start alone finds it as well, so it is no longer the negative control."""
+    err = _learned_track_error("cabinet", "carcass", tmp_path, (0,))
     assert err.max() < 0.002, err
-    err = _learned_track_error("tree5", "fin_a", tmp_path / "off", (12,), start_noise_k=0.0)
-    assert err.min() > 0.01, err
+    err = _learned_track_error("cabinet", "carcass", tmp_path / "off", (0,), start_noise_k=0.0)
+    assert err.min() > 0.05, err
+    err = _learned_track_error("tree5", "fin_a", tmp_path / "fin", (12,))
+    assert err.max() < 0.002, err
 
 
 def _learned_track_error(name: str, body: str, tmp_path: Path, seg_frames: tuple, **cfg) -> np.ndarray:
