@@ -68,7 +68,10 @@ class IdentifyConfig:
                                    # shooting windows bring the particles near the maximum, the last phase's
                                    # Gauss-Newton steps converge along its valleys (bench_identify, cartpole:
                                    # NMAE 0.0013 / 0.0008 / 0.0009 on 3 seeds at 0.7, 0.0024 / 0.0046 / 0.0009 at
-                                   # 0.5, 0.005 / 0.0015 / 0.0021 at 0.85; 0: 0.075 / 0.060 / 0.004)
+                                   # 0.5, 0.005 / 0.0015 / 0.0021 at 0.85; 0: 0.075 / 0.060 / 0.004). On a chaotic
+                                   # clip single shooting stalls: bench_twin's double pendulum (4 s) with csvgd,
+                                   # polish 0.7: ll -14863, twin IoU 0.59; 0.3: -11089, 0.49; 0 (multiple shooting
+                                   # throughout): -4719, 0.73 (CMA-ES: 0.68). Set 0 for such clips
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
     cmaes_polish: float = 0.1      # cmaes: budget fraction for a last Levenberg-Marquardt refinement of the best
                                    # individual (methods.cmaes); without it CMA-ES ended its budget still climbing on
