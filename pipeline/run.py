@@ -137,7 +137,7 @@ def _fits(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
-    if isinstance(hint, types.UnionType):
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
     if hint is type(None):
         return "null"

@@ -196,3 +196,11 @@ def test_setting_of_the_wrong_type(rec, tmp_path, setting, needle):
     string for a float once went through to the tracker's arithmetic)."""
     fails(["run", rec, "--out", tmp_path / "run", "--set", setting], needle)
     assert not (tmp_path / "run" / "segmentation.npz").exists()
+
+
+def test_type_names_of_optional_settings():
+    """typing.Optional reads like the X | None annotations (it once printed 'typing.Optional[float]')."""
+    import typing
+
+    from vid2sim.pipeline.run import _type_name
+    assert _type_name(typing.Optional[float]) == _type_name(float | None) == "float or null"
