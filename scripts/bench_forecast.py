@@ -9,11 +9,12 @@ stage, or ``truth`` where a stage is missing or failed (the error is kept), so a
 figure is never passed off as the pipeline's when it is not.
 
     python scripts/bench_forecast.py [--frames 300] [--observe 10] [--horizon 150]
-        [--noise realistic] [--source pipeline|truth] [--out DIR]
+        [--noise realistic] [--source pipeline|truth] [--out DIR] [--method csvgd]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -58,7 +59,7 @@ def _stage(name: str, fn, fallback, inputs: dict, source: str):
 
 
 def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, source: str, seed: int = 0,
-               fps: float = 30.0, masses: dict | None = None):
+               fps: float = 30.0, masses: dict | None = None, method: str | None = None):
     """Recording + the pipeline up to export (identify sees the first ``train`` frames).
 
     Returns (rec, poses, art, jp, post, inputs); ``inputs`` names each input's source.
@@ -89,8 +90,10 @@ def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, s
     def identified():
         from vid2sim.pipeline import identify
 
-        return identify.run(identify.IdentifyConfig(frames=train, masses=dict(masses or {})), art, jp, poses,
-                            rec.shapes, run)
+        cfg = identify.IdentifyConfig(frames=train, masses=dict(masses or {}))
+        if method is not None:
+            cfg = dataclasses.replace(cfg, method=method)
+        return identify.run(cfg, art, jp, poses, rec.shapes, run)
 
     post = _stage("identify", identified, lambda: t_post, inputs, source)
     poses.save(run / PoseTracks.FILE)
@@ -113,12 +116,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--source", default="pipeline", choices=("pipeline", "truth"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--method", default=None, help="identify's inference method (default: IdentifyConfig's)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     t0 = time.time()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_forecast_"))
     train = args.frames - args.observe - args.horizon
-    rec, poses, art, jp, post, inputs = build_twin(args.mechanism, out, args.frames, train, args.noise, args.source, args.seed)
+    rec, poses, art, jp, post, inputs = build_twin(args.mechanism, out, args.frames, train, args.noise, args.source,
+                                                   args.seed, method=args.method)
     run = out / "run"
     cfg = forecast.ForecastConfig(observe=args.observe, horizon=args.horizon, start=train, particles=args.particles)
     fc = forecast.run(cfg, rec, poses, art, jp, post, run)
