@@ -117,6 +117,25 @@ class IdentifyConfig:
                                    # iterations (2-s cartpole, 50 iterations: 12 s eager, 48 s compiled).
                                    # auto: when a rollout's steps x iterations >= COMPILE_STEPS (same results)
 
+    def __post_init__(self):
+        """Choices and ranges, checked when the settings are read (a typo in ``--set`` stops the
+        run before segment and track spend minutes, not at identify)."""
+        from vid2sim.models.inference import METHODS
+
+        choices = {"method": tuple(METHODS), "observation": ("joints", "video"),
+                   "precondition": ("gauss-newton", "none"), "render_dtype": ("float32", "float64")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"identify.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        for name in ("particles", "iterations", "windows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"identify.{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("polish", "cmaes_polish"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"identify.{name} must be in [0, 1]; got {getattr(self, name)}")
+        if self.compile not in (True, False, "auto"):
+            raise ValueError(f"identify.compile must be true, false or \"auto\"; got {self.compile!r}")
+
 
 @dataclass
 class TwinSimulator:
@@ -168,8 +187,6 @@ def compile_for(cfg: IdentifyConfig, substeps: int, frames: int) -> bool:
     are long enough for a ~15-s compile to pay (eager ~1.5 ms, compiled ~0.2 ms per step)."""
     if isinstance(cfg.compile, bool):
         return cfg.compile
-    if cfg.compile != "auto":
-        raise ValueError(f"identify: compile must be true, false or 'auto', got {cfg.compile!r}")
     windows = cfg.windows if cfg.method == "csvgd" else 1   # only csvgd shoots in windows
     window = (max(frames, 2) - 1) // max(windows, 1) + 1
     return window * substeps * cfg.iterations >= COMPILE_STEPS
@@ -269,8 +286,6 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem,
     frames = joints.observations[0].shape[0]
     obs = select_pixels(rec, poses, bodies, shapes, frames, cfg.pixels, cfg.pixel_margin, cfg.seed)
     T0 = np.stack([poses.world_from_body[0, poses.body_names.index(b)] for b in bodies])
-    if cfg.render_dtype not in ("float32", "float64"):
-        raise ValueError(f"identify: render_dtype must be 'float32' or 'float64', got {cfg.render_dtype!r}")
     observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs,
                              dtype=getattr(torch, cfg.render_dtype))
     return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate,
@@ -291,8 +306,6 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         shapes: dict[str, Shape], out_dir: Path, rec=None) -> Posterior:
     """Estimate the posterior over masses/damping(/friction) from the tracked joint positions
     (``observation=joints``) or from the recording's depth frames ``rec`` (``observation=video``)."""
-    if cfg.observation not in ("joints", "video"):
-        raise ValueError(f"identify: observation must be 'joints' or 'video', got {cfg.observation!r}")
     if cfg.observation == "video" and rec is None:
         raise ValueError("identify: observation 'video' needs the recording (identify.run(..., rec=...))")
     fps = float(poses.fps)

@@ -107,7 +107,10 @@ def config_from_json(cls: type, d: dict, source: str) -> Any:
         if not _fits(v, hints[k]):
             raise StageError(f"{source}: setting {k}={v!r} of {cls.__name__} must be {_type_name(hints[k])}")
         kwargs[k] = v
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:    # a setting's own checks (choices, ranges)
+        raise StageError(f"{source}: {e}") from e
 
 
 def _fits(value: Any, hint: Any) -> bool:

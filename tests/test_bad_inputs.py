@@ -190,10 +190,14 @@ def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
     ("track.iterations=2.5", "iterations=2.5 of TrackConfig must be int"),
     ("identify.compile=3", "compile=3 of IdentifyConfig must be bool or str"),
     ("segment.frames=[0,\"a\"]", "frames=(0, 'a') of SegmentConfig must be tuple[int, ...]"),
+    ("identify.method=csvdg", "identify.method must be one of csvgd, svgd, adam, cmaes, mcmc; got 'csvdg'"),
+    ("identify.polish=1.5", "identify.polish must be in [0, 1]; got 1.5"),
+    ("identify.precondition=newton", "identify.precondition must be one of gauss-newton, none"),
 ])
 def test_setting_of_the_wrong_type(rec, tmp_path, setting, needle):
     """A mistyped --set value stops before any stage runs, naming the setting and its type (a
-    string for a float once went through to the tracker's arithmetic)."""
+    string for a float once went through to the tracker's arithmetic) or its allowed values (an
+    unknown identify method once failed only after segment and track had run)."""
     fails(["run", rec, "--out", tmp_path / "run", "--set", setting], needle)
     assert not (tmp_path / "run" / "segmentation.npz").exists()
 
