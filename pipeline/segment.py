@@ -72,6 +72,12 @@ class SegmentConfig:
     unmatched: str = "error"  # a part fitting no library shape: "error" (name what was seen) or "ignore" (log, drop)
     overlay: bool = True  # write segmentation_overlay.png
 
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"segment: unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if self.unmatched not in ("error", "ignore"):
+            raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {self.unmatched!r}")
+
 
 _SEGMENTERS: dict[str, Segmenter] = {}
 
@@ -291,8 +297,6 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.pipeline.atomic import write_bytes
 
-    if cfg.method not in METHODS:
-        raise ValueError(f"segment: unknown method {cfg.method!r}; choose one of {', '.join(METHODS)}")
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:
         raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
@@ -331,8 +335,6 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not dets:
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
-    if cfg.unmatched not in ("error", "ignore"):
-        raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {cfg.unmatched!r}")
     names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched)
     keep = [k for k, n in enumerate(names) if n is not None]
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]

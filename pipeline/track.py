@@ -117,6 +117,10 @@ class TrackConfig:
     overlay: bool = True  # write the side-by-side overlay video
     max_overlay_frames: int = 600
 
+    def __post_init__(self):
+        if self.planar not in ("on", "off", "auto"):   # anything else once meant "off" on depth recordings
+            raise ValueError(f"track.planar must be one of on, off, auto; got {self.planar!r}")
+
 
 def body_names(shape_names: list[str]) -> list[str]:
     """Library shape names, suffixed _0, _1 ... where a shape appears more than once."""

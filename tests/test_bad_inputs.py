@@ -193,6 +193,8 @@ def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
     ("identify.method=csvdg", "identify.method must be one of csvgd, svgd, adam, cmaes, mcmc; got 'csvdg'"),
     ("identify.polish=1.5", "identify.polish must be in [0, 1]; got 1.5"),
     ("identify.precondition=newton", "identify.precondition must be one of gauss-newton, none"),
+    ("track.planar=yes", "track.planar must be one of on, off, auto; got 'yes'"),
+    ("segment.method=mask_rcnn", "segment: unknown method 'mask_rcnn'; choose one of learned, geometric"),
 ])
 def test_setting_of_the_wrong_type(rec, tmp_path, setting, needle):
     """A mistyped --set value stops before any stage runs, naming the setting and its type (a
