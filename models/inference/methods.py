@@ -210,11 +210,12 @@ def _linearisation(problem: Problem, sh: Shooting, h: float = 1e-5):
 
 def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, particles: int, iterations: int,
                        c: float, cw, dual_lr: float, refresh: int, project):
-    """``run_svgd_gauss_newton`` within a budget of ``particles x iterations`` rollouts: each
+    """``run_stein_gauss_newton`` within a budget of ``particles x iterations`` rollouts: each
     linearisation costs particles x (D + 1) rollouts, paid for with iterations. -> (x, trace, info)."""
     D = x0.shape[1]
     budget = particles * iterations
     n = iterations - 1                                   # the first evaluation is one iteration's worth
+
     def cost(n: int) -> int:
         return particles * (n + 1) + -(-n // refresh) * particles * (D + 1)
 
@@ -277,7 +278,8 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     particle's single-shooting log-likelihood from -864k to -147k (seed 0) and from -1.07M to
     -91k (seed 1), CMA-ES reaching -59k / -62k; NMAE went 0.028 -> 0.171 and 0.082 -> 0.064
     (the slider damping is weakly identified there; measured with the earlier scale/sgd
-    multipliers). Off by default."""
+    multipliers). On a chaotic clip the single-shooting phase stalls: use ``polish=0`` there
+    (``pipeline/identify.py``, ``IdentifyConfig.polish``: the double pendulum's twin)."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
                             lr_final, ramp, polish, dual, defect_units, precondition, refresh)
 

@@ -139,7 +139,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         return torch.where(torch.isfinite(F), F, torch.full_like(F, -math.inf))
 
     x = x0.detach().clone()
-    F, G, logp, g = evaluate(x, 0)
+    _, G, logp, g = evaluate(x, 0)
     mu = torch.full((N,), damping, dtype=x.dtype)   # Levenberg-Marquardt damping per particle
     H = None
     linearisations = 0
@@ -155,7 +155,6 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         # judge both points by the same weights and multipliers
         ok = torch.isfinite(Ft) & (Ft >= objective(logp, g, it + 1) - tol)
         x = torch.where(ok[:, None], trial, x)
-        F = torch.where(ok, Ft, F)
         G = torch.where(ok[:, None], Gt, G)
         logp = torch.where(ok, logpt, logp)
         g = torch.where(ok[:, None], gt, g)
