@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from vid2sim.datasets.shapes import Shape
-from vid2sim.models.inference import InferenceResult, Problem, Shooting, infer
+from vid2sim.models.inference import METHODS, InferenceResult, Problem, Shooting, infer
 from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import write_bytes, write_json
@@ -120,8 +120,6 @@ class IdentifyConfig:
     def __post_init__(self):
         """Choices and ranges, checked when the settings are read (a typo in ``--set`` stops the
         run before segment and track spend minutes, not at identify)."""
-        from vid2sim.models.inference import METHODS
-
         choices = {"method": tuple(METHODS), "observation": ("joints", "video"),
                    "precondition": ("gauss-newton", "none"), "render_dtype": ("float32", "float64")}
         for name, allowed in choices.items():

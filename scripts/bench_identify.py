@@ -20,8 +20,8 @@ estimates everything. Both are reported when ``--both`` is given.
     python scripts/bench_identify.py [--out bench_identify.json] [--iterations 150] [--both]
         [--input video|truth] [--observation joints|video]
 
-Measured (cartpole, 60 frames, 16 particles x 150 iterations, this revision): clean depth
-video, recording seeds 0 / 1 / 2: see the README's identify row; CSVGD (with its Gauss-Newton
+Measured (cartpole, 60 frames, 16 particles x 150 iterations): the README's identify row
+(clean depth video, recording seeds 0-4, and the other inputs); CSVGD (with its Gauss-Newton
 phase) and CMA-ES both reach the maximum likelihood, and which of them lands nearer the truth
 is decided within the posterior's width.
 

@@ -142,6 +142,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
         cw = torch.cat([ws.repeat(len(sh.cur)), torch.full((P,), cw, dtype=ws.dtype)])
     x = torch.cat([u0, s0], 1)
     trace = {"windows": W, "window_length": sh.L}
+    spent = particles * n_main                        # rollouts
     if n_main:
         x, _, tr = run_svgd(density_for(sh, W), x, n_main, lr=lr, lr_final=lr_mid if n_polish else lr_final,
                             kernel_dims=P, c=c, lr_multiplier=lr_multiplier, constraint_weight=cw, ramp=ramp,
@@ -156,11 +157,13 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
                                               particles, n_polish, c, weight_of(single), lr * lr_multiplier,
                                               refresh, clamp)
             trace.update(info)
+            spent += info["newton_rollouts"]
         else:
             x, _, tr2 = run_svgd(density_for(single, single.num_windows), x, n_polish,
                                  lr=lr_mid, lr_final=lr_final, kernel_dims=P, c=c, lr_multiplier=lr_multiplier,
                                  constraint_weight=weight_of(single), project=None if constrained else clamp,
                                  use_kernel=use_kernel, dual=dual)
+            spent += particles * n_polish
         sh, W = single, single.num_windows
         trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
     theta = problem.to_physical(x[:, :P].clamp(0.0, 1.0))
@@ -168,8 +171,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
     if not problem.estimate_start:
         starts = torch.where(sh.first[None, :, None], sh.guess[None], starts)
     start = starts[:, sh.first]
-    spent = particles * (n_main + (0 if precondition == "gauss-newton" and n_polish else n_polish))
-    return _finish(name, problem, theta, start, spent + trace.get("newton_rollouts", 0), t0, trace)
+    return _finish(name, problem, theta, start, spent, t0, trace)
 
 
 def _linearisation(problem: Problem, sh: Shooting, h: float = 1e-5):

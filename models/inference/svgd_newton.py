@@ -48,10 +48,9 @@ from typing import Callable
 
 import torch
 
-from vid2sim.models.inference.svgd import SVGDTrace, rbf_kernel
+from vid2sim.models.inference.svgd import DensityFn, SVGDTrace, rbf_kernel
 
 Tensor = torch.Tensor
-DensityFn = Callable[[Tensor], tuple[Tensor, Tensor | None]]
 # x (N, D) -> (H (N, D, D): Gauss-Newton Hessians of -log p, J_g (N, C, D): constraint Jacobians)
 LineariseFn = Callable[[Tensor], tuple[Tensor, Tensor]]
 
