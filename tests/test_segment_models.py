@@ -210,6 +210,33 @@ def test_shape_net_crops_follow_the_part_and_batches_agree():
     np.testing.assert_allclose(one[0], both[0], atol=1e-5)
 
 
+def test_shape_net_detection_set_and_finetuning():
+    """The fine-tuning set holds the refined detector's instances of a training-stream sample,
+    labelled by the truth they match, clean and noisy; fine-tuning goes on from the given
+    net (its descriptor normalisation kept, its weights moved); the CLI refuses a chunk it
+    would render and not keep."""
+    from vid2sim.datasets.synthetic.primitives import TRAIN_SEED
+    from vid2sim.models.segmenter.shape_net import (DETECTION_SAMPLE, END, N_DESCRIPTOR, ShapeClassifier, detection_set,
+                                                    fit, main)
+
+    d = detection_set(DETECTION_SAMPLE, 1)
+    s = make_sample(DETECTION_SAMPLE, TRAIN_SEED, noise="none")
+    n = len(d["y"])
+    assert d["ends"].shape == (n, 2, 5, END, END) and d["desc"].shape == (n, N_DESCRIPTOR) and d["head"].shape == (n, 14)
+    assert np.allclose(d["head"][:, 4:8], np.log(1e-3)) and np.all(d["sample"] == DETECTION_SAMPLE)
+    for noisy in (0, 1):  # each truth instance at most once per frame, with its own class
+        y = d["y"][d["noisy"] == noisy]
+        assert 1 <= len(y) <= len(s.labels)
+        assert all(np.sum(y == c) <= np.sum(s.labels == c) for c in range(len(CLASSES)))
+    base = ShapeClassifier().net
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    net = fit(d, epochs=1, lr=1e-3, init=base)
+    assert torch.equal(net.desc_mean, before["desc_mean"]) and torch.equal(net.desc_std, before["desc_std"])
+    assert not torch.equal(net.head[-1].weight, before["head.3.weight"])
+    with pytest.raises(SystemExit):
+        main(["--source", "detections", "--frames", "2", "--chunks", "2", "--chunk", "1"])
+
+
 def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.models.segmenter.refine import refine_detections
