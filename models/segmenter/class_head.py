@@ -15,7 +15,12 @@ noise; network instances the refinement keeps, matched at IoU >= 0.5; the depth-
 parts are classified by the geometric rules, not by this head), never on the
 benchmark's held-out seed; the weights are ``class_head.json`` beside this module:
 
-    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --start 100000 --frames 400   (~25 min)
+    OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --start 100000 --frames 1200   (~12 min)
+
+(refitted with ``shape_net``'s fine-tuned weights on 1200 samples, 7103 instances; it had been
+400 samples: on 12,000 detector instances of ``shape_net.detection_set`` a head fitted by
+5-fold cross-validation was right 0.935 of the time clean against 0.932 fitted on the 2300
+instances of 400 samples.)
 
 It does not find or reshape instances (``refine``), and it knows only the four classes.
 """
