@@ -210,14 +210,14 @@ def test_shape_net_crops_follow_the_part_and_batches_agree():
     np.testing.assert_allclose(one[0], both[0], atol=1e-5)
 
 
-def test_shape_net_detection_set_and_finetuning():
+def test_shape_net_detection_set_and_finetuning(tmp_path):
     """The fine-tuning set holds the refined detector's instances of a training-stream sample,
     labelled by the truth they match, clean and noisy; fine-tuning goes on from the given
     net (its descriptor normalisation kept, its weights moved); the CLI refuses a chunk it
-    would render and not keep."""
+    would render and not keep, and records in the weights what they were trained on."""
     from vid2sim.datasets.synthetic.primitives import TRAIN_SEED
-    from vid2sim.models.segmenter.shape_net import (DETECTION_SAMPLE, END, N_DESCRIPTOR, ShapeClassifier, detection_set,
-                                                    fit, main)
+    from vid2sim.models.segmenter.shape_net import (DETECTION_SAMPLE, END, N_DESCRIPTOR, WEIGHTS_FILE, ShapeClassifier,
+                                                    detection_set, fit, main)
 
     d = detection_set(DETECTION_SAMPLE, 1)
     s = make_sample(DETECTION_SAMPLE, TRAIN_SEED, noise="none")
@@ -235,6 +235,13 @@ def test_shape_net_detection_set_and_finetuning():
     assert not torch.equal(net.head[-1].weight, before["head.3.weight"])
     with pytest.raises(SystemExit):
         main(["--source", "detections", "--frames", "2", "--chunks", "2", "--chunk", "1"])
+    np.savez(tmp_path / "chunk.npz", **d)
+    main(["--source", "detections", "--frames", "1", "--data", str(tmp_path / "chunk.npz"), "--init", str(WEIGHTS_FILE),
+          "--epochs", "1", "--lr", "1e-4", "--out", str(tmp_path / "w.pt")])
+    meta = ShapeClassifier(tmp_path / "w.pt").meta
+    assert meta["source"] == "detections" and meta["samples"] == [DETECTION_SAMPLE, DETECTION_SAMPLE + 1]
+    assert meta["instances"] == n and meta["data"] == [str(tmp_path / "chunk.npz")]
+    assert meta["init"]["meta"] == ShapeClassifier().meta
 
 
 def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():

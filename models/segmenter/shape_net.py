@@ -39,8 +39,8 @@ seed, in two steps:
        git show 67cb992:models/segmenter/shape_net.pt > runs/shape_net_truth.pt
        for c in 0 1 2 3; do OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --source detections \
            --frames 8000 --chunks 4 --chunk $c --save-data runs/shape_det_$c.npz & done; wait
-       OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --data runs/shape_det_?.npz \
-           --init runs/shape_net_truth.pt --epochs 8 --lr 1e-3
+       OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --source detections --frames 8000 \
+           --data runs/shape_det_?.npz --init runs/shape_net_truth.pt --epochs 8 --lr 1e-3
 
    (~23 min per chunk of 2000 samples on one core, ~12,000 instances each; training
    ~10 min). Measured with the step-1 weights as they were (train on chunk 0, validate
@@ -416,7 +416,8 @@ def main(argv=None) -> None:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--init", type=Path, default=None, help="go on from these weights instead of a fresh net")
     ap.add_argument("--data", type=Path, nargs="*", default=(),
-                    help="rendered chunks (--save-data of earlier runs) to train on instead of rendering")
+                    help="rendered chunks (--save-data of earlier runs) to train on instead of rendering; "
+                         "--source and --frames name the samples they hold (recorded in the weights)")
     ap.add_argument("--out", type=Path, default=WEIGHTS_FILE)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -441,14 +442,14 @@ def main(argv=None) -> None:
         if args.chunk is not None:
             return
     val = make(first + args.frames, args.val_frames) if args.val_frames else None
-    init = None
-    if args.init is not None:
-        init = ShapeClassifier(args.init).net
-    net = fit(data, args.epochs, lr=args.lr, val=val, init=init)
+    start = ShapeClassifier(args.init) if args.init is not None else None
+    net = fit(data, args.epochs, lr=args.lr, val=val, init=start.net if start is not None else None)
     meta = {"seed": 0, "source": args.source, "samples": [first, first + args.frames], "noise": ["none", "realistic"],
             "instances": int(len(data["y"])), "epochs": args.epochs, "lr": args.lr}
-    if init is not None:
-        meta["init"] = {"path": str(args.init), "meta": ShapeClassifier(args.init).meta}
+    if args.data:
+        meta["data"] = [str(f) for f in args.data]
+    if start is not None:
+        meta["init"] = {"path": str(args.init), "meta": start.meta}
     save(net, args.out, meta)
     logging.info("wrote %s", args.out)
 
