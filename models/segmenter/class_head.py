@@ -95,27 +95,55 @@ def fit_softmax(X: np.ndarray, y: np.ndarray, l2: float = 1e-2) -> dict:
             "W": W.tolist(), "b": b.tolist()}
 
 
-def frame_examples(dets: list, depth: np.ndarray, K: np.ndarray, masks: np.ndarray, labels: np.ndarray,
-                   ) -> tuple[list[np.ndarray], list[int]]:
-    """Head inputs and true classes of one frame's refined, unclassified network detections
-    (``refine_detections(..., classify=False, depth_only=False)``) matched to the truth at IoU >= 0.5."""
+def stream_frames(start: int, frames: int):
+    """Training-stream samples ``start..start+frames-1`` (``TRAIN_SEED``), each clean and with the
+    realistic sensor noise, in whole millimetres as a depth PNG holds them: yields (k, sample,
+    noisy (0 / 1), depth). The training sets of this head and of ``shape_net`` read these frames."""
+    from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
+    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
+
+    for k in range(start, start + frames):
+        s = make_sample(k, TRAIN_SEED, noise="none")
+        for noisy, noise in enumerate(("none", "realistic")):
+            depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
+            yield k, s, noisy, np.round(depth * 1000) / 1000
+
+
+def unclassified_detections(seg, depth: np.ndarray, K: np.ndarray) -> list:
+    """The segment stage's refined network detections of one frame, before any class decision."""
+    from vid2sim.models.segmenter.normals import depth_to_normal_image
+    from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
+
+    return refine_detections(seg.predict(depth_to_normal_image(depth, K), LOW_SCORE, mirror=True), depth, K,
+                             classify=False, depth_only=False)
+
+
+def match_to_truth(dets: list, masks: np.ndarray) -> list[tuple[int, int]]:
+    """One-to-one (Hungarian) pairs (truth index, detection index) of mask IoU >= 0.5."""
     from scipy.optimize import linear_sum_assignment
 
-    from vid2sim.models.segmenter.geometric import frame_geometry
-    from vid2sim.models.segmenter.refine import shape_probabilities
-
     if not dets or not len(masks):
-        return [], []
+        return []
     inter = np.array([[(g & d.mask).sum() for d in dets] for g in masks], float)
     union = np.array([[(g | d.mask).sum() for d in dets] for g in masks], float)
     iou = inter / np.maximum(union, 1)
+    return [(i, j) for i, j in zip(*linear_sum_assignment(-iou)) if iou[i, j] >= 0.5]
+
+
+def frame_examples(dets: list, depth: np.ndarray, K: np.ndarray, masks: np.ndarray, labels: np.ndarray,
+                   ) -> tuple[list[np.ndarray], list[int]]:
+    """Head inputs and true classes of one frame's ``unclassified_detections`` matched to the truth."""
+    from vid2sim.models.segmenter.geometric import frame_geometry
+    from vid2sim.models.segmenter.refine import shape_probabilities
+
+    pairs = match_to_truth(dets, masks)
+    if not pairs:
+        return [], []
     P, N = frame_geometry(depth, K)
     rng = np.random.default_rng(0)
     shape = shape_probabilities([d.mask for d in dets], P, N, depth, K, rng)
     X, y = [], []
-    for i, j in zip(*linear_sum_assignment(-iou)):
-        if iou[i, j] < 0.5:
-            continue
+    for i, j in pairs:
         f = instance_features(dets[j].mask, dets[j].class_scores, shape[j], P, N, rng)
         if f is not None:
             X.append(f)
@@ -127,26 +155,16 @@ def training_set(start: int, frames: int) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) from the training stream: the refined detector's instances matched to the truth."""
     import torch
 
-    from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
-    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
     from vid2sim.models.segmenter.model import Segmenter
-    from vid2sim.models.segmenter.normals import depth_to_normal_image
-    from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
     torch.set_num_threads(1)
     seg = Segmenter()
     X, y = [], []
-    for k in range(start, start + frames):
-        s = make_sample(k, TRAIN_SEED, noise="none")
-        for noise in ("none", "realistic"):
-            depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
-            depth = np.round(depth * 1000) / 1000
-            dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE, mirror=True), depth, s.K,
-                                     classify=False, depth_only=False)
-            Xf, yf = frame_examples(dets, depth, s.K, s.masks, s.labels)
-            X += Xf
-            y += yf
-        if (k - start + 1) % 50 == 0:
+    for k, s, noisy, depth in stream_frames(start, frames):
+        Xf, yf = frame_examples(unclassified_detections(seg, depth, s.K), depth, s.K, s.masks, s.labels)
+        X += Xf
+        y += yf
+        if noisy and (k - start + 1) % 50 == 0:
             logging.info("%d/%d frames, %d instances", k - start + 1, frames, len(y))
     return np.array(X), np.array(y)
 

@@ -269,30 +269,25 @@ def instance_inputs(mask: np.ndarray, P: np.ndarray, N: np.ndarray, depth: np.nd
 def training_set(start: int, frames: int, log_every: int = 200) -> dict[str, np.ndarray]:
     """Inputs and labels of every ground-truth instance of training-stream samples
     ``start..start+frames-1``, each clean and with realistic sensor noise."""
-    from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
-    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
+    from vid2sim.models.segmenter.class_head import stream_frames
     from vid2sim.models.segmenter.geometric import frame_geometry
 
     rng = np.random.default_rng(start)
     E, W, D, Y = [], [], [], []
     t0 = time.time()
-    for k in range(start, start + frames):
-        s = make_sample(k, TRAIN_SEED, noise="none")
-        for noise in ("none", "realistic"):
-            depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
-            depth = np.round(depth * 1000) / 1000  # what a millimetre depth PNG holds
-            P, N = frame_geometry(depth, s.K)
-            edge = ~np.any(N != 0, axis=-1)
-            for m, y in zip(s.masks, s.labels):
-                if rng.random() < 0.5:  # as a detector's mask: with the edge band around the part
-                    m = m | (cv2.dilate(m.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0) & edge
-                x = instance_inputs(m, P, N, depth, s.K, rng)
-                if x is not None:
-                    E.append(x[0].astype(np.float16))
-                    W.append(x[1].astype(np.float16))
-                    D.append(x[2])
-                    Y.append(int(y))
-        if (k - start + 1) % log_every == 0:
+    for k, s, noisy, depth in stream_frames(start, frames):
+        P, N = frame_geometry(depth, s.K)
+        edge = ~np.any(N != 0, axis=-1)
+        for m, y in zip(s.masks, s.labels):
+            if rng.random() < 0.5:  # as a detector's mask: with the edge band around the part
+                m = m | (cv2.dilate(m.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0) & edge
+            x = instance_inputs(m, P, N, depth, s.K, rng)
+            if x is not None:
+                E.append(x[0].astype(np.float16))
+                W.append(x[1].astype(np.float16))
+                D.append(x[2])
+                Y.append(int(y))
+        if noisy and (k - start + 1) % log_every == 0:
             logging.info("%d/%d frames, %d instances (%.0f s)", k - start + 1, frames, len(Y), time.time() - t0)
     return {"ends": np.stack(E), "whole": np.stack(W), "desc": np.stack(D), "y": np.array(Y)}
 
@@ -304,36 +299,21 @@ def detection_set(start: int, frames: int, log_every: int = 50) -> dict[str, np.
     inputs (``class_head.instance_features``, its ``shape_net`` columns at the value of a zero
     probability, for whichever net is fitted to fill in: the head can be compared on the same
     instances without running the detector again), ``noisy`` and ``sample`` per instance."""
-    from scipy.optimize import linear_sum_assignment
-
-    from vid2sim.datasets.synthetic.primitives import TRAIN_SEED, make_sample
-    from vid2sim.datasets.synthetic.sensor import apply_depth_noise, frame_rng
-    from vid2sim.models.segmenter.class_head import instance_features
+    from vid2sim.models.segmenter.class_head import (instance_features, match_to_truth, stream_frames,
+                                                     unclassified_detections)
     from vid2sim.models.segmenter.geometric import frame_geometry
     from vid2sim.models.segmenter.model import Segmenter
-    from vid2sim.models.segmenter.normals import depth_to_normal_image
-    from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
     seg = Segmenter()
     rng = np.random.default_rng(start)
     out: dict[str, list] = {k: [] for k in ("ends", "whole", "desc", "y", "head", "noisy", "sample")}
     t0 = time.time()
-    for k in range(start, start + frames):
-        s = make_sample(k, TRAIN_SEED, noise="none")
-        for noisy, noise in enumerate(("none", "realistic")):
-            depth = s.depth if noise == "none" else apply_depth_noise(s.depth, frame_rng(TRAIN_SEED, k))
-            depth = np.round(depth * 1000) / 1000  # what a millimetre depth PNG holds
-            dets = refine_detections(seg.predict(depth_to_normal_image(depth, s.K), LOW_SCORE, mirror=True), depth,
-                                     s.K, classify=False, depth_only=False)
-            if not dets or not len(s.masks):
-                continue
-            inter = np.array([[(g & d.mask).sum() for d in dets] for g in s.masks], float)
-            union = np.array([[(g | d.mask).sum() for d in dets] for g in s.masks], float)
-            iou = inter / np.maximum(union, 1)
+    for k, s, noisy, depth in stream_frames(start, frames):
+        dets = unclassified_detections(seg, depth, s.K)
+        pairs = match_to_truth(dets, s.masks)
+        if pairs:
             P, N = frame_geometry(depth, s.K)
-            for i, j in zip(*linear_sum_assignment(-iou)):
-                if iou[i, j] < 0.5:
-                    continue
+            for i, j in pairs:
                 x = instance_inputs(dets[j].mask, P, N, depth, s.K, rng)
                 h = instance_features(dets[j].mask, dets[j].class_scores, np.zeros(len(CLASSES)), P, N, rng)
                 if x is None or h is None:
@@ -345,7 +325,7 @@ def detection_set(start: int, frames: int, log_every: int = 50) -> dict[str, np.
                 out["head"].append(h)
                 out["noisy"].append(noisy)
                 out["sample"].append(k)
-        if (k - start + 1) % log_every == 0:
+        if noisy and (k - start + 1) % log_every == 0:
             logging.info("%d/%d frames, %d instances (%.0f s)", k - start + 1, frames, len(out["y"]), time.time() - t0)
     return {k: np.stack(v) if k in ("ends", "whole", "desc", "head") else np.array(v) for k, v in out.items()}
 
