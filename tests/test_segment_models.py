@@ -244,6 +244,36 @@ def test_shape_net_detection_set_and_finetuning(tmp_path):
     assert meta["init"]["meta"] == ShapeClassifier().meta
 
 
+def test_class_head_is_fitted_from_detection_chunks_with_a_cross_validated_l2(tmp_path):
+    """The head's CLI fits on ``shape_net.detection_set`` chunks with the shipped ``shape_net``'s
+    probabilities filled in, picks its L2 weight by cross-validation over samples (a separable
+    toy problem: right everywhere), records what it did, and refuses a file that is no chunk."""
+    from vid2sim.models.segmenter.class_head import L2_GRID, ClassHead, cross_validate, head_inputs, main
+    from vid2sim.models.segmenter.shape_net import ShapeClassifier, detection_set
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 400)
+    X = rng.normal(size=(400, 14))
+    X[:, 4:8] += 6 * np.eye(4)[y]
+    cv = cross_validate(X, y, np.arange(400) // 2)
+    assert set(cv) == set(L2_GRID) and min(cv.values()) >= 0.97
+    d = detection_set(100_000, 2)
+    p = ShapeClassifier().probabilities(d["ends"].astype(np.float32), d["whole"].astype(np.float32), d["desc"])
+    Xd = head_inputs(d, p)
+    np.testing.assert_allclose(Xd[:, 4:8], np.log(p + 1e-3), atol=1e-6)
+    np.testing.assert_array_equal(np.delete(Xd, np.s_[4:8], 1), np.delete(d["head"], np.s_[4:8], 1))
+    np.savez(tmp_path / "chunk.npz", **d)
+    main(["--data", str(tmp_path / "chunk.npz"), "--out", str(tmp_path / "head.json")])
+    head = ClassHead(tmp_path / "head.json")
+    assert head.probabilities(Xd).shape == (len(d["y"]), 4)
+    meta = json.loads((tmp_path / "head.json").read_text())["trained_on"]
+    assert meta["samples"] == [100_000, 100_002] and meta["instances"] == len(d["y"]) and meta["l2"] in L2_GRID
+    assert meta["shape_net"] == ShapeClassifier().meta and len(meta["cross_validation"]) == len(L2_GRID)
+    np.savez(tmp_path / "bad.npz", y=d["y"])
+    with pytest.raises(SystemExit, match="bad.npz"):
+        main(["--data", str(tmp_path / "bad.npz"), "--out", str(tmp_path / "head2.json")])
+
+
 def test_refine_keeps_a_low_score_part_the_depth_shows_and_drops_a_duplicate():
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.models.segmenter.refine import refine_detections
@@ -288,7 +318,9 @@ def test_mirrored_normal_image_is_that_of_the_mirrored_depth():
 
 def test_refine_splits_a_mask_over_two_parts_the_depth_separates():
     """One confident mask over two boxes side by side at different depths (the network's
-    merge) becomes the two boxes (``reconcile.split_merged``); a mask over one part stays."""
+    merge) becomes the two boxes (``reconcile.split_merged``) with the parent's score and
+    uninformative network class scores (the network scored the merge, not the piece); a mask
+    over one part stays."""
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.models.segmenter.refine import refine_detections
 
@@ -300,6 +332,7 @@ def test_refine_splits_a_mask_over_two_parts_the_depth_separates():
     dets = [Detection(both, 0, 0.9, 0.9 * np.eye(4)[0])]
     out = refine_detections(dets, depth, K, classify=False, depth_only=False)
     assert [d.score for d in out] == [0.9, 0.9]
+    assert all(np.array_equal(d.class_scores, np.full(4, 0.25)) for d in out)
     for v0, v1, u0, u1 in [(30, 80, 20, 80), (30, 80, 80, 140)]:
         truth = np.zeros(depth.shape, bool)
         truth[v0:v1, u0:u1] = True

@@ -18,7 +18,7 @@
   segmenter's parts where the depth is unambiguous about them.
 - ``shape_net``: a small CNN on full-resolution end crops and a whole crop of an
   instance's depth and normals plus rod-fit cues (capsule vs cylinder), trained on
-  training-stream ground-truth instances.
+  training-stream ground-truth instances, then fine-tuned on the refined detector's.
 
 The shipped checkpoint is reproduced by ``scripts/train_segmenter.py`` (command in its
 docstring) and measured by ``scripts/bench_segment.py``.
