@@ -24,11 +24,11 @@ class head's probabilities. It changes nothing and measures no new metric:
 bench_segment's class accuracy stays the number of record.
 
 With ``shape_net`` fine-tuned for 16 epochs on the detector's instances and the class head
-refitted (this revision's weights; 200 frames, clean, 317 matched rods): 0 visible ends 14
-errors of 30 rods, 1 visible end 16 of 109, 2 visible ends 7 of 178; rods of 8 px radius
-or more with one end hidden right 0.90 of the time. With 8 epochs and the previous head:
-15, 17 and 7 errors, 0.87. On training-stream samples 300000-300249 the whole classifier is now
-right 0.956 / 0.901 of the time (clean / noisy). Not kept: averaging in ``shape_net``'s probabilities of the mask eroded
+refitted (this revision's weights; 200 frames, clean, 317 matched rods): 0 visible ends 12
+errors of 30 rods, 1 visible end 17 of 109, 2 visible ends 8 of 178; rods of 8 px radius
+or more with one end hidden right 0.89 of the time. With 8 epochs and the previous head:
+15, 17 and 7 errors, 0.87; with those, on training-stream samples 300000-300249 the whole
+classifier was right 0.956 / 0.901 of the time (clean / noisy). Not kept: averaging in ``shape_net``'s probabilities of the mask eroded
 and dilated by a pixel (training-stream samples 300000-300249, the whole classifier's
 class accuracy 0.945 with it vs 0.956 without on clean depth, 0.901 vs 0.901 noisy).
 Before the fine-tuning, trained on ground-truth masks only (200 frames, clean; 317

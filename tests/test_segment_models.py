@@ -246,8 +246,9 @@ def test_shape_net_detection_set_and_finetuning(tmp_path):
 
 def test_class_head_is_fitted_from_detection_chunks_with_a_cross_validated_l2(tmp_path):
     """The head's CLI fits on ``shape_net.detection_set`` chunks with the shipped ``shape_net``'s
-    probabilities filled in, picks its L2 weight by cross-validation over samples (a separable
-    toy problem: right everywhere), records what it did, and refuses a file that is no chunk."""
+    probabilities filled in, picks its L2 weight by cross-validation over samples (a toy problem
+    with a wide margin: >= 0.97 right at every weight), records what it did, and refuses a file
+    that is no chunk."""
     from vid2sim.models.segmenter.class_head import L2_GRID, ClassHead, cross_validate, head_inputs, main
     from vid2sim.models.segmenter.shape_net import ShapeClassifier, detection_set
 
@@ -318,9 +319,7 @@ def test_mirrored_normal_image_is_that_of_the_mirrored_depth():
 
 def test_refine_splits_a_mask_over_two_parts_the_depth_separates():
     """One confident mask over two boxes side by side at different depths (the network's
-    merge) becomes the two boxes (``reconcile.split_merged``) with the parent's score and
-    uninformative network class scores (the network scored the merge, not the piece); a mask
-    over one part stays."""
+    merge) becomes the two boxes (``reconcile.split_merged``); a mask over one part stays."""
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.models.segmenter.refine import refine_detections
 
@@ -332,7 +331,6 @@ def test_refine_splits_a_mask_over_two_parts_the_depth_separates():
     dets = [Detection(both, 0, 0.9, 0.9 * np.eye(4)[0])]
     out = refine_detections(dets, depth, K, classify=False, depth_only=False)
     assert [d.score for d in out] == [0.9, 0.9]
-    assert all(np.array_equal(d.class_scores, np.full(4, 0.25)) for d in out)
     for v0, v1, u0, u1 in [(30, 80, 20, 80), (30, 80, 80, 140)]:
         truth = np.zeros(depth.shape, bool)
         truth[v0:v1, u0:u1] = True

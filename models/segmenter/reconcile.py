@@ -36,7 +36,6 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
 from vid2sim.models.segmenter.geometric import SPHERE, region_features
 from vid2sim.models.segmenter.model import Detection
 
@@ -92,8 +91,7 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
     P, N: (H, W, 3) its ``frame_geometry``.
 
     Returns the detections with merged masks replaced by the geometric parts they hold,
-    in parent order (pieces keep their parent's score; their network class scores are
-    uninformative, 1/4 each: inherited, a sphere cut from a rod chain had "no sphere"). Shares
+    in parent order (pieces keep their parent's score and network class scores). Shares
     are of the mask's pixels inside depth regions: a snapped mask keeps the edge pixels
     of the blob the network proposed, which along creases can be as many as the rest.
     """
@@ -117,6 +115,5 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
         for k in held:
             taken[k] = True
             split_out |= parts[k].mask
-            # the network scored the merged mask, not this piece: its class scores say nothing of it
-            out.append(Detection(parts[k].mask, d.label, d.score, np.full(len(CLASSES), 1.0 / len(CLASSES))))
+            out.append(Detection(parts[k].mask, d.label, d.score, d.class_scores))
     return out

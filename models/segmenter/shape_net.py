@@ -50,7 +50,7 @@ seed, in two steps:
    0.871; chunks 0 and 2, 8 at 1e-3: 0.935 / 0.910. On all four chunks, on the class
    head's 14,310 instances (samples 100000-102399, which no training of this net saw):
    8 epochs (the previous weights) 0.9452 / 0.9245, 16 epochs (these) 0.9491 / 0.9261,
-   with the class head (cross-validated) 0.9489 / 0.9252 and 0.9502 / 0.9279. Trained on
+   with the class head (cross-validated, L2 3e-3) 0.9461 / 0.9232 and 0.9498 / 0.9265. Trained on
    chunks 0-2 and validated on chunk 3 (8 epochs at 1e-3, shape_net alone / with the head
    cross-validated on chunk 3), not kept: a second seed averaged in, 0.9491 / 0.9262 vs
    0.9475 / 0.9285 alone (with the head 0.9519 / 0.9264 vs 0.9512 / 0.9262); the class
