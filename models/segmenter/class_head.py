@@ -157,17 +157,10 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=HEAD_FILE)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from vid2sim.models.segmenter.shape_net import ShapeClassifier
+    from vid2sim.models.segmenter.shape_net import ShapeClassifier, load_chunks
     from vid2sim.pipeline.atomic import write_text
 
-    parts = []
-    for f in args.data:
-        d = dict(np.load(f))
-        missing = {"ends", "whole", "desc", "y", "head", "sample"} - set(d)
-        if missing:
-            raise SystemExit(f"{f}: not a shape_net.detection_set chunk (no {', '.join(sorted(missing))})")
-        parts.append(d)
-    data = {k: np.concatenate([p[k] for p in parts]) for k in ("ends", "whole", "desc", "y", "head", "sample")}
+    data = load_chunks(args.data, ("ends", "whole", "desc", "y", "head", "sample"))
     clf = ShapeClassifier()
     probs = np.concatenate([clf.probabilities(data["ends"][i:i + 2000].astype(np.float32),
                                               data["whole"][i:i + 2000].astype(np.float32), data["desc"][i:i + 2000])

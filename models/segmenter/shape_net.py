@@ -415,6 +415,19 @@ def fit(data: dict[str, np.ndarray], epochs: int = 12, batch: int = 128, lr: flo
     return net
 
 
+def load_chunks(paths, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Rendered chunks (``--save-data``) concatenated, each checked to hold ``keys``; a file that
+    does not is a SystemExit naming it and what it lacks."""
+    parts = []
+    for f in paths:
+        d = dict(np.load(f))
+        missing = set(keys) - set(d)
+        if missing:
+            raise SystemExit(f"{f}: not a rendered chunk of these instances (no {', '.join(sorted(missing))})")
+        parts.append(d)
+    return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+
+
 def save(net: ShapeNet, path: Path, meta: dict) -> None:
     from vid2sim.pipeline.atomic import atomic_path
 
@@ -458,13 +471,15 @@ def main(argv=None) -> None:
         ap.error("--save-data writes rendered instances; with --data nothing is rendered")
     chunks = [args.chunk] if args.chunk is not None else range(args.chunks)
     if args.data:
-        parts = [dict(np.load(f)) for f in args.data]
+        data = load_chunks(args.data, ("ends", "whole", "desc", "y"))
     else:
         parts = [make(first + c * size, min(size, args.frames - c * size)) for c in chunks]
-    data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     if args.save_data is not None:
+        from vid2sim.pipeline.atomic import write_npz
+
         args.save_data.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(args.save_data, **data)
+        write_npz(args.save_data, **data)
         logging.info("wrote %s (%d instances)", args.save_data, len(data["y"]))
         if args.chunk is not None:
             return
