@@ -84,6 +84,7 @@ FIRST_SAMPLE = 200_000  # training-stream indices used here (the detector saw fe
 DETECTION_SAMPLE = 400_000  # the fine-tuning on the refined detector's instances (``detection_set``)
 END, WHOLE = 24, 32  # crop sizes (px)
 CHANNELS = 5  # mask, n_u, n_v, n_z, relative depth
+END_LABELS = ("round", "flat", "hidden")  # what an end crop of a rod shows (``end_labels``)
 _D_BINS = np.array([0.0, 0.25, 0.5, 1.0, 2.0])
 _A_BINS = np.array([0.0, 0.15, 0.35, 0.6, 0.85, 0.95, 1.01])
 N_DESCRIPTOR = 5 + 2 * (24 + 4 + 6 + 6) + 1
@@ -134,14 +135,10 @@ def _warp(img: np.ndarray, M: np.ndarray, size: int, interp: int) -> np.ndarray:
     return cv2.warpAffine(img, M, (size, size), flags=interp, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
 
-def instance_crops(mask: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray] | None:
-    """mask (H, W) bool; N (H, W, 3) normals; depth (H, W) m -> (ends (2, C, END, END), whole (C, WHOLE, WHOLE)) float32.
-
-    Only mask pixels within one pixel of the mask's normals are used: a detector's mask
-    also holds edge-band pixels (no normal) of whatever lies behind the part, which
-    would move its outline and ends.
-    """
+def principal_axis(mask: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The mask ``instance_crops`` uses (pixels within one pixel of the mask's normals), its
+    centroid mu (u, v), its 2-D principal axis e (end crop 0 looks along +e, end crop 1 along -e)
+    and each of its pixels' coordinate along e; None for fewer than 10 pixels."""
     core = mask & np.any(N != 0, axis=-1)
     if core.sum() >= 10:
         mask = mask & (cv2.dilate(core.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0)
@@ -150,9 +147,22 @@ def instance_crops(mask: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.nda
         return None
     pts = np.stack([u, v], 1).astype(np.float64)
     mu = pts.mean(0)
-    w, vecs = np.linalg.eigh(np.cov((pts - mu).T))
-    e = vecs[:, 1]
-    s = (pts - mu) @ e
+    e = np.linalg.eigh(np.cov((pts - mu).T))[1][:, 1]
+    return mask, mu, e, (pts - mu) @ e
+
+
+def instance_crops(mask: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """mask (H, W) bool; N (H, W, 3) normals; depth (H, W) m -> (ends (2, C, END, END), whole (C, WHOLE, WHOLE)) float32.
+
+    Only mask pixels within one pixel of the mask's normals are used: a detector's mask
+    also holds edge-band pixels (no normal) of whatever lies behind the part, which
+    would move its outline and ends.
+    """
+    axis = principal_axis(mask, N)
+    if axis is None:
+        return None
+    mask, mu, e, s = axis
     dt = cv2.distanceTransform(mask.astype(np.uint8), cv2.DIST_L2, 3)
     R = max(1.5, float(dt.max()))  # inscribed radius (px)
     z = depth[mask & (depth > 0)]
@@ -216,12 +226,15 @@ class ShapeNet(nn.Module):
         self.desc = nn.Sequential(nn.Linear(N_DESCRIPTOR, 64), nn.ReLU())
         self.head = nn.Sequential(nn.Linear(2 * self.end.out + self.whole.out + 64, 128), nn.ReLU(),
                                   nn.Dropout(0.2), nn.Linear(128, len(CLASSES)))
+        self.end_head = nn.Linear(self.end.out, len(END_LABELS))  # training only: what each end crop shows
 
-    def forward(self, ends: torch.Tensor, whole: torch.Tensor, desc: torch.Tensor) -> torch.Tensor:
+    def forward(self, ends: torch.Tensor, whole: torch.Tensor, desc: torch.Tensor,
+                with_ends: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Class logits (B, 4); with_ends: also each end crop's ``END_LABELS`` logits (B, 2, 3)."""
         B = ends.shape[0]
         fe = self.end(ends.flatten(0, 1)).view(B, 2, -1)
         x = torch.cat([fe.sum(1), fe.amax(1), self.whole(whole), self.desc((desc - self.desc_mean) / self.desc_std)], 1)
-        return self.head(x)
+        return (self.head(x), self.end_head(fe)) if with_ends else self.head(x)
 
 
 class ShapeClassifier:
@@ -234,7 +247,10 @@ class ShapeClassifier:
         if list(ck["classes"]) != list(CLASSES):
             raise ValueError(f"{path}: classes {ck['classes']} differ from {list(CLASSES)}")
         self.net = ShapeNet()
-        self.net.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
+        missing, unexpected = self.net.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()}, strict=False)
+        if unexpected or any(not k.startswith("end_head.") for k in missing):
+            raise ValueError(f"{path}: not ShapeNet weights (missing {missing}, unexpected {unexpected})")
+        # weights trained before the end labels lack end_head: it is not used at inference
         self.net.eval()
         self.meta = dict(ck.get("meta", {}))
 
@@ -293,6 +309,23 @@ def match_to_truth(dets: list, masks: np.ndarray) -> list[tuple[int, int]]:
     return [(i, j) for i, j in zip(*linear_sum_assignment(-iou)) if iou[i, j] >= 0.5]
 
 
+def end_labels(s, g: int, ends: list[dict], mask: np.ndarray, N: np.ndarray) -> np.ndarray:
+    """Per end crop of the instance ``mask`` (matched to rod ``g`` of sample ``s``; ``ends``: its
+    ``rod_ends.end_visibility``) what it shows: an index of ``END_LABELS`` (the round end of a
+    capsule, the flat end of a cylinder, or no end: hidden by the border, an occluder or the rod
+    itself). The crops' ends are paired with the rod's by the image direction between its end centres."""
+    from vid2sim.datasets.synthetic.rod_ends import CAPSULE, end_image_points
+
+    axis = principal_axis(mask, N)
+    if axis is None:
+        return np.full(2, -1, np.int8)
+    uv = end_image_points(s, g)
+    first = float((uv[0] - uv[1]) @ axis[2]) >= 0  # the rod's first end lies along +e: end crop 0
+    seen = [ends[0 if first else 1]["visible"], ends[1 if first else 0]["visible"]]
+    kind = 0 if s.labels[g] == CAPSULE else 1
+    return np.array([kind if v else 2 for v in seen], np.int8)
+
+
 def instance_inputs(mask: np.ndarray, P: np.ndarray, N: np.ndarray, depth: np.ndarray, K: np.ndarray,
                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The classifier's inputs for one instance (points/normals from ``geometric.interior_pixels``,
@@ -342,16 +375,20 @@ def detection_set(start: int, frames: int, log_every: int = 50) -> dict[str, np.
     inputs (``class_head.instance_features``, its ``shape_net`` columns at the value of a zero
     probability until ``class_head.head_inputs`` fills in a net's probabilities: the class head
     is fitted on such chunks, and heads can be compared on the same instances without running
-    the detector again), ``noisy`` and ``sample`` per instance."""
+    the detector again), ``noisy`` and ``sample`` per instance, and ``end_label`` (N, 2): what each
+    end crop of a rod shows (``end_labels``; -1 for spheres and boxes)."""
+    from vid2sim.datasets.synthetic.rod_ends import end_visibility
     from vid2sim.models.segmenter.class_head import instance_features
     from vid2sim.models.segmenter.geometric import frame_geometry
     from vid2sim.models.segmenter.model import Segmenter
 
     seg = Segmenter()
     rng = np.random.default_rng(start)
-    out: dict[str, list] = {k: [] for k in ("ends", "whole", "desc", "y", "head", "noisy", "sample")}
+    out: dict[str, list] = {k: [] for k in ("ends", "whole", "desc", "y", "head", "noisy", "sample", "end_label")}
     t0 = time.time()
     for k, s, noisy, depth in stream_frames(start, frames):
+        if not noisy:
+            rods = end_visibility(s)  # from the truth: the same for the clean and the noisy frame
         dets = unclassified_detections(seg, depth, s.K)
         pairs = match_to_truth(dets, s.masks)
         if pairs:
@@ -368,15 +405,19 @@ def detection_set(start: int, frames: int, log_every: int = 50) -> dict[str, np.
                 out["head"].append(h)
                 out["noisy"].append(noisy)
                 out["sample"].append(k)
+                out["end_label"].append(end_labels(s, i, rods[i][0], dets[j].mask, N) if i in rods
+                                        else np.full(2, -1, np.int8))
         if noisy and (k - start + 1) % log_every == 0:
             logging.info("%d/%d frames, %d instances (%.0f s)", k - start + 1, frames, len(out["y"]), time.time() - t0)
-    return {k: np.stack(v) if k in ("ends", "whole", "desc", "head") else np.array(v) for k, v in out.items()}
+    return {k: np.stack(v) if k in ("ends", "whole", "desc", "head", "end_label") else np.array(v)
+            for k, v in out.items()}
 
 
 def fit(data: dict[str, np.ndarray], epochs: int = 12, batch: int = 128, lr: float = 2e-3, seed: int = 0,
-        val: dict[str, np.ndarray] | None = None, init: ShapeNet | None = None) -> ShapeNet:
+        val: dict[str, np.ndarray] | None = None, init: ShapeNet | None = None, end_weight: float = 0.0) -> ShapeNet:
     """AdamW, one-cycle schedule, cross-entropy; flips of the crops across the axis as augmentation.
-    init: a trained net to go on from (its descriptor normalisation kept), else a fresh one."""
+    init: a trained net to go on from (its descriptor normalisation kept), else a fresh one.
+    end_weight: weight of the end crops' cross-entropy against ``data["end_label"]`` (-1: no label)."""
     torch.manual_seed(seed)
     desc = data["desc"].astype(np.float32)
     net = init if init is not None else ShapeNet(desc.mean(0), desc.std(0) + 1e-4)
@@ -384,6 +425,7 @@ def fit(data: dict[str, np.ndarray], epochs: int = 12, batch: int = 128, lr: flo
     W = torch.from_numpy(data["whole"])
     D = torch.from_numpy(desc)
     Y = torch.from_numpy(data["y"])
+    L = torch.from_numpy(data["end_label"].astype(np.int64)) if end_weight > 0 else None
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-3)
     steps = epochs * math.ceil(len(Y) / batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.1)
@@ -397,7 +439,13 @@ def fit(data: dict[str, np.ndarray], epochs: int = 12, batch: int = 128, lr: flo
             e, w = E[idx].float(), W[idx].float()
             if torch.rand(1, generator=g).item() < 0.5:  # mirror across the axis: v -> -v, n_v -> -n_v
                 e, w = _mirror(e, w)
-            loss = nn.functional.cross_entropy(net(e, w, D[idx]), Y[idx])
+            if L is None:
+                loss = nn.functional.cross_entropy(net(e, w, D[idx]), Y[idx])
+            else:
+                logits, end_logits = net(e, w, D[idx], with_ends=True)
+                lab = L[idx].flatten()
+                end_loss = nn.functional.cross_entropy(end_logits.flatten(0, 1), lab, ignore_index=-1, reduction="sum")
+                loss = nn.functional.cross_entropy(logits, Y[idx]) + end_weight * end_loss / max(1, int((lab >= 0).sum()))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -415,9 +463,10 @@ def fit(data: dict[str, np.ndarray], epochs: int = 12, batch: int = 128, lr: flo
     return net
 
 
-def load_chunks(paths, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+def load_chunks(paths, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Rendered chunks (``--save-data``) concatenated, each checked to hold ``keys``; a file that
-    does not is a SystemExit naming it and what it lacks."""
+    does not is a SystemExit naming it and what it lacks. ``optional`` keys (``end_label``, which
+    chunks rendered before it lack) are -1 where a chunk lacks them."""
     parts = []
     for f in paths:
         d = dict(np.load(f))
@@ -425,7 +474,13 @@ def load_chunks(paths, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
         if missing:
             raise SystemExit(f"{f}: not a rendered chunk of these instances (no {', '.join(sorted(missing))})")
         parts.append(d)
-    return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    out = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    for k in optional:
+        have = [p[k] for p in parts if k in p]
+        if have:
+            out[k] = np.concatenate([p[k] if k in p else np.full((len(p["y"]),) + have[0].shape[1:], -1, have[0].dtype)
+                                     for p in parts])
+    return out
 
 
 def save(net: ShapeNet, path: Path, meta: dict) -> None:
@@ -453,6 +508,8 @@ def main(argv=None) -> None:
     ap.add_argument("--val-frames", type=int, default=0, help="further training-stream samples to validate on")
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--end-weight", type=float, default=0.0,
+                    help="weight of the end crops' own cross-entropy against their END_LABELS (chunks with end_label)")
     ap.add_argument("--init", type=Path, default=None, help="go on from these weights instead of a fresh net")
     ap.add_argument("--data", type=Path, nargs="*", default=(),
                     help="rendered chunks (--save-data of earlier runs) to train on instead of rendering; "
@@ -471,7 +528,7 @@ def main(argv=None) -> None:
         ap.error("--save-data writes rendered instances; with --data nothing is rendered")
     chunks = [args.chunk] if args.chunk is not None else range(args.chunks)
     if args.data:
-        data = load_chunks(args.data, ("ends", "whole", "desc", "y"))
+        data = load_chunks(args.data, ("ends", "whole", "desc", "y"), optional=("end_label",))
     else:
         parts = [make(first + c * size, min(size, args.frames - c * size)) for c in chunks]
         data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -485,9 +542,15 @@ def main(argv=None) -> None:
             return
     val = make(first + args.frames, args.val_frames) if args.val_frames else None
     start = ShapeClassifier(args.init) if args.init is not None else None
-    net = fit(data, args.epochs, lr=args.lr, val=val, init=start.net if start is not None else None)
+    if args.end_weight > 0 and "end_label" not in data:
+        ap.error("--end-weight needs end labels: chunks rendered by this revision's --source detections")
+    net = fit(data, args.epochs, lr=args.lr, val=val, init=start.net if start is not None else None,
+              end_weight=args.end_weight)
     meta = {"seed": 0, "source": args.source, "samples": [first, first + args.frames], "noise": ["none", "realistic"],
             "instances": int(len(data["y"])), "epochs": args.epochs, "lr": args.lr}
+    if args.end_weight > 0:
+        meta["end_weight"] = args.end_weight
+        meta["end_labelled_instances"] = int((data["end_label"] >= 0).any(1).sum())
     if args.data:
         meta["data"] = [str(f) for f in args.data]
     if start is not None:
