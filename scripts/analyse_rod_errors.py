@@ -56,6 +56,8 @@ from bench_segment import frame_depth, learned_detections, match_instances  # no
 from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_sample  # noqa: E402
 from vid2sim.datasets.synthetic.rod_ends import MIN_PIXELS, MIN_VISIBLE, end_visibility  # noqa: E402
 from vid2sim.models.segmenter import refine  # noqa: E402
+from vid2sim.models.segmenter.geometric import frame_geometry  # noqa: E402
+from vid2sim.models.segmenter.shape_net import END_LABELS, end_labels, instance_inputs  # noqa: E402
 from vid2sim.models.segmenter.model import Segmenter  # noqa: E402
 
 RADIUS_BINS = ((0, 4), (4, 8), (8, 1000))  # rod radius in pixels: a 2-3 px end barely has a shape
@@ -94,14 +96,19 @@ def main(argv=None) -> int:
                 return q
         return None
 
+    clf = refine._default_shape_net()
+    end_head = bool(clf.meta.get("end_weight"))  # weights trained with end labels: score their end head too
+    rng = np.random.default_rng(0)
     records = []
     for k in range(args.frames):
         s = make_sample(k, HELD_OUT_SEED, noise="none")
         ends = end_visibility(s, args.min_pixels, args.min_visible)
         seen["shape"].clear()
         seen["net"].clear()
-        dets, _ = learned_detections(seg, frame_depth(s, k, args.noise), s.K)
+        depth = frame_depth(s, k, args.noise)
+        dets, _ = learned_detections(seg, depth, s.K)
         M, match = match_instances(s.masks, dets)
+        P, N = frame_geometry(depth, s.K) if ends else (None, None)
         for g, (e, radius_px) in ends.items():
             j = match[g]
             if j < 0 or M[g, j] < 0.5:
@@ -114,6 +121,11 @@ def main(argv=None) -> int:
                 "shape_net": None if sp is None else [round(float(x), 3) for x in sp],
                 "head": [round(float(x), 3) for x in d.class_scores / d.class_scores.sum()],
                 "net": None if net is None else [round(float(x), 3) for x in net]})
+            x = instance_inputs(d.mask, P, N, depth, s.K, rng) if end_head else None
+            if x is not None:  # what each end crop shows, by the truth and by shape_net's end head
+                records[-1]["end_truth"] = [END_LABELS[i] if i >= 0 else None for i in end_labels(s, g, e, d.mask, N)]
+                q = clf.end_probabilities(*(a[None] for a in x))[0]
+                records[-1]["end_head"] = [END_LABELS[i] for i in q.argmax(1)]
         if (k + 1) % 20 == 0:
             logging.info("%d/%d frames, %d matched rods", k + 1, args.frames, len(records))
 
@@ -136,6 +148,13 @@ def main(argv=None) -> int:
         for e in r["ends"]:
             cell = reasons.setdefault(e["reason"], {"ends_of_errors": 0, "ends_of_correct": 0})
             cell["ends_of_errors" if r["truth"] != r["decision"] else "ends_of_correct"] += 1
+    ends_table = None
+    if end_head:
+        pairs = [(tr, hd) for r in records for tr, hd in zip(r.get("end_truth", ()), r.get("end_head", ())) if tr]
+        ends_table = {"end_crops": len(pairs), "accuracy": round(float(np.mean([a == b for a, b in pairs])), 4) if pairs else None,
+                      "confusion": {tr: {hd: sum(a == tr and b == hd for a, b in pairs) for hd in END_LABELS}
+                                    for tr in END_LABELS}}
+        print("shape_net's end head, truth -> predicted per end crop:", json.dumps(ends_table))
     print(f"{'visible ends':>12} {'rods':>5} {'errors':>6} {'correct':>7} {'accuracy':>8}  errors (capsule/cylinder truth)")
     for nv, t in table.items():
         print(f"{nv:>12} {t['rods']:>5} {t['errors']:>6} {t['correct']:>7} {t['accuracy']:>8.3f}  "
@@ -152,7 +171,7 @@ def main(argv=None) -> int:
                   f"shape {r['shape_net']} head {r['head']} net {r['net']}")
     summary = {"frames": args.frames, "noise": args.noise, "min_pixels": args.min_pixels,
                "min_visible": args.min_visible, "by_visible_ends": table, "end_reasons": reasons,
-               "by_radius_px_and_visible_ends": by_radius}
+               "by_radius_px_and_visible_ends": by_radius, "end_head": ends_table}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**summary, "records": records}, indent=1) + "\n")

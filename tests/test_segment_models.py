@@ -274,7 +274,8 @@ def test_end_labels_pair_the_crops_ends_with_the_rods_own():
 def test_end_head_learns_only_with_an_end_weight(tmp_path):
     """The end crops' own head is trained by --end-weight alone: with weight 0 it is untouched,
     with weight 1 it learns a label the crops show; chunks without end labels count as unlabelled."""
-    from vid2sim.models.segmenter.shape_net import END, N_DESCRIPTOR, WHOLE, ShapeNet, fit, load_chunks
+    from vid2sim.models.segmenter.shape_net import (END, N_DESCRIPTOR, WHOLE, ShapeClassifier, ShapeNet, fit,
+                                                    load_chunks, save)
 
     rng = np.random.default_rng(0)
     n = 256
@@ -299,6 +300,12 @@ def test_end_head_learns_only_with_an_end_weight(tmp_path):
         _, end_logits = net1(*(torch.from_numpy(data[k]) for k in ("ends", "whole", "desc")), with_ends=True)
     known = label >= 0
     assert np.mean(end_logits.argmax(-1).numpy()[known] == label[known]) > 0.95
+    save(net1, tmp_path / "w1.pt", {"end_weight": 1.0})
+    save(net0, tmp_path / "w0.pt", {})
+    q = ShapeClassifier(tmp_path / "w1.pt").end_probabilities(data["ends"][:5], data["whole"][:5], data["desc"][:5])
+    assert q.shape == (5, 2, 3) and np.allclose(q.sum(-1), 1, atol=1e-5)
+    with pytest.raises(ValueError, match="untrained"):
+        ShapeClassifier(tmp_path / "w0.pt").end_probabilities(data["ends"][:5], data["whole"][:5], data["desc"][:5])
 
 
 def test_class_head_is_fitted_from_detection_chunks_with_a_cross_validated_l2(tmp_path):

@@ -265,6 +265,18 @@ class ShapeClassifier:
         return 0.5 * (torch.softmax(self.net(e, w, d), -1) + torch.softmax(self.net(em, wm, d), -1)).numpy()
 
 
+    @torch.no_grad()
+    def end_probabilities(self, ends: np.ndarray, whole: np.ndarray, desc: np.ndarray) -> np.ndarray:
+        """The end head's (B, 2, 3) probabilities of ``END_LABELS`` per end crop, averaged with the
+        mirrored crops; meaningful only for weights trained with an end weight (``meta["end_weight"]``)."""
+        if not self.meta.get("end_weight"):
+            raise ValueError("these shape_net weights were trained without end labels: their end head is untrained")
+        e, w, d = (torch.from_numpy(np.ascontiguousarray(x, np.float32)) for x in (ends, whole, desc))
+        em, wm = _mirror(e, w)
+        return 0.5 * (torch.softmax(self.net(e, w, d, with_ends=True)[1], -1)
+                      + torch.softmax(self.net(em, wm, d, with_ends=True)[1], -1)).numpy()
+
+
 def _mirror(ends: torch.Tensor, whole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Crops mirrored across the part's axis: rows reversed, n_v negated."""
     e, w = ends.flip(-2), whole.flip(-2)
