@@ -149,6 +149,8 @@ class Scorer:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--first", type=int, default=0,
+                    help="first held-out sample (default 0; e.g. 600 for frames no earlier run scored)")
     ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     ap.add_argument("--score-threshold", type=float, default=0.5)
     ap.add_argument("--methods", default="learned,geometric")
@@ -166,7 +168,7 @@ def main(argv=None) -> int:
     scores = {(m, n): Scorer() for m in methods for n in args.noise.split(",")}
     times = []
     t0 = time.time()
-    for k in range(args.frames):
+    for k in range(args.first, args.first + args.frames):
         s = make_sample(k, HELD_OUT_SEED, noise="none")
         for noise in args.noise.split(","):
             depth = frame_depth(s, k, noise)
@@ -181,8 +183,8 @@ def main(argv=None) -> int:
                     dets = [d for d in segment_geometric(depth, s.K) if d.score >= args.score_threshold]
                 scores[(m, noise)].add(s.masks, s.labels, dets)
         if (k + 1) % 20 == 0:
-            logging.info("%d/%d frames (%.0f s)", k + 1, args.frames, time.time() - t0)
-    out: dict = {"frames": args.frames, "seed": HELD_OUT_SEED, "size": [320, 240], "classes": list(CLASSES)}
+            logging.info("%d/%d frames (%.0f s)", k + 1 - args.first, args.frames, time.time() - t0)
+    out: dict = {"frames": args.frames, **({"first": args.first} if args.first else {}), "seed": HELD_OUT_SEED, "size": [320, 240], "classes": list(CLASSES)}
     for (m, noise), sc in scores.items():
         if noise == "none":
             out[m] = sc.summary()
@@ -195,8 +197,9 @@ def main(argv=None) -> int:
                              "mbytes": round(args.checkpoint.stat().st_size / 1e6, 2)}
     if args.reuse:
         old = json.loads(args.reuse.read_text())
-        if old.get("frames") != args.frames:
-            raise SystemExit(f"{args.reuse}: has {old.get('frames')} frames, this run {args.frames}")
+        if (old.get("frames"), old.get("first", 0)) != (args.frames, args.first):
+            raise SystemExit(f"{args.reuse}: has {old.get('frames')} frames from {old.get('first', 0)}, "
+                             f"this run {args.frames} from {args.first}")
         for k, v in old.items():
             if k.startswith("noise_"):
                 for m, r in v.items():

@@ -24,13 +24,15 @@ this module:
     OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --data runs/head_0.npz runs/head_1.npz
 
 (~16 min per chunk with both rendering at once, 14,310 instances; the fit under a minute;
-with the shipped ``shape_net`` of 16 epochs the rule chose L2 3e-3: 0.9385 against the
-best 0.9398 at 1e-5, one standard error 0.0020). On these 14,310 instances,
-cross-validated (clean / noisy share of right classes): this head 0.9498 / 0.9265; L2
-1e-5 0.9509 / 0.9279; the previous fixed 1e-2 0.9494 / 0.9251; ``shape_net`` alone
-0.9491 / 0.9261. With the previous 8-epoch ``shape_net``: 0.9461 / 0.9232 at 3e-3,
-0.9489 / 0.9245 at 1e-5, 0.9457 / 0.9197 at 1e-2. The previous head was fitted on
-samples 100000-101199 only (7103 instances, the same as chunk 0 here) with that fixed 1e-2.
+with the shipped ``shape_net`` (eight detector chunks, 12 epochs) the rule chose L2 3e-3:
+0.9449 against the best 0.9458 at 3e-4, one standard error 0.0019). On these 14,310
+instances, cross-validated (clean / noisy share of right classes): this head 0.9558 /
+0.9334; L2 1e-3 0.9567 / 0.9338; ``shape_net`` alone 0.9552 / 0.9336. With the previous
+``shape_net`` (four chunks, 16 epochs): 0.9498 / 0.9265 at 3e-3, 0.9509 / 0.9279 at 1e-5,
+0.9494 / 0.9251 at the fixed 1e-2 of the head before, 0.9491 / 0.9261 alone; with the
+8-epoch one before it: 0.9461 / 0.9232 at 3e-3, 0.9489 / 0.9245 at 1e-5, 0.9457 / 0.9197
+at 1e-2. The first head was fitted on samples 100000-101199 only (7103 instances, the same
+as chunk 0 here) with that fixed 1e-2.
 The best cross-validated weight, 1e-5, was not kept: it follows ``shape_net`` and takes
 the network's class scores at their word, and those of a piece of a split mask are its
 parent's (``reconcile.split_merged``): tree5's ball, cut from a rod chain, inherited
