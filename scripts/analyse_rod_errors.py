@@ -5,9 +5,9 @@
 On the frames of ``scripts/bench_segment.py`` (held-out samples ``0..N-1``, its frame
 generation, its learned segmenter and its Hungarian matching), for every ground-truth
 capsule or cylinder matched at IoU >= 0.5, each of its two ends is judged visible or
-hidden from the ground truth alone,
-by ``datasets.synthetic.rod_ends.end_visibility`` (``--min-visible`` of the end's region seen
-in the image and the instance's mask; hidden by the ``border``, ``occluded`` or ``self``).
+hidden from the ground truth alone by ``datasets.synthetic.rod_ends.end_visibility``
+(``--min-visible`` of the end's region seen in the image and the instance's mask; else
+hidden by the ``border``, ``occluded`` or ``self``).
 
 Prints a table of errors vs correct decisions by the number of visible ends (also split
 by the rod's radius in pixels) and, per error with a visible end, ``shape_net``'s and the
@@ -61,8 +61,8 @@ from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_s
 from vid2sim.datasets.synthetic.rod_ends import MIN_PIXELS, MIN_VISIBLE, end_visibility  # noqa: E402
 from vid2sim.models.segmenter import refine  # noqa: E402
 from vid2sim.models.segmenter.geometric import frame_geometry  # noqa: E402
-from vid2sim.models.segmenter.shape_net import END_LABELS, end_labels, instance_inputs  # noqa: E402
 from vid2sim.models.segmenter.model import Segmenter  # noqa: E402
+from vid2sim.models.segmenter.shape_net import END_LABELS, end_labels, instance_inputs  # noqa: E402
 
 RADIUS_BINS = ((0, 4), (4, 8), (8, 1000))  # rod radius in pixels: a 2-3 px end barely has a shape
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         depth = frame_depth(s, k, args.noise)
         dets, _ = learned_detections(seg, depth, s.K)
         M, match = match_instances(s.masks, dets)
-        P, N = frame_geometry(depth, s.K) if ends else (None, None)
+        P, N = frame_geometry(depth, s.K) if ends and end_head else (None, None)
         for g, (e, radius_px) in ends.items():
             j = match[g]
             if j < 0 or M[g, j] < 0.5:

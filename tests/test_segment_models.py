@@ -285,7 +285,7 @@ def test_end_head_learns_only_with_an_end_weight(tmp_path):
     data = {"ends": ends, "whole": rng.normal(size=(n, 5, WHOLE, WHOLE)).astype(np.float32),
             "desc": rng.normal(size=(n, N_DESCRIPTOR)).astype(np.float32), "y": rng.integers(0, 4, n),
             "end_label": label}
-    data["end_label"][: n // 4] = -1
+    label[: n // 4] = -1  # unlabelled (data["end_label"] is this array)
     np.savez(tmp_path / "a.npz", **data)
     np.savez(tmp_path / "b.npz", **{k: v[:10] for k, v in data.items() if k != "end_label"})
     both = load_chunks([tmp_path / "a.npz", tmp_path / "b.npz"], ("ends", "whole", "desc", "y"), optional=("end_label",))

@@ -276,7 +276,6 @@ class ShapeClassifier:
         em, wm = _mirror(e, w)
         return 0.5 * (torch.softmax(self.net(e, w, d), -1) + torch.softmax(self.net(em, wm, d), -1)).numpy()
 
-
     @torch.no_grad()
     def end_probabilities(self, ends: np.ndarray, whole: np.ndarray, desc: np.ndarray) -> np.ndarray:
         """The end head's (B, 2, 3) probabilities of ``END_LABELS`` per end crop, averaged with the
