@@ -184,7 +184,8 @@ def main(argv=None) -> int:
                 scores[(m, noise)].add(s.masks, s.labels, dets)
         if (k + 1) % 20 == 0:
             logging.info("%d/%d frames (%.0f s)", k + 1 - args.first, args.frames, time.time() - t0)
-    out: dict = {"frames": args.frames, **({"first": args.first} if args.first else {}), "seed": HELD_OUT_SEED, "size": [320, 240], "classes": list(CLASSES)}
+    out: dict = {"frames": args.frames, **({"first": args.first} if args.first else {}), "seed": HELD_OUT_SEED,
+                 "size": [320, 240], "classes": list(CLASSES)}
     for (m, noise), sc in scores.items():
         if noise == "none":
             out[m] = sc.summary()

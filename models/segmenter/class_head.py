@@ -164,10 +164,7 @@ def main(argv=None) -> None:
 
     data = load_chunks(args.data, ("ends", "whole", "desc", "y", "head", "sample"))
     clf = ShapeClassifier()
-    probs = np.concatenate([clf.probabilities(data["ends"][i:i + 2000].astype(np.float32),
-                                              data["whole"][i:i + 2000].astype(np.float32), data["desc"][i:i + 2000])
-                            for i in range(0, len(data["y"]), 2000)])
-    X, y = head_inputs(data, probs), data["y"]
+    X, y = head_inputs(data, clf.probabilities(data["ends"], data["whole"], data["desc"])), data["y"]
     cv = cross_validate(X, y, data["sample"])
     best = max(cv.values())
     # one-standard-error rule: the most regularised weight within one standard error of the best

@@ -266,26 +266,35 @@ class ShapeClassifier:
         self.net.eval()
         self.meta = dict(ck.get("meta", {}))
 
-    @torch.no_grad()
     def probabilities(self, ends: np.ndarray, whole: np.ndarray, desc: np.ndarray) -> np.ndarray:
         """Batched: ends (B, 2, C, 24, 24), whole (B, C, 32, 32), desc (B, N_DESCRIPTOR) -> (B, 4).
 
         Averaged with the crops mirrored across the part's axis (the training augmentation).
         """
-        e, w, d = (torch.from_numpy(np.ascontiguousarray(x, np.float32)) for x in (ends, whole, desc))
-        em, wm = _mirror(e, w)
-        return 0.5 * (torch.softmax(self.net(e, w, d), -1) + torch.softmax(self.net(em, wm, d), -1)).numpy()
+        return self._mirror_averaged(ends, whole, desc, ends_head=False)
 
-    @torch.no_grad()
     def end_probabilities(self, ends: np.ndarray, whole: np.ndarray, desc: np.ndarray) -> np.ndarray:
         """The end head's (B, 2, 3) probabilities of ``END_LABELS`` per end crop, averaged with the
         mirrored crops; meaningful only for weights trained with an end weight (``meta["end_weight"]``)."""
         if not self.meta.get("end_weight"):
             raise ValueError("these shape_net weights were trained without end labels: their end head is untrained")
-        e, w, d = (torch.from_numpy(np.ascontiguousarray(x, np.float32)) for x in (ends, whole, desc))
-        em, wm = _mirror(e, w)
-        return 0.5 * (torch.softmax(self.net(e, w, d, with_ends=True)[1], -1)
-                      + torch.softmax(self.net(em, wm, d, with_ends=True)[1], -1)).numpy()
+        return self._mirror_averaged(ends, whole, desc, ends_head=True)
+
+    @torch.no_grad()
+    def _mirror_averaged(self, ends: np.ndarray, whole: np.ndarray, desc: np.ndarray, ends_head: bool,
+                         batch: int = 2000) -> np.ndarray:
+        """Softmax of the class head (or the end head) averaged over the crops and their mirror,
+        ``batch`` instances at a time (any array type; float16 chunks are converted per batch)."""
+        out = []
+        for i in range(0, len(ends), batch):
+            e, w, d = (torch.from_numpy(np.ascontiguousarray(x[i:i + batch], np.float32)) for x in (ends, whole, desc))
+            em, wm = _mirror(e, w)
+            if ends_head:
+                a, b = self.net(e, w, d, with_ends=True)[1], self.net(em, wm, d, with_ends=True)[1]
+            else:
+                a, b = self.net(e, w, d), self.net(em, wm, d)
+            out.append((0.5 * (torch.softmax(a, -1) + torch.softmax(b, -1))).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 2, len(END_LABELS)) if ends_head else (0, len(CLASSES)))
 
 
 def _mirror(ends: torch.Tensor, whole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
