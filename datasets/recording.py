@@ -370,3 +370,14 @@ def open_recording(path: str | Path) -> Recording:
 
         return VideoRecording(path)
     raise RecordingError(path, f"unknown recording type {suffix!r} (a folder, .bag, .db3 or a video)")
+
+
+def write_first_frames(rec: Recording, dst: str | Path, frames: int, overwrite: bool = False) -> Path:
+    """A recording folder at ``dst`` with the first ``frames`` frames of ``rec`` (depth and colour
+    as stored, same camera and shapes.json): a clip cut in time, e.g. to hold its end back."""
+    if not 1 <= frames <= rec.num_frames:
+        raise ValueError(f"{rec.path}: cannot keep {frames} of its {rec.num_frames} frames")
+    with RecordingWriter(dst, rec.camera, rec.shapes, overwrite=overwrite) as w:
+        for i in range(frames):
+            w.add(rec.depth(i) if rec.has_depth else None, rec.color(i) if rec.has_color else None)
+    return Path(dst)

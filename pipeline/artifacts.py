@@ -123,6 +123,12 @@ class PoseTracks:
     def num_frames(self) -> int:
         return self.world_from_body.shape[0]
 
+    def head(self, frames: int) -> "PoseTracks":
+        """The tracks of the first ``frames`` frames."""
+        lost = None if self.lost is None else self.lost[:frames]
+        return PoseTracks(self.world_from_body[:frames], list(self.body_names), list(self.shape_names),
+                          self.residual[:frames], self.fps, lost, self.depth_noise_k)
+
     def save(self, path: str | Path) -> None:
         lost = np.zeros(self.world_from_body.shape[:2], bool) if self.lost is None else self.lost
         extra = {} if self.depth_noise_k is None else {"depth_noise_k": np.float64(self.depth_noise_k)}
@@ -255,6 +261,7 @@ class Posterior:
     log_likelihood: float
     extra: dict = field(default_factory=dict)
     FILE = "params.json"
+    TRAIN_FILE = "params_train.json"  # the posterior fitted on the frames before the held-back ones
 
     def __post_init__(self):
         if self.particles.ndim != 2 or self.particles.shape[1] != len(self.names):

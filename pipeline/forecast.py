@@ -57,6 +57,7 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import atomic_path, write_json, write_npz
+from vid2sim.pipeline.holdout import fit_frames
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,18 @@ SIMULATOR = "pybullet (model.urdf)"
 class ForecastConfig:
     """Settings of the forecast stage."""
 
-    observe: int = 10  # frames of the held-back segment observed before predicting
-    horizon: int = 150  # frames predicted (fewer if the recording ends earlier)
-    start: int = -1  # first frame of the held-back segment; -1: the last observe+horizon frames
-    particles: int = 8  # posterior particles simulated for the mean/spread forecast (0: none)
+    holdout: float = 0.25  # last fraction of the frames held back from identify and predicted here, in [0, 1)
+    observe: int = 10      # last fitted frames the restart state is estimated from
+    horizon: int = 0       # at most this many held-back frames predicted (0: all of them)
+    particles: int = 8     # posterior particles simulated for the mean/spread forecast (0: none)
     sim_hz: float = 960.0  # PyBullet substep rate
-    video: bool = True  # write forecast.mp4 (observed | predicted | error)
+    video: bool = True     # write forecast.mp4 (observed | predicted | error)
+
+    def __post_init__(self):
+        if not 0.0 <= self.holdout < 1.0:
+            raise ValueError(f"forecast.holdout must be in [0, 1); got {self.holdout}")
+        if self.observe < 1 or self.horizon < 0 or self.particles < 0 or self.sim_hz <= 0:
+            raise ValueError("forecast: observe must be >= 1, horizon and particles >= 0, sim_hz > 0")
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ class Forecast:
     predicted: np.ndarray  # (N, H, W) twin forecast (parameter estimate)
     mean: np.ndarray | None  # (N, H, W) posterior per-pixel mean (None without particles)
     spread: np.ndarray | None  # (N, H, W) posterior per-pixel standard deviation
-    metrics: dict[str, dict[str, float]]  # {"twin"|"hold"|"constvel"|"posterior": {"mse","mae","ssim"}}
+    metrics: dict[str, dict[str, float]]  # {"twin"|"hold"|"constvel"|"posterior": {"mse","mae","ssim","iou"}}
     info: dict = field(default_factory=dict)  # settings, depth range, renderer, simulator
     FILES = ("forecast.npz", "forecast.json")
 
@@ -513,26 +520,48 @@ def write_video(path: Path, observed: np.ndarray, predicted: np.ndarray, fps: fl
         vw.release()
 
 
+def mask_iou(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """pred, ref: (N, H, W) bool silhouettes -> (N,) IoU per frame (1 where both are empty)."""
+    inter = (pred & ref).reshape(len(pred), -1).sum(1)
+    union = (pred | ref).reshape(len(pred), -1).sum(1)
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
+def _not_validated(rec: Recording, cfg: ForecastConfig, frames: int, why: str) -> Forecast:
+    log.warning("forecast: nothing held back to predict (%s); the twin is not validated", why)
+    empty = np.zeros((0, rec.camera.height, rec.camera.width), np.float32)
+    return Forecast(np.zeros(0, np.int64), empty, None, None, {},
+                    {"config": asdict(cfg), "validated": False, "why": why, "fitted": [0, frames - 1], "predicted": None,
+                     "renderer": RENDERER, "simulator": SIMULATOR})
+
+
 def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulation, jp: JointPositions,
-        post: Posterior, out_dir: Path) -> Forecast:
+        post: Posterior, out_dir: Path, post_train: Posterior | None = None) -> Forecast:
+    """Predict the held-back frames (the last ``cfg.holdout`` of the clip) with the twin fitted on
+    the frames before them, restarted from its last fitted state, and score it against the
+    real depth and the tracked silhouettes, beside holding the last fitted frame and
+    constant velocity. ``post_train`` is identify's fit on those frames (params_train.json;
+    None: ``post``). The validation twin's joint limits and start state come from the
+    fitted frames only; the held-back frames' tracks serve only as the silhouette reference."""
     out_dir = Path(out_dir)
     if not rec.has_depth:
         raise ValueError(f"{rec.path}: forecast scores depth frames and this recording has none")
     if rec.shapes is None:
         raise ValueError(f"{rec.path}: forecast renders the library shapes and shapes.json is missing")
     T = min(rec.num_frames, poses.num_frames, jp.q.shape[0])
-    start = cfg.start if cfg.start >= 0 else max(0, T - cfg.observe - cfg.horizon)
-    at = start + cfg.observe - 1  # last observed frame
-    steps = min(cfg.horizon, T - 1 - at)
-    if steps < 1:
-        raise ValueError(f"forecast: recording has {T} frames, too few to observe {cfg.observe} from frame {start} and predict")
+    n_fit = fit_frames(T, cfg.holdout)
+    if n_fit >= T:
+        return _not_validated(rec, cfg, T, f"forecast.holdout={cfg.holdout} on {T} frames")
+    at = n_fit - 1  # last fitted frame: the restart
+    start = max(0, at - cfg.observe + 1)
+    steps = min(cfg.horizon, T - 1 - at) if cfg.horizon else T - 1 - at
     fps = rec.fps
     idx = {b: i for i, b in enumerate(poses.body_names)}
-    shapes = [rec.shapes[poses.shape_names[idx[b]]] for b in art.bodies]
-    renderer = DepthRenderer(rec.camera, shapes)
     order = [idx[b] for b in art.bodies]
-    W = poses.world_from_body[:, order]
-    tracks = PoseTracks(W, list(art.bodies), [poses.shape_names[i] for i in order], poses.residual, poses.fps)
+    renderer = DepthRenderer(rec.camera, [rec.shapes[poses.shape_names[i]] for i in order])
+    tracks = PoseTracks(poses.world_from_body[:, order], list(art.bodies), [poses.shape_names[i] for i in order],
+                        poses.residual, poses.fps)
+    fitted = poses.head(n_fit)
     background = static_background(rec, renderer, tracks, range(max(0, at - 60), at + 1))
     observed = np.stack([rec.depth(i) for i in range(start, at + 1)])
     valid = observed[observed > 0]
@@ -540,33 +569,58 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     real = np.stack([normalise_depth(rec.depth(at + 1 + k), lo, hi) for k in range(steps)])
     reading = np.stack([rec.depth(at + 1 + k) > 0 for k in range(steps)])  # pixels the sensor measured
 
-    def render_seq(Ws: np.ndarray) -> np.ndarray:
-        seq = np.stack([normalise_depth(composite(renderer.render(Wk)[0], background), lo, hi)
-                        for Wk in tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr)])
-        return np.where(reading, seq, 0.0)
+    def render_seq(Ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        depth, sil = [], []
+        for Wk in tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr):
+            d, ids = renderer.render(Wk)
+            depth.append(normalise_depth(composite(d, background), lo, hi))
+            sil.append(ids >= 0)
+        return np.where(reading, np.stack(depth), 0.0), np.stack(sil)
 
-    urdf = out_dir / export.MODEL_FILE
-    if not urdf.exists():
-        export.run(export.ExportConfig(mjcf=False), art, post, rec.shapes, poses, out_dir)
-    floor = default_floor(art, post)
-    sim = lambda path: simulate_twin(path, art, poses, at, steps, fps, cfg.observe, cfg.sim_hz, floor)  # noqa: E731
-    predicted = render_seq(sim(urdf))
-    hold = np.where(reading, normalise_depth(rec.depth(at), lo, hi)[None], 0.0)
-    constvel = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
-    metrics = {"twin": score(predicted, real), "hold": score(hold, real), "constvel": score(constvel, real)}
-    mean = spread = None
-    paths = _particle_urdfs(post, art, rec.shapes, poses, cfg.particles, out_dir)
+    _, tracked_sil = render_seq(tracks.world_from_body[at + 1:at + 1 + steps])
+    floor = default_floor(art, post_train or post)
+    sim = lambda path: simulate_twin(path, art, fitted, at, steps, fps, cfg.observe, cfg.sim_hz, floor)  # noqa: E731
+    urdf = out_dir / ".forecast_train.urdf"
+    urdf.write_text(export.build_urdf(export.ExportConfig(), art, post_train or post, rec.shapes, fitted))
     try:
-        if paths:
-            stack = np.stack([render_seq(sim(p)) for p in paths])
-            mean, spread = stack.mean(0), stack.std(0)
-            metrics["posterior"] = score(mean, real)
+        predicted, twin_sil = render_seq(sim(urdf))
+    finally:
+        urdf.unlink(missing_ok=True)
+    hold = np.where(reading, normalise_depth(rec.depth(at), lo, hi)[None], 0.0)
+    hold_sil = np.repeat(render_seq(tracks.world_from_body[at:at + 1])[1], steps, axis=0)
+    constvel, constvel_sil = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
+    ious = {"twin": mask_iou(twin_sil, tracked_sil), "hold": mask_iou(hold_sil, tracked_sil),
+            "constvel": mask_iou(constvel_sil, tracked_sil)}
+    metrics = {"twin": score(predicted, real), "hold": score(hold, real), "constvel": score(constvel, real)}
+    for k, v in ious.items():
+        metrics[k]["iou"] = float(v.mean())
+    mean, spread = _posterior_forecast(cfg, post_train or post, art, rec, fitted, out_dir, sim, render_seq, metrics,
+                                       real, tracked_sil)
+    info = {"config": asdict(cfg), "validated": True, "fitted": [0, at], "observed": [start, at],
+            "predicted": [at + 1, at + steps], "seconds_predicted": steps / fps, "depth_range_m": [lo, hi],
+            "iou_per_frame": {k: [round(float(x), 4) for x in v] for k, v in ious.items()},
+            "iou_reference": "tracked silhouettes of the held-back frames", "renderer": RENDERER,
+            "simulator": SIMULATOR, "particles": 0 if mean is None else min(cfg.particles, len((post_train or post).particles))}
+    if cfg.video:
+        write_video(out_dir / "forecast.mp4", real, predicted, fps)
+    log.info("forecast: held-back frames %d-%d (%.1f s): twin %s | hold %s | constvel %s", at + 1, at + steps, steps / fps,
+             metrics["twin"], metrics["hold"], metrics["constvel"])
+    return Forecast(np.arange(at + 1, at + 1 + steps), predicted, mean, spread, metrics, info)
+
+
+def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, metrics, real, tracked_sil):
+    """Per-pixel mean and spread of up to ``cfg.particles`` particles' forecasts (None, None without);
+    adds ``metrics["posterior"]``."""
+    paths = _particle_urdfs(post, art, rec.shapes, fitted, cfg.particles, out_dir)
+    if not paths:
+        return None, None
+    try:
+        runs = [render_seq(sim(p)) for p in paths]
     finally:
         for p in paths:
             p.unlink(missing_ok=True)
-    info = {"config": asdict(cfg), "start": start, "observed": [start, at], "predicted": [at + 1, at + steps],
-            "depth_range_m": [lo, hi], "renderer": RENDERER, "simulator": SIMULATOR, "particles": len(paths)}
-    if cfg.video:
-        write_video(out_dir / "forecast.mp4", real, predicted, fps)
-    log.info("forecast: twin %s | hold %s | constvel %s", metrics["twin"], metrics["hold"], metrics["constvel"])
-    return Forecast(np.arange(at + 1, at + 1 + steps), predicted, mean, spread, metrics, info)
+    stack = np.stack([d for d, _ in runs])
+    mean = stack.mean(0)
+    metrics["posterior"] = score(mean, real)
+    metrics["posterior"]["iou"] = float(np.mean([mask_iou(sil, tracked_sil).mean() for _, sil in runs]))
+    return mean, stack.std(0)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import logging
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from vid2sim.models.inference import METHODS, InferenceResult, Problem, Shooting
 from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import write_bytes, write_json
+from vid2sim.pipeline.holdout import fit_frames
 
 log = logging.getLogger(__name__)
 SIM_HZ = 480.0           # simulator rate of substeps=0
@@ -88,6 +89,9 @@ class IdentifyConfig:
     pixel_margin: int = 6          # observation=video: px added around the parts' silhouettes
     render_dtype: str = "float32"  # observation=video: ray casting precision (float32 | float64)
     frames: int = 0                # use the first `frames` frames (0: all)
+    refit: bool = True             # with frames held back (forecast.holdout): after the fit on the first part,
+                                   # fit again on every frame for params.json / the exported twin (params_train.json
+                                   # keeps the first fit, which forecast validates)
     substeps: int = 0              # simulator steps per video frame (semi-implicit Euler); 0: ceil(480 Hz / fps).
                                    # 4 at 30 fps biased the cartpole: at the true start state and parameters
                                    # its 140-frame log-likelihood was -732 against 1016 at 16 (PyBullet truth,
@@ -331,6 +335,25 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         plot_posterior(post, out_dir / "posterior_pairs.png")
         plot_trajectories(res, prob, sim.dof_names, fps, out_dir / "trajectories.png")
     return post
+
+
+def run_with_holdout(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
+                     shapes: dict[str, Shape], out_dir: Path, rec=None, holdout: float = 0.0
+                     ) -> tuple[Posterior, Posterior]:
+    """(train, final) posteriors when the last ``holdout`` of the frames is held back (``holdout.fit_frames``).
+
+    train: fitted on the frames before the held-back ones (params_train.json; forecast validates
+    it on the held-back frames). final: fitted on every frame when ``cfg.refit`` (params.json, the
+    exported twin), else the train posterior itself. ``cfg.frames`` still caps both fits.
+    """
+    total = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
+    n_fit = min(fit_frames(poses.num_frames, holdout), total)
+    log.info("identify: fitting frames 0-%d of %d (forecast.holdout=%g)", n_fit - 1, poses.num_frames, holdout)
+    train = run(replace(cfg, frames=n_fit), art, jp, poses, shapes, out_dir, rec=rec)
+    if n_fit >= total or not cfg.refit:
+        return train, train
+    log.info("identify: refitting on frames 0-%d for the exported twin (identify.refit)", total - 1)
+    return train, run(replace(cfg, frames=total), art, jp, poses, shapes, out_dir, rec=rec)
 
 
 def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = None) -> Posterior:

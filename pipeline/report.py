@@ -283,7 +283,11 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
 
     fc, why = _try(run, Forecast.load)
     if fc is None:
-        return _section("Forecast", NOT_RUN.format(why))
+        return _section("Validation: predicting held-back frames", NOT_RUN.format(why))
+    if not fc.info.get("validated", True) or len(fc.frames) == 0:
+        return _section("Validation: predicting held-back frames",
+                        f"<p><b>Not validated</b>: {html.escape(str(fc.info.get('why', 'no held-back frames')))}. "
+                        "Set <code>forecast.holdout</code> (e.g. 0.25) on a longer clip.</p>")
     lo, hi = fc.info.get("depth_range_m", [0.0, 1.0])
     tiles = []
     for k in np.linspace(0, len(fc.frames) - 1, min(cfg.forecast_frames, len(fc.frames))).round().astype(int):
@@ -294,14 +298,42 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
         tile = cv2.cvtColor(tile, cv2.COLOR_GRAY2RGB)
         cv2.putText(tile, f"frame {i}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 200, 0), 1)
         tiles.append(tile)
-    rows = "".join(f"<tr><td>{html.escape(m)}</td>" + "".join(f"<td>{v.get(x, float('nan')):.5g}</td>" for x in ("mse", "mae", "ssim"))
+    cols = ("iou", "mse", "mae", "ssim")
+    rows = "".join(f"<tr><td>{html.escape(m)}</td>" + "".join(f"<td>{v.get(x, float('nan')):.4g}</td>" for x in cols)
                    + "</tr>" for m, v in fc.metrics.items())
-    table = "<table><tr><th>method</th><th>MSE</th><th>MAE</th><th>SSIM</th></tr>" + rows + "</table>"
-    info = (f"<p>observed frames {fc.info.get('observed')}, predicted {fc.info.get('predicted')}; rows: observed / "
-            f"predicted / |error| (depth normalised over {lo:.2f}-{hi:.2f} m); renderer: "
-            f"{html.escape(str(fc.info.get('renderer')))}; simulator: {html.escape(str(fc.info.get('simulator')))}</p>")
-    video = '<p><a href="forecast.mp4">forecast.mp4</a> (observed | predicted | error)</p>' if (run / "forecast.mp4").exists() else ""
-    return _section("Forecast", info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + table + video)
+    table = ("<table><tr><th>prediction</th><th>silhouette IoU</th><th>depth MSE</th><th>MAE</th><th>SSIM</th></tr>"
+             + rows + "</table>")
+    fit, pred = fc.info.get("fitted"), fc.info.get("predicted")
+    twin, base = fc.metrics.get("twin", {}), [fc.metrics.get(k, {}) for k in ("hold", "constvel")]
+    best_base = max((b.get("iou", 0.0) for b in base), default=0.0)
+    verdict = (f"<p><b>Twin validation score (silhouette IoU over the held-back frames): {twin.get('iou', float('nan')):.3f}</b> "
+               f"against {best_base:.3f} for the better of holding the last fitted frame and constant velocity.</p>")
+    info = (f"<p>Identify fitted frames {fit}; the twin fitted there was restarted from its last fitted state and "
+            f"predicted frames {pred} ({fc.info.get('seconds_predicted', float('nan')):.2f} s), which no fit saw. "
+            f"IoU is against the {html.escape(str(fc.info.get('iou_reference', 'tracked silhouettes')))}; depth "
+            f"errors against the recorded depth, normalised over {lo:.2f}-{hi:.2f} m. Rows of the strip: recorded / "
+            f"predicted / |error|. Renderer: {html.escape(str(fc.info.get('renderer')))}; simulator: "
+            f"{html.escape(str(fc.info.get('simulator')))}</p>")
+    video = '<p><a href="forecast.mp4">forecast.mp4</a> (recorded | predicted | error)</p>' if (run / "forecast.mp4").exists() else ""
+    body = verdict + info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + _iou_plot(fc)
+    return _section("Validation: predicting held-back frames", body + table + video)
+
+
+def _iou_plot(fc) -> str:
+    """Per-frame silhouette IoU of the twin and the baselines over the held-back frames."""
+    per = fc.info.get("iou_per_frame") or {}
+    if not per:
+        return ""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    for name, v in per.items():
+        ax.plot(fc.frames[:len(v)], v, label=name, lw=2 if name == "twin" else 1)
+    ax.set_xlabel("frame (held back)")
+    ax.set_ylabel("silhouette IoU")
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    return _img(fig_data_uri(fig), "silhouette IoU per held-back frame")
 
 
 def model_section(run: Path) -> str:

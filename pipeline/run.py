@@ -44,6 +44,7 @@ class StageSpec:
     inputs: tuple[str, ...]  # artifact files in RUN this stage reads
     outputs: tuple[str, ...]  # files in RUN this stage writes
     optional: tuple[str, ...] = ()  # files it reads when present (part of the cache key, not required)
+    reads: tuple[str, ...] = ()     # other stages' settings it uses, "stage.field" (part of the cache key)
 
     @property
     def module_name(self) -> str:
@@ -63,14 +64,15 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("segment", "SegmentConfig", (), ("segmentation.npz",)),
     StageSpec("track", "TrackConfig", ("segmentation.npz",), ("poses.npz",)),
     StageSpec("articulate", "ArticulateConfig", ("poses.npz",), ("articulation.json", "joint_positions.npz")),
-    StageSpec("identify", "IdentifyConfig", ("articulation.json", "joint_positions.npz", "poses.npz"), ("params.json",)),
+    StageSpec("identify", "IdentifyConfig", ("articulation.json", "joint_positions.npz", "poses.npz"),
+              ("params.json", "params_train.json"), reads=("forecast.holdout",)),
     StageSpec("export", "ExportConfig", ("articulation.json", "params.json", "poses.npz"), ("model.urdf",)),
-    StageSpec("forecast", "ForecastConfig", ("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "model.urdf"),
-              ("forecast.npz", "forecast.json")),
+    StageSpec("forecast", "ForecastConfig", ("poses.npz", "articulation.json", "joint_positions.npz", "params.json",
+                                             "params_train.json", "model.urdf"), ("forecast.npz", "forecast.json")),
     # the report shows whatever later stages wrote: a changed artifact must re-make it
     StageSpec("report", "ReportConfig", ("segmentation.npz",), ("report.html",),
-              optional=("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "model.urdf",
-                        "forecast.json", "forecast.npz")),
+              optional=("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "params_train.json",
+                        "model.urdf", "forecast.json", "forecast.npz")),
 )
 STAGE_BY_NAME = {s.name: s for s in STAGES}
 
@@ -156,7 +158,18 @@ def _load_inputs(run_dir: Path, spec: StageSpec) -> None:
                          f"(run the earlier stages first, e.g. `vid2sim run`)")
 
 
-def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> None:
+def shared_settings(spec: StageSpec, configs: dict[str, Any]) -> dict[str, Any]:
+    """The other stages' settings ``spec`` reads ({"stage.field": value}), from ``configs``
+    (a stage missing there contributes its default)."""
+    out = {}
+    for key in spec.reads:
+        stage, name = key.split(".", 1)
+        cfg = configs.get(stage) if stage in configs else STAGE_BY_NAME[stage].default_config()
+        out[key] = getattr(cfg, name)
+    return out
+
+
+def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any]) -> None:
     """Load the stage's inputs, run it, and save its artifacts atomically."""
     mod = spec.module()
     _load_inputs(run_dir, spec)
@@ -173,15 +186,18 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> Non
         jp.save(p("joint_positions.npz"))
         art.save(p("articulation.json"))
     elif spec.name == "identify":
-        post = mod.run(cfg, Articulation.load(p("articulation.json")), JointPositions.load(p("joint_positions.npz")),
-                       PoseTracks.load(p("poses.npz")), shapes, run_dir, rec=rec)
-        post.save(p("params.json"))
+        train, post = mod.run_with_holdout(cfg, Articulation.load(p("articulation.json")),
+                                           JointPositions.load(p("joint_positions.npz")), PoseTracks.load(p("poses.npz")),
+                                           shapes, run_dir, rec=rec, holdout=shared["forecast.holdout"])
+        train.save(p(Posterior.TRAIN_FILE))
+        post.save(p(Posterior.FILE))
     elif spec.name == "export":
         mod.run(cfg, Articulation.load(p("articulation.json")), Posterior.load(p("params.json")), shapes,
                 PoseTracks.load(p("poses.npz")), run_dir)
     elif spec.name == "forecast":
         fc = mod.run(cfg, rec, PoseTracks.load(p("poses.npz")), Articulation.load(p("articulation.json")),
-                     JointPositions.load(p("joint_positions.npz")), Posterior.load(p("params.json")), run_dir)
+                     JointPositions.load(p("joint_positions.npz")), Posterior.load(p("params.json")), run_dir,
+                     post_train=Posterior.load(p(Posterior.TRAIN_FILE)))
         fc.save(run_dir)
     elif spec.name == "report":
         mod.run(cfg, rec, run_dir)
@@ -192,10 +208,10 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> Non
             raise StageError(f"{run_dir / f}: stage '{spec.name}' finished without writing it")
 
 
-def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path) -> str:
+def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any] | None = None) -> str:
     h = hashlib.sha256()
     h.update(json.dumps({"stage": spec.name, "config": config_to_json(cfg), "version": _version(),
-                         "recording": rec.fingerprint()}, sort_keys=True).encode())
+                         "recording": rec.fingerprint(), "shared": shared or {}}, sort_keys=True, default=str).encode())
     for f in spec.inputs:
         h.update(f.encode() + _file_digest(run_dir / f).encode())
     for f in spec.optional:
@@ -217,15 +233,18 @@ def is_cached(spec: StageSpec, key: str, run_dir: Path) -> bool:
     return all(stored.get("outputs", {}).get(f) == _file_digest(run_dir / f) for f in spec.outputs)
 
 
-def run_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, force: bool = False) -> bool:
-    """Run one stage unless cached. Returns True when it ran."""
+def run_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, force: bool = False,
+              configs: dict[str, Any] | None = None) -> bool:
+    """Run one stage unless cached (``configs``: every stage's settings, for those ``spec.reads``).
+    Returns True when it ran."""
     _load_inputs(run_dir, spec)
-    key = cache_key(spec, cfg, rec, run_dir)
+    shared = shared_settings(spec, configs or {})
+    key = cache_key(spec, cfg, rec, run_dir, shared)
     if not force and is_cached(spec, key, run_dir):
         log.info("%s: up to date (cached)", spec.name)
         return False
     t0 = time.perf_counter()
-    _call_stage(spec, cfg, rec, run_dir)
+    _call_stage(spec, cfg, rec, run_dir, shared)
     outputs = {f: _file_digest(run_dir / f) for f in spec.outputs}
     write_json(run_dir / ".cache" / f"{spec.name}.json",
                {"key": key, "outputs": outputs, "seconds": round(time.perf_counter() - t0, 3)})
@@ -289,12 +308,12 @@ def _run_stages(rec: Recording, run_dir: Path, configs: dict[str, Any] | None, s
             # The report shows whatever exists, so it still runs when it can.
             report = STAGE_BY_NAME["report"]
             if "report" in wanted and "report" in configs and all((run_dir / f).exists() for f in report.inputs):
-                ran = run_stage(report, configs["report"], rec, run_dir, force=force)
+                ran = run_stage(report, configs["report"], rec, run_dir, force=force, configs=configs)
                 status["report"] = "ran" if ran else "cached"
             break
         if on_stage:
             on_stage(spec.name, "start")
-        ran = run_stage(spec, configs[spec.name], rec, run_dir, force=force)
+        ran = run_stage(spec, configs[spec.name], rec, run_dir, force=force, configs=configs)
         status[spec.name] = "ran" if ran else "cached"
         if on_stage:
             on_stage(spec.name, status[spec.name])

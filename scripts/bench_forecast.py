@@ -1,14 +1,15 @@
 """Video forecasting benchmark (Heiden et al., §4.3.5.2, Table 4.6) on the synthetic cartpole.
 
-A depth recording of ``--frames`` frames; the stages before forecast see the first
-``frames - observe - horizon`` frames only (identify via ``IdentifyConfig.frames``),
-then forecast observes the next ``observe`` frames and predicts ``horizon`` frames.
-Prints JSON ``{"twin"|"hold"|"constvel"|"posterior": {"mse", "mae", "ssim"}, "inputs":
+A depth recording of ``--frames`` frames, split in time as ``vid2sim run`` splits it: identify
+fits the frames before the last ``--holdout`` of them (``identify.run_with_holdout``), and
+forecast restarts that fit from its last fitted state (estimated over its last ``--observe``
+fitted frames) and predicts every held-back frame, which no fit saw.
+Prints JSON ``{"twin"|"hold"|"constvel"|"posterior": {"mse", "mae", "ssim", "iou"}, "inputs":
 {...}, "seconds": ...}``; ``inputs`` says where each input came from: the pipeline
 stage, or ``truth`` where a stage is missing or failed (the error is kept), so a
 figure is never passed off as the pipeline's when it is not.
 
-    python scripts/bench_forecast.py [--frames 300] [--observe 10] [--horizon 150]
+    python scripts/bench_forecast.py [--frames 300] [--holdout 0.5] [--observe 10]
         [--noise realistic] [--source pipeline|truth] [--out DIR] [--method csvgd]
 """
 from __future__ import annotations
@@ -58,11 +59,12 @@ def _stage(name: str, fn, fallback, inputs: dict, source: str):
         return fallback()
 
 
-def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, source: str, seed: int = 0,
+def build_twin(mechanism: str, out: Path, frames: int, holdout: float, noise: str, source: str, seed: int = 0,
                fps: float = 30.0, masses: dict | None = None, method: str | None = None):
-    """Recording + the pipeline up to export (identify sees the first ``train`` frames).
+    """Recording + the pipeline up to export (identify fits the frames before the last ``holdout``
+    of them, then refits on all for the export, as ``vid2sim run`` does).
 
-    Returns (rec, poses, art, jp, post, inputs); ``inputs`` names each input's source.
+    Returns (rec, poses, art, jp, post, post_train, inputs); ``inputs`` names each input's source.
     """
     rec = open_recording(make_recording(mechanism, out / "rec", seed=seed, frames=frames, fps=fps,
                                         noise=noise, overwrite=True))
@@ -90,27 +92,28 @@ def build_twin(mechanism: str, out: Path, frames: int, train: int, noise: str, s
     def identified():
         from vid2sim.pipeline import identify
 
-        cfg = identify.IdentifyConfig(frames=train, masses=dict(masses or {}))
+        cfg = identify.IdentifyConfig(masses=dict(masses or {}))
         if method is not None:
             cfg = dataclasses.replace(cfg, method=method)
-        return identify.run(cfg, art, jp, poses, rec.shapes, run)
+        return identify.run_with_holdout(cfg, art, jp, poses, rec.shapes, run, holdout=holdout)
 
-    post = _stage("identify", identified, lambda: t_post, inputs, source)
+    post_train, post = _stage("identify", identified, lambda: (t_post, t_post), inputs, source)
     poses.save(run / PoseTracks.FILE)
     art.save(run / Articulation.FILE)
     jp.save(run / JointPositions.FILE)
     post.save(run / Posterior.FILE)
+    post_train.save(run / Posterior.TRAIN_FILE)
     (run / export.MODEL_FILE).unlink(missing_ok=True)
     export.run(export.ExportConfig(), art, post, rec.shapes, poses, run)
-    return rec, poses, art, jp, post, inputs
+    return rec, poses, art, jp, post, post_train, inputs
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mechanism", default="cartpole")
     ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--holdout", type=float, default=0.5, help="last fraction of the frames held back and predicted")
     ap.add_argument("--observe", type=int, default=10)
-    ap.add_argument("--horizon", type=int, default=150)
     ap.add_argument("--particles", type=int, default=8)
     ap.add_argument("--noise", default="realistic", choices=("none", "realistic"))
     ap.add_argument("--source", default="pipeline", choices=("pipeline", "truth"))
@@ -121,17 +124,16 @@ def main(argv=None) -> dict:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     t0 = time.time()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_forecast_"))
-    train = args.frames - args.observe - args.horizon
-    rec, poses, art, jp, post, inputs = build_twin(args.mechanism, out, args.frames, train, args.noise, args.source,
-                                                   args.seed, method=args.method)
+    rec, poses, art, jp, post, post_train, inputs = build_twin(args.mechanism, out, args.frames, args.holdout,
+                                                               args.noise, args.source, args.seed, method=args.method)
     run = out / "run"
-    cfg = forecast.ForecastConfig(observe=args.observe, horizon=args.horizon, start=train, particles=args.particles)
-    fc = forecast.run(cfg, rec, poses, art, jp, post, run)
+    cfg = forecast.ForecastConfig(holdout=args.holdout, observe=args.observe, particles=args.particles)
+    fc = forecast.run(cfg, rec, poses, art, jp, post, run, post_train=post_train)
     fc.save(run)
-    result = {**fc.metrics, "inputs": inputs, "frames": [int(fc.frames[0]), int(fc.frames[-1])],
+    result = {**fc.metrics, "inputs": inputs, "fitted": fc.info["fitted"], "frames": [int(fc.frames[0]), int(fc.frames[-1])],
               "depth_range_m": fc.info["depth_range_m"], "renderer": fc.info["renderer"],
               "simulator": fc.info["simulator"], "noise": args.noise, "run": str(run), "seconds": round(time.time() - t0, 1)}
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result))
     return result
 
 

@@ -67,7 +67,7 @@ def main(argv=None) -> dict:
     else:
         from bench_forecast import build_twin
 
-        *_, inputs = build_twin("cartpole", out, args.frames, args.frames, args.noise, args.source, masses=masses)
+        *_, inputs = build_twin("cartpole", out, args.frames, 0.0, args.noise, args.source, masses=masses)  # fit every frame
         inputs["known_masses"] = masses
         model = out / "run" / "model.urdf"
     cfg = control.MPPIConfig(steps=args.steps)

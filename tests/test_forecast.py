@@ -66,11 +66,12 @@ def test_twin_beats_baselines_on_clean_cartpole(tmp_path):
     art, poses, jp, post = truth_inputs(st)
     run = tmp_path / "run"
     export.run(export.ExportConfig(), art, post, rec.shapes, poses, run)
-    fc = forecast.run(forecast.ForecastConfig(horizon=45, particles=2), rec, poses, art, jp, post, run)
+    fc = forecast.run(forecast.ForecastConfig(holdout=0.5, particles=2), rec, poses, art, jp, post, run)
     fc.save(run)
     m = fc.metrics
     assert m["twin"]["mse"] < 2e-4 and m["twin"]["ssim"] > 0.99, m
     assert m["twin"]["mse"] < 0.2 * min(m["hold"]["mse"], m["constvel"]["mse"]), m
-    assert fc.predicted.shape == (45, 120, 160) and list(fc.frames) == list(range(25, 70))
+    assert fc.predicted.shape == (35, 120, 160) and list(fc.frames) == list(range(35, 70))
+    assert fc.info["fitted"] == [0, 34] and m["twin"]["iou"] > 0.95 > m["hold"]["iou"], m
     assert fc.mean is not None and fc.spread.max() < 1e-3  # truth posterior: all particles equal
     assert (run / "forecast.mp4").stat().st_size > 0

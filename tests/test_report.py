@@ -43,7 +43,7 @@ def full_run(tmp_path_factory):
     jp.save(run / "joint_positions.npz")
     post.save(run / "params.json")
     export.run(export.ExportConfig(), art, post, rec.shapes, poses, run)
-    forecast.run(forecast.ForecastConfig(horizon=15, particles=1), rec, poses, art, jp, post, run).save(run)
+    forecast.run(forecast.ForecastConfig(particles=1), rec, poses, art, jp, post, run).save(run)
     return rec, run
 
 
@@ -52,8 +52,11 @@ def test_report_is_self_contained_and_complete(full_run):
     path = report.run(report.ReportConfig(), rec, run)
     page = path.read_text()
     assert "stage not run" not in page
-    for title in ("Segmentation", "Tracking", "Kinematic tree", "Joint positions", "Posterior", "Forecast", "Model"):
+    for title in ("Segmentation", "Tracking", "Kinematic tree", "Joint positions", "Posterior",
+                  "Validation: predicting held-back frames", "Model"):
         assert f"<h2>{title}" in page
+    assert "Twin validation score (silhouette IoU over the held-back frames)" in page
+    assert "Identify fitted frames [0, 29]" in page  # 40 frames, the last 25 % held back
     assert 'href="model.urdf"' in page
     assert "depth noise used: sigma = 0.00400 z&sup2;" in page
     # every image is embedded; nothing is fetched but the local model/video links
