@@ -30,8 +30,8 @@ are 0 in every image compared, so sensor holes score no method.
   ``constvel`` (tracked body poses extrapolated at constant linear and angular
   velocity, rendered the same way).
 
-Outputs: forecast.npz (predicted, mean and spread frames as float16, normalised
-depth), forecast.json (settings, metrics, renderer, simulator), and forecast.mp4
+Outputs: forecast.npz (predicted, mean and spread depth frames, float32 metres, 0 = no
+reading), forecast.json (settings, metrics, renderer, simulator), and forecast.mp4
 (observed | predicted | |error|). It deliberately fits no dynamics parameter.
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ForecastConfig:
 
 @dataclass(frozen=True)
 class Forecast:
-    """predicted/mean/spread: (N, H, W) normalised depth in [0, 1] for frames ``frames``."""
+    """predicted/mean/spread: (N, H, W) depth in metres (0 = no reading) of frames ``frames``."""
 
     frames: np.ndarray  # (N,) recording frame indices predicted
     predicted: np.ndarray  # (N, H, W) twin forecast (parameter estimate)
@@ -97,9 +97,9 @@ class Forecast:
 
     def save(self, out_dir: str | Path) -> None:
         out_dir = Path(out_dir)
-        arrays = {"frames": self.frames.astype(np.int64), "predicted": self.predicted.astype(np.float16)}
+        arrays = {"frames": self.frames.astype(np.int64), "predicted": self.predicted.astype(np.float32)}
         if self.mean is not None:
-            arrays.update(mean=self.mean.astype(np.float16), spread=self.spread.astype(np.float16))
+            arrays.update(mean=self.mean.astype(np.float32), spread=self.spread.astype(np.float32))
         write_npz(out_dir / "forecast.npz", **arrays)
         m = self.metrics.get("twin", {})
         write_json(out_dir / "forecast.json", {"mse": m.get("mse"), "mae": m.get("mae"), "ssim": m.get("ssim"),
@@ -570,12 +570,16 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     reading = np.stack([rec.depth(at + 1 + k) > 0 for k in range(steps)])  # pixels the sensor measured
 
     def render_seq(Ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, H, W) depth in metres where the sensor read, and (N, H, W) bool silhouettes."""
         depth, sil = [], []
         for Wk in tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr):
             d, ids = renderer.render(Wk)
-            depth.append(normalise_depth(composite(d, background), lo, hi))
+            depth.append(composite(d, background))
             sil.append(ids >= 0)
-        return np.where(reading, np.stack(depth), 0.0), np.stack(sil)
+        return np.where(reading[:len(depth)], np.stack(depth), 0.0).astype(np.float32), np.stack(sil)
+
+    def scored(depth_m: np.ndarray) -> dict[str, float]:
+        return score(normalise_depth(depth_m, lo, hi), real)
 
     _, tracked_sil = render_seq(tracks.world_from_body[at + 1:at + 1 + steps])
     floor = default_floor(art, post_train or post)
@@ -586,29 +590,29 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
         predicted, twin_sil = render_seq(sim(urdf))
     finally:
         urdf.unlink(missing_ok=True)
-    hold = np.where(reading, normalise_depth(rec.depth(at), lo, hi)[None], 0.0)
+    hold = np.where(reading, rec.depth(at)[None], 0.0)
     hold_sil = np.repeat(render_seq(tracks.world_from_body[at:at + 1])[1], steps, axis=0)
     constvel, constvel_sil = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
     ious = {"twin": mask_iou(twin_sil, tracked_sil), "hold": mask_iou(hold_sil, tracked_sil),
             "constvel": mask_iou(constvel_sil, tracked_sil)}
-    metrics = {"twin": score(predicted, real), "hold": score(hold, real), "constvel": score(constvel, real)}
+    metrics = {"twin": scored(predicted), "hold": scored(hold), "constvel": scored(constvel)}
     for k, v in ious.items():
         metrics[k]["iou"] = float(v.mean())
     mean, spread = _posterior_forecast(cfg, post_train or post, art, rec, fitted, out_dir, sim, render_seq, metrics,
-                                       real, tracked_sil)
+                                       scored, tracked_sil)
     info = {"config": asdict(cfg), "validated": True, "fitted": [0, at], "observed": [start, at],
             "predicted": [at + 1, at + steps], "seconds_predicted": steps / fps, "depth_range_m": [lo, hi],
             "iou_per_frame": {k: [round(float(x), 4) for x in v] for k, v in ious.items()},
             "iou_reference": "tracked silhouettes of the held-back frames", "renderer": RENDERER,
             "simulator": SIMULATOR, "particles": 0 if mean is None else min(cfg.particles, len((post_train or post).particles))}
     if cfg.video:
-        write_video(out_dir / "forecast.mp4", real, predicted, fps)
+        write_video(out_dir / "forecast.mp4", real, normalise_depth(predicted, lo, hi), fps)
     log.info("forecast: held-back frames %d-%d (%.1f s): twin %s | hold %s | constvel %s", at + 1, at + steps, steps / fps,
              metrics["twin"], metrics["hold"], metrics["constvel"])
     return Forecast(np.arange(at + 1, at + 1 + steps), predicted, mean, spread, metrics, info)
 
 
-def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, metrics, real, tracked_sil):
+def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, metrics, scored, tracked_sil):
     """Per-pixel mean and spread of up to ``cfg.particles`` particles' forecasts (None, None without);
     adds ``metrics["posterior"]``."""
     paths = _particle_urdfs(post, art, rec.shapes, fitted, cfg.particles, out_dir)
@@ -621,6 +625,6 @@ def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, m
             p.unlink(missing_ok=True)
     stack = np.stack([d for d, _ in runs])
     mean = stack.mean(0)
-    metrics["posterior"] = score(mean, real)
+    metrics["posterior"] = scored(mean)
     metrics["posterior"]["iou"] = float(np.mean([mask_iou(sil, tracked_sil).mean() for _, sil in runs]))
     return mean, stack.std(0)

@@ -292,8 +292,9 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
     tiles = []
     for k in np.linspace(0, len(fc.frames) - 1, min(cfg.forecast_frames, len(fc.frames))).round().astype(int):
         i = int(fc.frames[k])
-        real = normalise_depth(rec.depth(i), lo, hi) if rec.has_depth and i < rec.num_frames else np.zeros_like(fc.predicted[k])
-        col = np.concatenate([real, fc.predicted[k], np.abs(real - fc.predicted[k])], axis=0)
+        pred = normalise_depth(fc.predicted[k], lo, hi)
+        real = normalise_depth(rec.depth(i), lo, hi) if rec.has_depth and i < rec.num_frames else np.zeros_like(pred)
+        col = np.concatenate([real, pred, np.abs(real - pred)], axis=0)
         tile = (255 * np.clip(col, 0, 1)).astype(np.uint8)
         tile = cv2.cvtColor(tile, cv2.COLOR_GRAY2RGB)
         cv2.putText(tile, f"frame {i}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 200, 0), 1)
