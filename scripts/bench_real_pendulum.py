@@ -36,12 +36,13 @@ import numpy as np
 import torch
 from scipy.optimize import least_squares
 
+from vid2sim.datasets.real import real_data_dir
 from vid2sim.models.inference import Problem, infer
 from vid2sim.models.inference.reference_models import (UW_PARAM_NAMES, double_pendulum_accel, double_pendulum_accel_from,
                                                          double_pendulum_coeffs, double_pendulum_simulator, rk4_rollout)
 
 log = logging.getLogger("bench_real_pendulum")
-REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "real"
+REAL = real_data_dir()
 UW = "uw_multiarm_pendulum"
 IBM = "ibm_double_pendulum"
 

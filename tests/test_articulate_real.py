@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vid2sim.datasets.real import real_data_dir
 from vid2sim.models.joints import se3
 from vid2sim.models.joints.points import classify
 from vid2sim.pipeline.articulate import ArticulateConfig, run
 from vid2sim.pipeline.artifacts import PoseTracks
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "tum_articulation"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/real/tum_articulation")
+DATA = real_data_dir() / "tum_articulation"
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="TUM articulation data not available")
 
 # The 6-D files are marker poses in a static camera frame: ~1 cm in position and

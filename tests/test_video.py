@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from vid2sim.datasets.errors import RecordingError
+from vid2sim.datasets.real import real_data_dir
 from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.video import T_WORLD_CAMERA_LEVEL, VideoRecording
 
-RBO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real" / "rbo_videos"
+RBO = real_data_dir() / "rbo_videos"
 
 
 def _frame(i: int, w: int = 96, h: int = 64) -> np.ndarray:
