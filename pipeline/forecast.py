@@ -38,26 +38,23 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
-import torch
 from scipy.spatial.transform import Rotation
 from tqdm import tqdm
 
-from vid2sim.datasets.recording import Camera, Recording
-# the twin's floor is the synthetic scenes' floor: one definition, one PyBullet set-up
-from vid2sim.datasets.synthetic.mechanisms import Floor  # noqa: F401  (forecast.Floor)
-from vid2sim.datasets.synthetic.physics import add_floor
+from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.pipeline.atomic import atomic_path, write_json, write_npz
 from vid2sim.pipeline.holdout import fit_frames
+from vid2sim.models.bullet import Floor, add_floor
+from vid2sim.models.render.depth import DepthRenderer, background_from, composite
 
 log = logging.getLogger(__name__)
 
@@ -152,40 +149,6 @@ def normalise_depth(depth: np.ndarray, lo: float, hi: float) -> np.ndarray:
 # ----------------------------------------------------------------------------- rendering
 
 
-class DepthRenderer:
-    """Depth and body-id images of primitives at given world poses, through ``camera``."""
-
-    def __init__(self, camera: Camera, shapes: list[Shape]):
-        from vid2sim.models.render.primitives import Primitive
-
-        self.camera = camera
-        self.prims = [Primitive.from_shape(s) for s in shapes]
-        u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))  # OpenCV: pixel centres at integers
-        d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u)], -1)
-        self.d_cam = torch.from_numpy(d_cam.reshape(-1, 3))
-        self.T_wc = np.asarray(camera.world_from_camera, float)
-
-    def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none)."""
-        from vid2sim.models.render.primitives import ray_hit
-
-        H, W = self.camera.height, self.camera.width
-        best = torch.full((H * W,), math.inf, dtype=torch.float64)
-        ids = torch.full((H * W,), -1, dtype=torch.long)
-        for m, prim in enumerate(self.prims):
-            T_bc = np.linalg.inv(T_world_body[m]) @ self.T_wc  # camera in body
-            R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
-            o = t.expand(H * W, 3)
-            d = self.d_cam @ R.T
-            with torch.no_grad():
-                s = ray_hit(prim, o, d)
-            closer = s < best
-            best = torch.where(closer, s, best)
-            ids = torch.where(closer, torch.full_like(ids, m), ids)
-        depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-        return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
-
-
 def static_background(rec: Recording, renderer: DepthRenderer, poses: PoseTracks, frames: range) -> np.ndarray:
     """(H, W) depth of the scene without the mechanism: median over ``frames`` where it is absent."""
     depths, covers = [], []
@@ -194,30 +157,6 @@ def static_background(rec: Recording, renderer: DepthRenderer, poses: PoseTracks
         depths.append(rec.depth(i))
         covers.append(ids >= 0)
     return background_from(depths, covers)
-
-
-def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
-    """``static_background`` from frames already read: depth (H, W) and where the rendered
-    mechanism covers it (H, W) bool, per frame."""
-    kernel = np.ones((5, 5), np.uint8)
-    stack = np.stack(depths)
-    valid = np.stack([~(cv2.dilate(c.astype(np.uint8), kernel) > 0) for c in covers])
-    masked = np.where(valid, stack, np.nan)
-    seen = valid.any(axis=0)
-    with np.errstate(all="ignore"):
-        bg = np.where(seen, np.nanmedian(np.where(seen, masked, 0.0), axis=0), 0.0)
-    if seen.any() and not seen.all():  # never-uncovered pixels: the nearest seen background
-        from scipy.ndimage import distance_transform_edt
-
-        _, (iy, ix) = distance_transform_edt(~seen, return_indices=True)
-        bg = bg[iy, ix]
-    return bg.astype(np.float32)
-
-
-def composite(depth_mech: np.ndarray, background: np.ndarray) -> np.ndarray:
-    """Mechanism in front of the background (a 0 background reading stays 0 unless covered)."""
-    front = (depth_mech > 0) & ((background <= 0) | (depth_mech < background))
-    return np.where(front, depth_mech, background)
 
 
 # ----------------------------------------------------------------------------- state + simulation

@@ -380,7 +380,7 @@ def plot_posterior(post: Posterior, path: Path, truth: dict[str, float] | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vid2sim.pipeline.report import limit_bins
+    from vid2sim.pipeline.plots import limit_bins
 
     P = len(post.names)
     fig, axes = plt.subplots(P, P, figsize=(2.2 * P, 2.2 * P), squeeze=False)

@@ -59,7 +59,7 @@ class PixelObservation:
 def select_pixels(rec: Recording, poses: PoseTracks, bodies: list[str], shapes: dict[str, Shape], frames: int,
                   budget: int, margin: int, seed: int) -> PixelObservation:
     """The pixel set and its observed depth over the first ``frames`` frames (see the module docstring)."""
-    from vid2sim.pipeline.forecast import DepthRenderer, background_from
+    from vid2sim.models.render.depth import DepthRenderer, background_from
 
     shape_of = dict(zip(poses.body_names, poses.shape_names))
     order = [poses.body_names.index(b) for b in bodies]

@@ -28,6 +28,7 @@ import numpy as np
 from vid2sim.datasets.recording import Recording
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
 from vid2sim.pipeline.atomic import write_text
+from vid2sim.pipeline.plots import limit_bins
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def tracking_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
     shapes = rec.shapes or {}
     if all(s in shapes for s in poses.shape_names):
         try:
-            from vid2sim.pipeline.forecast import DepthRenderer
+            from vid2sim.models.render.depth import DepthRenderer
 
             renderer = DepthRenderer(rec.camera, [shapes[s] for s in poses.shape_names])
             T = min(poses.num_frames, rec.num_frames)
@@ -262,14 +263,6 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
         fig.tight_layout()
         parts.append(_img(fig_data_uri(fig), "pairwise posterior"))
     return _section("Posterior", "".join(parts))
-
-
-def limit_bins(limits, n: int):
-    """Histogram bins over a parameter's whole limits, so a tight posterior shows as one
-    bar at its place within them (bins over the particles' own range made bars ~1e-6 of
-    the axis wide, i.e. invisible, for CMA-ES's converged population)."""
-    lo, hi = (float(v) for v in limits)
-    return np.linspace(lo, hi, n + 1) if hi > lo else n
 
 
 def _set_limits(setter, limits) -> None:

@@ -5,7 +5,7 @@ Tasks: swing-up (pole hanging down, at rest) and balancing (pole 20 deg off upri
 cart at 0.1 m/s). MPPI: 200 samples, horizon 60 x 0.05 s; episodes of ``--steps``
 control steps; ``--runs`` episodes per task and model (MPPI seeds 0..runs-1). Reward:
 the DeepMind Control Suite cartpole reward averaged over the episode (definition in
-``vid2sim.pipeline.control``), in [0, 1].
+``vid2sim.models.control``), in [0, 1].
 
 The inferred model is ``--model`` (a model.urdf) or, by default, the pipeline's twin of
 a synthetic cartpole recording (bench_forecast.build_twin: track -> articulate ->
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from vid2sim.datasets.synthetic import simulate  # noqa: E402
-from vid2sim.pipeline import control  # noqa: E402
+from vid2sim.models import control  # noqa: E402
 
 log = logging.getLogger("bench_mpc")
 
@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
                                    "rewards": [round(r, 4) for r in rewards]}
             log.info("%s %s: %.3f +- %.3f", task, label, np.mean(rewards), np.std(rewards))
     p_inf, p_true = control.cartpole_from_urdf(str(model)), control.cartpole_from_urdf(str(true_urdf))
-    result.update(inputs=inputs, reward="DeepMind Control Suite cartpole reward, mean over the episode (see pipeline/control.py)",
+    result.update(inputs=inputs, reward="DeepMind Control Suite cartpole reward, mean over the episode (see models/control.py)",
                   mppi={"samples": cfg.samples, "horizon": cfg.horizon, "dt": cfg.dt, "noise": cfg.noise,
                         "lambda": cfg.lam, "max_force": cfg.max_force, "steps": cfg.steps},
                   planning_params={"inferred": {k: getattr(p_inf, k) for k in ("mc", "mp", "l", "I", "bc", "bp")},

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
 from vid2sim.datasets.synthetic import MECHANISMS, TIP_ID, make_recording, simulate  # noqa: E402
+from vid2sim.models.render.depth import DepthRenderer  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior  # noqa: E402
 from vid2sim.pipeline.cli import parse_sets  # noqa: E402
@@ -67,7 +68,7 @@ def true_masks(rec_path: Path, frames: range) -> np.ndarray:
 
 def silhouettes(rec_path: Path, W: np.ndarray, shapes: list) -> np.ndarray:
     """(N, H, W) bool silhouettes of bodies at poses W (N, M, 4, 4) through the recording's camera."""
-    renderer = forecast.DepthRenderer(open_recording(rec_path).camera, shapes)
+    renderer = DepthRenderer(open_recording(rec_path).camera, shapes)
     return np.stack([renderer.render(Wk)[1] >= 0 for Wk in W])
 
 

@@ -12,7 +12,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from vid2sim.datasets.shapes import Shape  # noqa: E402
 from vid2sim.datasets.synthetic import simulate  # noqa: E402
-from vid2sim.pipeline import control, export  # noqa: E402
+from vid2sim.models import control  # noqa: E402
+from vid2sim.pipeline import export  # noqa: E402
 
 from test_export import truth_inputs  # noqa: E402
 

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.bullet import Floor
 
 GRAVITY = (0.0, 0.0, -9.81)
 
@@ -63,19 +64,6 @@ class JointSpec:
     pivot: tuple[float, float, float] | None = None  # None: the child's centre
     damping: float = 0.0
     limits: tuple[float, float] | None = None
-
-
-@dataclass(frozen=True)
-class Floor:
-    """A physical floor plane z = ``height`` (contacts), rendered as the ground. ``stiffness``
-    (N/m) and ``damping`` (N s/m) make its contacts compliant (Bullet's contactStiffness /
-    contactDamping on the floor); None: rigid contacts."""
-
-    height: float = 0.0
-    friction: float = 0.5
-    restitution: float = 0.0
-    stiffness: float | None = None
-    damping: float | None = None
 
 
 @dataclass(frozen=True)

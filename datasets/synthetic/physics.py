@@ -22,6 +22,7 @@ from scipy.spatial.transform import Rotation
 from vid2sim.datasets.recording import Camera
 from vid2sim.datasets.shapes import Shape
 from vid2sim.datasets.synthetic.mechanisms import GRAVITY, Mechanism, Tip, pose
+from vid2sim.models.bullet import add_floor
 
 SIM_HZ = 960.0
 
@@ -146,18 +147,6 @@ def _T_from_pq(pos, quat) -> np.ndarray:
     T[:3, :3] = Rotation.from_quat(quat).as_matrix()
     T[:3, 3] = pos
     return T
-
-
-def add_floor(p, cid: int, floor) -> int:
-    """The floor (``mechanisms.Floor``) as a static box in PyBullet client ``cid``; also the twin's (forecast)."""
-    shape = p.createCollisionShape(p.GEOM_BOX, halfExtents=[20, 20, 0.5], physicsClientId=cid)
-    body = p.createMultiBody(0, shape, basePosition=[0, 0, floor.height - 0.5], physicsClientId=cid)
-    # Bullet multiplies the two bodies' coefficients (btManifoldResult::calculateCombined*):
-    # the floor gets 1 so that the parts' own values are the effective ones.
-    p.changeDynamics(body, -1, lateralFriction=1.0, restitution=1.0, physicsClientId=cid)
-    if floor.stiffness is not None:  # compliant contacts (Bullet: the pair gets the floor's values)
-        p.changeDynamics(body, -1, contactStiffness=floor.stiffness, contactDamping=floor.damping, physicsClientId=cid)
-    return body
 
 
 def _add_tip(p, cid: int, tip: Tip, part_friction: float) -> int:

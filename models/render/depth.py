@@ -1,0 +1,74 @@
+"""Depth and body-id images of library primitives at given poses, and compositing them
+over a static background: how forecast, identify's pixel likelihood and the report draw
+a twin. Exact ray casting of the primitives (``primitives.ray_hit``), not differentiable;
+the tracker's differentiable renderer is ``align``.
+"""
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+import torch
+
+from vid2sim.datasets.recording import Camera
+from vid2sim.datasets.shapes import Shape
+
+
+class DepthRenderer:
+    """Depth and body-id images of primitives at given world poses, through ``camera``."""
+
+    def __init__(self, camera: Camera, shapes: list[Shape]):
+        from vid2sim.models.render.primitives import Primitive
+
+        self.camera = camera
+        self.prims = [Primitive.from_shape(s) for s in shapes]
+        u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))  # OpenCV: pixel centres at integers
+        d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u)], -1)
+        self.d_cam = torch.from_numpy(d_cam.reshape(-1, 3))
+        self.T_wc = np.asarray(camera.world_from_camera, float)
+
+    def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none)."""
+        from vid2sim.models.render.primitives import ray_hit
+
+        H, W = self.camera.height, self.camera.width
+        best = torch.full((H * W,), math.inf, dtype=torch.float64)
+        ids = torch.full((H * W,), -1, dtype=torch.long)
+        for m, prim in enumerate(self.prims):
+            T_bc = np.linalg.inv(T_world_body[m]) @ self.T_wc  # camera in body
+            R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
+            o = t.expand(H * W, 3)
+            d = self.d_cam @ R.T
+            with torch.no_grad():
+                s = ray_hit(prim, o, d)
+            closer = s < best
+            best = torch.where(closer, s, best)
+            ids = torch.where(closer, torch.full_like(ids, m), ids)
+        depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+        return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
+
+
+def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
+    """(H, W) depth of the scene without the mechanism: the per-pixel median of ``depths``
+    (each (H, W) metres) where the mechanism's rendered silhouette ``covers`` (each (H, W)
+    bool, dilated by 2 px) is absent; never-uncovered pixels take the nearest seen value."""
+    kernel = np.ones((5, 5), np.uint8)
+    stack = np.stack(depths)
+    valid = np.stack([~(cv2.dilate(c.astype(np.uint8), kernel) > 0) for c in covers])
+    masked = np.where(valid, stack, np.nan)
+    seen = valid.any(axis=0)
+    with np.errstate(all="ignore"):
+        bg = np.where(seen, np.nanmedian(np.where(seen, masked, 0.0), axis=0), 0.0)
+    if seen.any() and not seen.all():  # never-uncovered pixels: the nearest seen background
+        from scipy.ndimage import distance_transform_edt
+
+        _, (iy, ix) = distance_transform_edt(~seen, return_indices=True)
+        bg = bg[iy, ix]
+    return bg.astype(np.float32)
+
+
+def composite(depth_mech: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """Mechanism in front of the background (a 0 background reading stays 0 unless covered)."""
+    front = (depth_mech > 0) & ((background <= 0) | (depth_mech < background))
+    return np.where(front, depth_mech, background)
