@@ -222,7 +222,7 @@ def _truth_twin(st, frames: int, tmp_path):
     return export.run(export.ExportConfig(mjcf=False), art, post, st.shapes, seen, tmp_path), art, seen, post
 
 
-def _twin_q(path, art, seen: PoseTracks, steps: int, tmp_path=None) -> np.ndarray:
+def _twin_q(path, art, seen: PoseTracks, steps: int) -> np.ndarray:
     """(steps, dofs) joint coordinates of the twin restarted at the last seen frame."""
     from vid2sim.pipeline import forecast
 
@@ -236,9 +236,9 @@ def _twin_q(path, art, seen: PoseTracks, steps: int, tmp_path=None) -> np.ndarra
 def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
     """The twin exported from the first 0.8 s of a cartpole clip (the pole falling through
     4.3 rad, the cart recoiling 0.10 m; no stop), restarted there, follows the truth's next
-    1.5 s: the cart runs to -0.32 m and the pole back to 0.75 rad, out of what was seen.
-    The old rule's limits (observed range + 10 %, at least 0.1 rad / 0.02 m) held the cart
-    within 0.12 m of its start: 0.33 m and 2.5 rad from the truth."""
+    1.5 s out of what was seen: the cart runs on to -0.32 m, the pole on to 5.16 rad. The
+    old rule's limits (observed range + 10 %, at least 0.1 rad / 0.02 m) held the cart
+    within 0.12 m of its start and the pole below 4.76 rad: 0.33 m and 2.5 rad from the truth."""
     seen_n, steps = 24, 45
     st = simulate("cartpole", seed=0, frames=seen_n + steps, fps=FPS)
     path, art, seen, post = _truth_twin(st, seen_n, tmp_path)
@@ -248,7 +248,7 @@ def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
     assert _limit(path, "hinge")[0] == "continuous"
     assert _limit(path, "slider")[1] < seen_q[:, s].min() - 5  # a free rail
     q = _twin_q(path, art, seen, steps)
-    assert q[:, s].min() < seen_q[:, s].min() - 0.15 and q[:, h].min() < seen_q[:, h].max() - 3.0  # beyond what was seen
+    assert q[:, s].min() < seen_q[:, s].min() - 0.2 and q[:, h].max() > seen_q[:, h].max() + 0.8  # beyond what was seen
     assert np.abs(q - later).max() < 1e-3  # truth parameters: the same motion
     # the old rule's limits, same twin otherwise
     text = path.read_text().replace('type="continuous"', 'type="revolute"')
@@ -268,9 +268,10 @@ def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
 
 def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
     """A cabinet whose drawer is pushed hard enough to reach its end (0.6 m/s against the
-    synthetic cabinet's 0.15-0.28 m/s, which damping stops 4-15 cm short of it): the twin
-    exported from 1.5 s gets an upper limit at the true stop and a free lower side; the
-    door (0.8 rad/s, coming to rest at 1.0 rad, short of its 1.7 rad stop) is continuous."""
+    synthetic cabinet's 0.15-0.28 m/s, which damping stops 4-18 cm short of it; it hits
+    at frame 21 and creeps back 16 mm by frame 44): the twin exported from 1.5 s gets an
+    upper limit at the true stop and a free lower side; the door (0.8 rad/s, at 0.73 rad
+    by then, coming to rest at 0.95 rad, short of its 1.7 rad stop) is continuous."""
     from dataclasses import replace
 
     from vid2sim.datasets.synthetic import FACTORIES
