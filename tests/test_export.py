@@ -271,7 +271,8 @@ def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
     synthetic cabinet's 0.15-0.28 m/s, which damping stops 4-18 cm short of it; it hits
     at frame 21 and creeps back 16 mm by frame 44): the twin exported from 1.5 s gets an
     upper limit at the true stop and a free lower side; the door (0.8 rad/s, at 0.73 rad
-    by then, coming to rest at 0.95 rad, short of its 1.7 rad stop) is continuous."""
+    by then, coming to rest at 0.95 rad, short of its 1.7 rad stop) is continuous. The
+    same drawer on a planar joint gets the same stop on its _y and nothing on _x, _theta."""
     from dataclasses import replace
 
     from vid2sim.datasets.synthetic import FACTORIES
@@ -294,6 +295,19 @@ def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
     early = PoseTracks(seen.world_from_body[:12], seen.body_names, seen.shape_names, seen.residual[:12], FPS)
     q_twin = _twin_q(path, art, early, 20)
     assert abs(q_twin[:, names.index("slide")].max() - hi) < 0.002
+    # the drawer on a planar joint (horizontal plane) instead: its _y (world y, the drawer
+    # moving along -y) stops at the same place, _x and _theta (no motion) are free
+    from vid2sim.pipeline.artifacts import Joint
+
+    slide = next(j for j in art.joints if j.name == "slide")
+    flat = Articulation(art.bodies, [Joint("slide", "planar", slide.parent, slide.child, (0.0, 0.0, 1.0), slide.pivot)
+                                     if j.name == "slide" else j for j in art.joints])
+    path = export.run(export.ExportConfig(mjcf=False), flat, post, st.shapes, seen, tmp_path / "planar")
+    free = export.ExportConfig().free_prismatic_range_m
+    kind, lo_y, hi_y = _limit(path, "slide_y")
+    assert kind == "prismatic" and abs(lo_y + (true_lim["slide"][1] - q0["slide"])) < 0.003 and hi_y == pytest.approx(free, abs=1e-6)
+    assert _limit(path, "slide_x")[1:] == pytest.approx((-free, free), abs=1e-6)
+    assert _limit(path, "slide_theta")[0] == "continuous"
 
 
 def test_capsule_inertia_matches_synthetic_formula():
