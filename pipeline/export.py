@@ -30,11 +30,20 @@ at frame 0 (docs/interfaces.md §2):
 * Geometry from the shape library, visual and collision alike. A capsule is written
   as a cylinder plus two spheres (every URDF reader understands those; MJCF gets a
   native capsule). Meshes keep their file name, relative to the recording.
-* Joint limits: the range observed in the tracks plus ``limit_margin`` of it each
-  side (at least ``min_margin_rad``/``min_margin_m``), except on a side where the joint
-  visibly hits a stop (arrives with speed and stays, ``hits_stop``): the limit is then
-  the observed extreme itself. A revolute joint seen turning through more than
-  ``continuous_above_rad`` becomes ``continuous``.
+* Joint limits only from evidence: a side of a joint gets a limit only where the tracks
+  show an end stop there (``hits_stop``): q reaches its observed extreme on that side
+  and loses its velocity there at once, staying (a drawer at its end) or bouncing back
+  (a door at its stop), a velocity change far larger than the joint's acceleration just
+  before and after explains (a pendulum's turning point is a smooth one) and than the
+  track noise explains. That limit is the observed extreme itself. A side without a
+  stop has none: a revolute joint with no stop is ``continuous``; with a stop on one
+  side only, the other limit is one full turn from it (the same stop met from the other
+  side); a prismatic joint's free side lies ``free_prismatic_range_m`` beyond its
+  observed extreme (PyBullet needs finite limits). The planar joint's ``_x``, ``_y``
+  and ``_theta`` follow the same rule. A stop is seen only with ``stop_window`` tracked
+  frames on both sides of it; a joint creeping to rest against a stop shows none, and
+  a joint reversing at its extreme through an impact elsewhere (a link landing on the
+  floor, a pusher) looks like one.
   ``<dynamics damping friction>`` from ``<joint>.damping`` / ``<joint>.friction``.
 
 MuJoCo reading ``model.urdf`` welds a floating root to the world (its URDF reader adds
@@ -73,12 +82,11 @@ class ExportConfig:
     """Settings of the export stage."""
 
     density: float = 500.0  # kg/m^3: mass = volume x density for bodies without an identified mass
-    limit_margin: float = 0.1  # joint limits: observed range widened by this fraction of it on each side
-    min_margin_rad: float = 0.1  # ... but by at least this much (rad) for revolute joints
-    min_margin_m: float = 0.02  # ... and at least this much (m) for prismatic joints
-    continuous_above_rad: float = 6.0  # revolute joints observed turning further become 'continuous'
-    stop_frames: int = 5  # a joint that arrives at an extreme and stays there this many frames hit a stop: no margin there (0: never)
-    stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range
+    free_prismatic_range_m: float = 10.0  # prismatic limit this far (m) beyond the observed extreme on a side with no stop seen
+    stop_window: int = 5  # frames looked at on each side of a candidate impact (>= 3; less: never see a stop)
+    stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration on either side explains
+    stop_noise_sigmas: float = 3.0  # ... and this many standard deviations of that change under the track noise
+    stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range (or 3 noise sigmas)
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
     mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users
@@ -312,32 +320,83 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
         ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
 
 
-def hits_stop(q: np.ndarray, extreme: float, tol: float, frames: int) -> bool:
-    """True when q runs into ``extreme`` and then stays there (a mechanical stop).
+def track_noise(q: np.ndarray) -> float:
+    """Standard deviation of white noise on the samples q (T,): the median absolute
+    deviation of q's third differences (smooth motion has almost none), over sqrt(20)."""
+    d3 = np.diff(np.asarray(q, float), 3)
+    if d3.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(d3 - np.median(d3))) / math.sqrt(20.0))
 
-    Runs in: over the frame before it first comes within ``tol`` of the extreme, q moves
-    faster than 60 % of the joint's top per-frame speed (a pendulum's turning point is
-    approached slowly); stays: at least ``frames`` of the ``2 frames`` frames from there
-    are within tol (a stop may rebound a little). A joint
-    merely starting at an extreme, or creeping to rest there, keeps its margin.
+
+def _velocity_row(n: int, at_end: bool) -> np.ndarray:
+    """Row (n,) giving, from n samples one frame apart, the velocity (per frame) at the last
+    (``at_end``) or first sample of their least-squares quadratic."""
+    s = np.arange(n, dtype=float) - (n - 1 if at_end else 0)
+    return np.linalg.pinv(np.vander(s, 3))[1]  # rows of pinv: s^2, s, 1 coefficients
+
+
+def stop_score(q: np.ndarray, side: int, cfg: ExportConfig = ExportConfig()) -> float:
+    """How clearly q (T,), one sample a frame, hits an end stop at its observed extreme on
+    ``side`` (+1: its maximum, -1: its minimum); above 1 is a stop (``hits_stop``).
+
+    Candidates are the frames t within half a frame's travel plus ``stop_tolerance`` of
+    the range (or 3 noise sigmas, ``track_noise``) of the extreme. Quadratics fitted to
+    the ``stop_window`` samples before t and after t give the outward velocity v_b at
+    t-1 and v_a at t+1; the second differences of those samples (noise std removed)
+    bound the joint's acceleration a on either side. A smooth motion changes velocity
+    over those 2 frames by about 2a at most (a pendulum's turning point: gravity-like,
+    however fast its acceleration varies); an impact somewhere in (t-1, t+1) by far
+    more. The score is (v_b - v_a) / (``stop_accel_ratio`` 2a + ``stop_noise_sigmas`` x
+    the noise std of v_b - v_a), the best over the candidates. Only arrivals count: v_b
+    must carry at least half the change (a bounce loses speed), so a joint kicked away
+    from rest at its extreme shows no stop. 0 when no candidate has ``stop_window``
+    samples on both sides.
     """
-    near = np.abs(q - extreme) <= tol
-    if frames <= 0 or not near.any() or len(q) < 2:
-        return False
-    t0 = int(np.argmax(near))
-    speed = np.abs(np.diff(q))
-    return (t0 >= 1 and speed[t0 - 1] > 0.6 * speed.max() and speed[t0 - 1] > tol
-            and int(near[t0:t0 + 2 * frames].sum()) >= frames)
+    x = side * np.asarray(q, float)
+    w, n = cfg.stop_window, len(x)
+    if w < 3 or n < 2 * w + 1:
+        return 0.0
+    sigma = track_noise(x)
+    step = np.abs(np.diff(x))
+    reach = 0.5 * np.maximum(np.r_[step, 0.0], np.r_[0.0, step])  # the sample nearest an impact is within half a frame's travel
+    near = x + reach >= x.max() - max(cfg.stop_tolerance * float(np.ptp(x)), 3.0 * sigma)
+    d2 = np.abs(np.r_[0.0, np.diff(x, 2), 0.0])  # d2[k]: second difference centred on frame k
+    vb_row, va_row = _velocity_row(w, True), _velocity_row(w, False)
+    noise = cfg.stop_noise_sigmas * sigma * math.sqrt(vb_row @ vb_row + va_row @ va_row)
+    best = 0.0
+    for t in np.flatnonzero(near[w:n - w]) + w:
+        vb, va = vb_row @ x[t - w:t], va_row @ x[t + 1:t + 1 + w]
+        jump = vb - va
+        if jump <= 0 or vb < 0.5 * jump:
+            continue
+        # second differences of samples t-w .. t-1 and t+1 .. t+w only (clear of the impact)
+        accel = max(float(np.max(np.r_[d2[t - w + 1:t - 1], d2[t + 2:t + w]])) - math.sqrt(6.0) * sigma, 0.0)
+        best = max(best, jump / max(cfg.stop_accel_ratio * 2.0 * accel + noise, 1e-12))
+    return float(best)
+
+
+def hits_stop(q: np.ndarray, side: int, cfg: ExportConfig = ExportConfig()) -> bool:
+    """True when q (T,) shows an end stop at its observed extreme on ``side`` (+1 max, -1 min):
+    it arrives there with speed and stays or bounces back (``stop_score`` > 1)."""
+    return stop_score(q, side, cfg) > 1.0
 
 
 def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, float, bool]:
+    """(lower, upper, continuous) of a joint from its coordinate track q (T,): a limit only
+    at an observed end stop (module docstring); ``continuous`` for a revolute joint with none."""
     lo, hi = (float(q.min()), float(q.max())) if q.size else (0.0, 0.0)
-    margin = max(cfg.limit_margin * (hi - lo), cfg.min_margin_rad if revolute else cfg.min_margin_m)
-    continuous = revolute and (hi - lo) > cfg.continuous_above_rad
-    tol = cfg.stop_tolerance * (hi - lo)
-    m_lo = 0.0 if hits_stop(q, lo, tol, cfg.stop_frames) else margin
-    m_hi = 0.0 if hits_stop(q, hi, tol, cfg.stop_frames) else margin
-    return lo - m_lo, hi + m_hi, continuous
+    stop_lo, stop_hi = hits_stop(q, -1, cfg), hits_stop(q, +1, cfg)
+    if revolute:
+        if not (stop_lo or stop_hi):
+            return lo, hi, True
+        if not stop_lo:
+            lo = min(hi - 2.0 * math.pi, lo)  # one turn from the upper stop: the same stop from the other side
+        if not stop_hi:
+            hi = max(lo + 2.0 * math.pi, hi)
+        return lo, hi, False
+    free = cfg.free_prismatic_range_m
+    return (lo if stop_lo else lo - free), (hi if stop_hi else hi + free), False
 
 
 def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],

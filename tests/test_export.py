@@ -147,14 +147,33 @@ def test_inertias_physically_valid(exported):
 
 
 def test_stop_detection():
-    t = np.linspace(0, 1, 60)
-    swing = np.minimum(0.05 * np.arange(60), 1.0)  # runs into a stop at 1.0 and stays
-    assert export.hits_stop(swing, 1.0, 0.01, 4)
-    assert not export.hits_stop(swing, 0.0, 0.01, 4)  # starts there: no evidence of a stop
-    pendulum = np.cos(np.linspace(0, 4 * np.pi, 60))  # slow at its turning points: no stop
-    assert not export.hits_stop(pendulum, pendulum.min(), 0.02 * np.ptp(pendulum), 5)
-    damped = 1 - np.exp(-5 * t)  # creeps towards its extreme: no stop
-    assert not export.hits_stop(damped, damped.max(), 0.01 * np.ptp(damped), 4)
+    """hits_stop on hand-made q(t), one sample a frame: arriving at a wall and staying, or
+    bouncing off it (also under a gravity-like acceleration), is a stop; a pendulum's
+    turning point, a damped creep to rest and a kick away from rest are not."""
+    t = np.arange(90, dtype=float)
+    noise = 0.002 * np.random.default_rng(0).standard_normal(90)
+    wall = np.minimum(0.03 * t, 1.0)  # runs into a stop at 1.0 and stays
+    assert export.stop_score(wall, +1) > 3 and export.hits_stop(wall + noise, +1)
+    assert not export.hits_stop(wall, -1)  # starts there and leaves: no evidence of a stop
+    t_hit = 40.4  # between frames; back off the wall at half the speed
+    bounce = np.where(t < t_hit, 1.0 - 0.03 * (t_hit - t), 1.0 - 0.015 * (t - t_hit))
+    assert export.hits_stop(bounce, +1) and export.hits_stop(bounce + noise, +1)
+    assert not export.hits_stop(bounce, -1)
+    g = 9.81 / 30.0**2  # m per frame^2 at 30 fps: a ball dropped from 0.5 m onto a floor at 0, restitution 0.6
+    t0 = np.sqrt(2 * 0.5 / g)
+    ball = np.where(t < t0, 0.5 - 0.5 * g * t**2, 0.6 * g * t0 * (t - t0) - 0.5 * g * (t - t0) ** 2)
+    ball = np.where(ball < 0, 0.0, ball)  # it rests after its second landing
+    assert export.hits_stop(ball, -1)
+    for period in (45.0, 20.0):  # 1.5 s and 0.67 s pendulums at 30 fps, 0.8 rad amplitude: gravity-like turning points
+        pendulum = 0.8 * np.cos(2 * np.pi * t / period + 0.3)
+        for q in (pendulum, pendulum + noise):
+            assert export.stop_score(q, +1) < 0.7 and export.stop_score(q, -1) < 0.7, period
+    damped = 1 - np.exp(-t / 15)  # creeps towards its extreme: no stop
+    assert not export.hits_stop(damped, +1) and not export.hits_stop(damped + noise, +1)
+    kicked = np.where(t < 30, 0.0, -0.02 * (t - 30))  # at rest, then kicked away from its maximum
+    assert not export.hits_stop(kicked, +1)
+    short = wall[20:34]  # an impact without stop_window frames on both sides is no evidence
+    assert export.stop_score(short, +1) == 0.0
 
 
 def test_valid_inertia_repairs_bad_tensors():
@@ -165,15 +184,130 @@ def test_valid_inertia_repairs_bad_tensors():
     assert w.min() > 0
 
 
-def test_limits_cover_observed_range(exported):
+def _limit(path, joint: str) -> tuple[str, float | None, float | None]:
+    """(type, lower, upper) of a joint of model.urdf; None where it has no such bound."""
+    j = next(e for e in ET.parse(path).getroot().findall("joint") if e.get("name") == joint)
+    lim = j.find("limit")
+    get = (lambda k: None if lim is None or lim.get(k) is None else float(lim.get(k)))
+    return j.get("type"), get("lower"), get("upper")
+
+
+def test_limits_follow_the_evidence(exported):
+    """No 60-frame truth clip shows a joint's end stop (the cabinet's drawer and door come to
+    rest short of theirs, pushed's hinges have not reached theirs by frame 60): revolute
+    joints are continuous, prismatic ones free_prismatic_range_m beyond what was seen.
+    The exception is thrown, whose capsule lands on the floor at frame 34, at its hinge's
+    lowest angle, and bounces back within a frame: in q alone that is a stop, so the hinge
+    gets a lower limit there and an upper one a turn away."""
     name, path, art, poses, jp = exported
+    free = export.ExportConfig().free_prismatic_range_m
     for j in ET.parse(path).getroot().findall("joint"):
-        lim = j.find("limit")
-        if j.get("type") in ("revolute", "prismatic") and j.get("name") in jp.names:
-            q = jp.q[:, jp.names.index(j.get("name"))]
-            # strictly outside, or at the extreme where the joint visibly hit a stop (pushed's hinges)
-            assert float(lim.get("lower")) <= q.min() + 1e-7 and float(lim.get("upper")) >= q.max() - 1e-7, (name, j.get("name"))
-            assert float(lim.get("upper")) - float(lim.get("lower")) > q.max() - q.min() + 0.015  # a margin somewhere
+        if j.get("name") not in jp.names:
+            continue
+        q = jp.q[:, jp.names.index(j.get("name"))]
+        kind, lo, hi = _limit(path, j.get("name"))
+        if name == "thrown":
+            assert kind == "revolute" and lo == pytest.approx(q.min(), abs=1e-7) and hi == pytest.approx(lo + 2 * np.pi)
+            assert int(np.argmin(q)) == 34
+        elif kind == "prismatic":
+            assert lo == pytest.approx(q.min() - free, abs=1e-6) and hi == pytest.approx(q.max() + free, abs=1e-6)
+        else:
+            assert kind == "continuous", (name, j.get("name"), kind)
+
+
+def _truth_twin(st, frames: int, tmp_path):
+    """model.urdf exported from the truth's first ``frames`` tracked frames and its parameters."""
+    art, poses, jp, post = truth_inputs(st)
+    seen = PoseTracks(poses.world_from_body[:frames], poses.body_names, poses.shape_names, poses.residual[:frames], FPS)
+    return export.run(export.ExportConfig(mjcf=False), art, post, st.shapes, seen, tmp_path), art, seen, post
+
+
+def _twin_q(path, art, seen: PoseTracks, steps: int) -> np.ndarray:
+    """(steps, dofs) joint coordinates of the twin restarted at the last seen frame."""
+    from vid2sim.pipeline import forecast
+
+    W = forecast.simulate_twin(path, art, seen, len(seen.world_from_body) - 1, steps, FPS)
+    order = [art.bodies.index(b) for b in seen.body_names]
+    allW = np.concatenate([seen.world_from_body, W[:, order]])  # the seen frames keep q unwrapped from frame 0
+    both = PoseTracks(allW, seen.body_names, seen.shape_names, np.zeros(len(allW)), FPS)
+    return export.joint_coordinates(art, both)[1][len(seen.world_from_body):]
+
+
+def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
+    """The twin exported from the first 0.8 s of a cartpole clip (the pole falling through
+    4.3 rad, the cart recoiling 0.10 m; no stop), restarted there, follows the truth's next
+    1.5 s out of what was seen: the cart runs on to -0.32 m, the pole on to 5.16 rad. The
+    old rule's limits (observed range + 10 %, at least 0.1 rad / 0.02 m) held the cart
+    within 0.12 m of its start and the pole below 4.76 rad: 0.33 m and 2.5 rad from the truth."""
+    seen_n, steps = 24, 45
+    st = simulate("cartpole", seed=0, frames=seen_n + steps, fps=FPS)
+    path, art, seen, post = _truth_twin(st, seen_n, tmp_path)
+    names, q_true = export.joint_coordinates(art, PoseTracks.from_truth(st.truth, st.world_from_body, FPS))
+    seen_q, later = q_true[:seen_n], q_true[seen_n:]
+    s, h = names.index("slider"), names.index("hinge")
+    assert _limit(path, "hinge")[0] == "continuous"
+    assert _limit(path, "slider")[1] < seen_q[:, s].min() - 5  # a free rail
+    q = _twin_q(path, art, seen, steps)
+    assert q[:, s].min() < seen_q[:, s].min() - 0.2 and q[:, h].max() > seen_q[:, h].max() + 0.8  # beyond what was seen
+    assert np.abs(q - later).max() < 1e-3  # truth parameters: the same motion
+    # the old rule's limits, same twin otherwise
+    text = path.read_text().replace('type="continuous"', 'type="revolute"')
+    for n, pad in (("slider", 0.02), ("hinge", 0.1)):
+        lo, hi = seen_q[:, names.index(n)].min(), seen_q[:, names.index(n)].max()
+        m = max(0.1 * (hi - lo), pad)
+        head, tail = text.split(f'<joint name="{n}"', 1)
+        lim_at = tail.index("<limit ")
+        end = tail.index("/>", lim_at)
+        tail = tail[:lim_at] + f'<limit effort="1000" velocity="100" lower="{lo - m}" upper="{hi + m}" ' + tail[end:]
+        text = head + f'<joint name="{n}"' + tail
+    old = tmp_path / "old_limits.urdf"
+    old.write_text(text)
+    q_old = _twin_q(old, art, seen, steps)
+    assert np.abs(q_old[:, s] - later[:, s]).max() > 0.25 and np.abs(q_old[:, h] - later[:, h]).max() > 2.0
+
+
+def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
+    """A cabinet whose drawer is pushed hard enough to reach its end (0.6 m/s against the
+    synthetic cabinet's 0.15-0.28 m/s, which damping stops 4-18 cm short of it; it hits
+    at frame 21 and creeps back 16 mm by frame 44): the twin exported from 1.5 s gets an
+    upper limit at the true stop and a free lower side; the door (0.8 rad/s, at 0.73 rad
+    by then, coming to rest at 0.95 rad, short of its 1.7 rad stop) is continuous. The
+    same drawer on a planar joint gets the same stop on its _y and nothing on _x, _theta."""
+    from dataclasses import replace
+
+    from vid2sim.datasets.synthetic import FACTORIES
+    from vid2sim.datasets.synthetic.mechanisms import InitialState, cabinet
+
+    q0 = {"slide": 0.02, "door_hinge": 0.1}
+    pushed_hard = replace(cabinet(), initial=lambda rng: InitialState(q=q0, qd={"slide": 0.6, "door_hinge": 0.8}))
+    monkeypatch.setitem(FACTORIES, "cabinet", lambda: pushed_hard)
+    st = simulate("cabinet", seed=0, frames=45, fps=FPS)
+    true_lim = {j.get("name"): (float(j.find("limit").get("lower")), float(j.find("limit").get("upper")))
+                for j in ET.fromstring(st.urdf).findall("joint") if j.find("limit") is not None}
+    assert true_lim["slide"] == (0.0, 0.3)
+    path, art, seen, post = _truth_twin(st, 45, tmp_path)
+    names, q = export.joint_coordinates(art, seen)
+    kind, lo, hi = _limit(path, "slide")  # export's q is measured from frame 0
+    assert kind == "prismatic" and abs(hi - (true_lim["slide"][1] - q0["slide"])) < 0.003
+    assert lo == pytest.approx(q[:, names.index("slide")].min() - export.ExportConfig().free_prismatic_range_m)
+    assert _limit(path, "door_hinge")[0] == "continuous"
+    # restarted just before the stop, the twin's drawer stays at it
+    early = PoseTracks(seen.world_from_body[:12], seen.body_names, seen.shape_names, seen.residual[:12], FPS)
+    q_twin = _twin_q(path, art, early, 20)
+    assert abs(q_twin[:, names.index("slide")].max() - hi) < 0.002
+    # the drawer on a planar joint (horizontal plane) instead: its _y (world y, the drawer
+    # moving along -y) stops at the same place, _x and _theta (no motion) are free
+    from vid2sim.pipeline.artifacts import Joint
+
+    slide = next(j for j in art.joints if j.name == "slide")
+    flat = Articulation(art.bodies, [Joint("slide", "planar", slide.parent, slide.child, (0.0, 0.0, 1.0), slide.pivot)
+                                     if j.name == "slide" else j for j in art.joints])
+    path = export.run(export.ExportConfig(mjcf=False), flat, post, st.shapes, seen, tmp_path / "planar")
+    free = export.ExportConfig().free_prismatic_range_m
+    kind, lo_y, hi_y = _limit(path, "slide_y")
+    assert kind == "prismatic" and abs(lo_y + (true_lim["slide"][1] - q0["slide"])) < 0.003 and hi_y == pytest.approx(free, abs=1e-6)
+    assert _limit(path, "slide_x")[1:] == pytest.approx((-free, free), abs=1e-6)
+    assert _limit(path, "slide_theta")[0] == "continuous"
 
 
 def test_capsule_inertia_matches_synthetic_formula():
