@@ -332,7 +332,8 @@ def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
 
 def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, at: int, steps: int, fps: float,
                   observe: int = 10, sim_hz: float = 960.0, floor: Floor | None = None, tip: Tip | None = None,
-                  shoot: bool = True) -> np.ndarray:
+                  shoot: bool = True, jp: JointPositions | None = None,
+                  shapes: dict[str, Shape] | None = None) -> np.ndarray:
     """Body poses (steps, M, 4, 4), bodies in ``art.bodies`` order, row k = frame ``at + 1 + k``.
 
     State estimation from the tracked frames ``lo = at-observe+1 .. at``: a quadratic fit of
@@ -341,14 +342,21 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
     matches the tracked body poses over the window (Levenberg-Marquardt, scipy), which
     is far less biased than a polynomial's derivative at the window's end. The twin is
     then simulated from ``lo`` through the window and on for ``steps`` frames.
-    Joint coordinates come from the tracks through export's convention (model.urdf's).
+    Joint coordinates are ``jp``'s (articulate's, model.urdf's convention), else computed
+    from the tracks by ``export.joint_coordinates``. With ``shapes`` (the library), the
+    shooting residual ignores what a body's shape does not show: a capsule's or cylinder's
+    spin about its axis, a sphere's orientation.
     """
     from scipy.optimize import least_squares
 
     dt, lo = 1.0 / fps, max(0, at - observe + 1)
-    names, Q = export.joint_coordinates(art, poses)
-    R = export.root_poses(art, poses)
+    if jp is not None:
+        names, Q, R = list(jp.names), jp.q, jp.root_pose
+    else:
+        names, Q = export.joint_coordinates(art, poses)
+        R = export.root_poses(art, poses)
     order = [poses.body_names.index(b) for b in art.bodies]
+    kinds = [shapes[poses.shape_names[i]].type if shapes else "box" for i in order]
     observed = poses.world_from_body[lo:at + 1][:, order]
     q0, qd0 = fit_state(Q[lo:at + 1], dt, 0)
     root0 = fit_root(R[lo:at + 1], dt, 0) if R is not None else None
@@ -372,9 +380,7 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
 
     def residual(x):
         W = simulate(x, len(observed))
-        dp = (W[:, :, :3, 3] - observed[:, :, :3, 3]).ravel()
-        Rrel = np.einsum("tmij,tmkj->tmik", W[:, :, :3, :3], observed[:, :, :3, :3]).reshape(-1, 3, 3)
-        return np.concatenate([dp, 0.1 * Rotation.from_matrix(Rrel).as_rotvec().ravel()])  # 0.1 m per rad
+        return pose_residual(W, observed, kinds)
 
     x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), root0[1], root0[2]] if root0 is not None else []))
     try:
@@ -388,6 +394,26 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
         return simulate(x0, len(observed) + steps)[len(observed):]
     finally:
         twin.close()
+
+
+ROTATION_WEIGHT_M = 0.1  # shooting residual: metres of position error worth one radian of rotation error
+
+
+def pose_residual(W: np.ndarray, observed: np.ndarray, kinds: list[str]) -> np.ndarray:
+    """Residual vector between simulated and observed body poses W, observed (T, M, 4, 4):
+    positions (m), and rotations (rad, x ``ROTATION_WEIGHT_M``) as far as body m's shape
+    type ``kinds[m]`` shows them: the whole rotation of a box or mesh, the axis direction
+    (the body z axis) of a capsule or cylinder, nothing of a sphere."""
+    parts = [(W[:, :, :3, 3] - observed[:, :, :3, 3]).ravel()]
+    for m, kind in enumerate(kinds):
+        if kind == "sphere":
+            continue
+        if kind in ("capsule", "cylinder"):
+            parts.append(ROTATION_WEIGHT_M * np.cross(W[:, m, :3, 2], observed[:, m, :3, 2]).ravel())
+        else:
+            Rrel = np.einsum("tij,tkj->tik", W[:, m, :3, :3], observed[:, m, :3, :3])
+            parts.append(ROTATION_WEIGHT_M * Rotation.from_matrix(Rrel).as_rotvec().ravel())
+    return np.concatenate(parts)
 
 
 def silhouette_iou(rec_path: Path, urdf_path: str | Path, art: Articulation, poses: PoseTracks, post: Posterior | None,
@@ -522,7 +548,8 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
 
     _, tracked_sil = render_seq(tracks.world_from_body[at + 1:at + 1 + steps])
     floor = default_floor(art, post_train or post)
-    sim = lambda path: simulate_twin(path, art, fitted, at, steps, fps, cfg.observe, cfg.sim_hz, floor)  # noqa: E731
+    sim = lambda path: simulate_twin(path, art, fitted, at, steps, fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
+                                     jp=jp, shapes=rec.shapes)
     urdf = out_dir / ".forecast_train.urdf"
     urdf.write_text(export.build_urdf(export.ExportConfig(), art, post_train or post, rec.shapes, fitted))
     try:

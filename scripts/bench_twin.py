@@ -43,7 +43,7 @@ from vid2sim.datasets.recording import open_recording, write_first_frames  # noq
 from vid2sim.datasets.synthetic import MECHANISMS, TIP_ID, make_recording, simulate  # noqa: E402
 from vid2sim.models.render.depth import DepthRenderer  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
-from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 from vid2sim.pipeline.cli import parse_sets  # noqa: E402
 from vid2sim.pipeline.run import resolve_configs, run_pipeline  # noqa: E402
 
@@ -91,19 +91,21 @@ def bench(name: str, out: Path, fit: int, steps: int, noise: str, seed: int, con
     at = fit - 1
     real = true_masks(rec_path, range(fit, frames))
     res: dict = {}
-    art, poses, _, post = truth_inputs(st, FPS)
+    art, poses, jp, post = truth_inputs(st, FPS)
     urdf = export.run(export.ExportConfig(), art, post, st.shapes, poses, out / "oracle")
-    W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post), tip=tip)
+    W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post), tip=tip,
+                               jp=jp, shapes=st.shapes)
     res["oracle"] = _iou(silhouettes(rec_path, W, _ordered(art, poses, st.shapes)[1]), real)
     run = out / "run"
     try:
         fit_rec = write_first_frames(open_recording(rec_path), out / "rec_fit", fit, overwrite=True)
         run_pipeline(fit_rec, run, configs, stages=STAGES)
         art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
-        post = Posterior.load(run / Posterior.FILE)
-        Wt, shapes = _ordered(art, poses, open_recording(fit_rec).shapes)
+        post, jp = Posterior.load(run / Posterior.FILE), JointPositions.load(run / JointPositions.FILE)
+        library = open_recording(fit_rec).shapes
+        Wt, shapes = _ordered(art, poses, library)
         W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS,
-                                   floor=forecast.default_floor(art, post), tip=tip)
+                                   floor=forecast.default_floor(art, post), tip=tip, jp=jp, shapes=library)
         res["pipeline"] = {**_iou(silhouettes(rec_path, W, shapes), real),
                            "joints": [f"{j.name}:{j.type}" for j in art.joints]}
         tracks = PoseTracks(Wt, list(art.bodies), [poses.shape_names[poses.body_names.index(b)] for b in art.bodies],
