@@ -312,11 +312,7 @@ def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, p
         if flag:
             raise NotImplementedError(f"identify: {what} is not supported for a floating/planar root yet")
     rp = identify_roots.build_root_problem(cfg, art, jp, poses, shapes, fps)
-    qt = torch.as_tensor(rp.q, dtype=torch.float64)
-    nq = rp.q.shape[1]
-    rp.problem = Problem(rp.sim.names, torch.as_tensor(rp.sim.lower), torch.as_tensor(rp.sim.upper), rp.sim.simulate,
-                         [qt], [torch.as_tensor(rp.guess, dtype=torch.float64)], observe=lambda s: s[..., :nq],
-                         sigma=torch.as_tensor(rp.sigma, dtype=torch.float64))
+    identify_roots.flight_prefit(cfg, rp)
     return rp
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -56,6 +56,8 @@ FLOOR_FRAMES = 3          # frames at the lowest height that make a resting/slid
 CONTACT_STIFFNESS = (2e4, 2e5)   # N/m per contact point: penalty stiffness limits for a rigid floor
 CONTACT_DAMPING = (0.0, 5.0)     # s/m, Hunt-Crossley damping limits (restitution ~1 -> ~0 at 2-4 m/s)
 FRICTION_MAX = 1.5               # Coulomb mu upper limit
+CONTACT_HZ = 960.0               # simulator rate with floor contact (substeps=0): the stiffest contact of a
+                                 # 0.25-kg capsule end at 480 Hz diverged (semi-implicit Euler, omega dt > 2)
 
 
 def root_joint(art):
@@ -114,6 +116,7 @@ class FloorEstimate:
     frames: int
     impact_speed: float
     reason: str
+    first: int = 0   # first frame whose lowest point is within the tolerance (+ one frame's descent) of the floor
 
 
 def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
@@ -123,15 +126,17 @@ def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
     k = int(np.argmin(low))
     acc = np.diff(low, 2) * fps * fps
     bounce = 0 < k < len(low) - 1 and acc[k - 1] > 0.5 * 9.81
-    first = int(np.argmax(near))
     vz = np.gradient(low, 1.0 / fps)
+    # within the tolerance plus one frame's descent: contact may begin before the next frame
+    first = int(np.argmax(low <= h + tolerance + np.maximum(-vz, 0.0) / fps))
     before = vz[max(first - 3, 0):first + 1]
     speed = float(max(-before.min(), 0.0)) if first > 0 else 0.0
     if near.sum() >= FLOOR_FRAMES:
         return FloorEstimate(h, True, int(near.sum()), speed, f"lowest point within {tolerance * 1e3:.0f} mm of "
-                             f"z={h:.4f} m in {int(near.sum())} frames")
+                             f"z={h:.4f} m in {int(near.sum())} frames", first)
     if bounce:
-        return FloorEstimate(h, True, int(near.sum()), speed, f"lowest point bounces at z={h:.4f} m (frame {k})")
+        return FloorEstimate(h, True, int(near.sum()), speed, f"lowest point bounces at z={h:.4f} m (frame {k})",
+                             first)
     return FloorEstimate(h, False, int(near.sum()), 0.0, f"lowest point z={h:.4f} m reached in {int(near.sum())} "
                          "frame(s) without a bounce: no floor contact")
 
@@ -217,8 +222,13 @@ def _twin_simulator():
         ``contact.damping``, ``contact.stiffness``) and unit quaternions in start states (an
         optimiser perturbs their components independently)."""
 
+        fixed: dict = {}   # joint parameters ("<dof>.damping"/".friction") held at these values
+
         def model_for(self, theta: torch.Tensor):
             m = super().model_for(theta)
+            if self.fixed:
+                m = m.with_params({n: torch.full((theta.shape[0],), v, dtype=theta.dtype)
+                                   for n, v in self.fixed.items() if n not in self.names})
             cols = {n: theta[:, i] for i, n in enumerate(self.names)}
             fields = {"floor.friction": "contact_friction", "contact.damping": "contact_damping",
                       "contact.stiffness": "contact_stiffness"}
@@ -252,6 +262,8 @@ class RootProblem:
     anchored: dict
     extra: dict
     problem: object = None  # the inference Problem (identify.floating_setup)
+    held: dict = field(default_factory=dict)  # parameters fitted before the main fit and held in it (flight_prefit)
+    candidate: tuple | None = None  # (values, log-likelihood) of the flight least squares on the main problem
 
     def finish(self, post):
         """``post`` with the anchored masses added to its estimate (they are not fitted names) and,
@@ -261,6 +273,15 @@ class RootProblem:
 
         names, limits, est, X = list(post.names), dict(post.limits), dict(post.estimate), post.particles
         extra = dict(post.extra)
+        ll = post.log_likelihood
+        if self.candidate is not None and self.candidate[1] > ll:   # least squares beat the search: keep it
+            values, ll = self.candidate
+            est.update(values)
+            X = np.vstack([[values[n] for n in names], X])
+            extra["particle_log_likelihood"] = [ll] + list(extra.get("particle_log_likelihood", []))
+            extra["estimate_from"] = "flight least squares (higher log-likelihood than the main fit's best)"
+            log.info("identify: the flight least-squares fit (log-likelihood %.1f) is kept over the main fit's %.1f",
+                     ll, post.log_likelihood)
         speed = self.floor.impact_speed if self.floor is not None else 0.0
         if "contact.damping" in names and speed > 0:
             d = X[:, names.index("contact.damping")]
@@ -270,7 +291,8 @@ class RootProblem:
             limits["floor.restitution"] = (0.0, 1.0)
             extra["derived"] = {"floor.restitution": f"Hunt-Crossley rebound at the impact speed {speed:.3f} m/s"}
         est.update(self.anchored)
-        return Posterior(names, limits, est, X, post.method, post.log_likelihood, extra)
+        est.update(self.held)
+        return Posterior(names, limits, est, X, post.method, ll, extra)
 
 
 def _body_points(model, shapes: dict[str, Shape], W0: dict[str, np.ndarray]) -> tuple[list[int], np.ndarray]:
@@ -332,6 +354,8 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
     names, lo, hi = _parameters(cfg, model, body_shapes, anchored, floor is not None and root.type == "free")
     unit = model.inertia / model.mass[:, :, None, None]
     sub = substeps_for(cfg, fps)
+    if model.ground and cfg.substeps == 0:   # stiff penalty contacts need the finer step
+        sub = max(sub, math.ceil(CONTACT_HZ / fps - 1e-9))
     sim = _twin_simulator()(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
                             1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
 
@@ -388,3 +412,74 @@ def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: b
         lo += [0.0, CONTACT_DAMPING[0], CONTACT_STIFFNESS[0]]
         hi += [FRICTION_MAX, CONTACT_DAMPING[1], CONTACT_STIFFNESS[1]]
     return names, lo, hi
+
+
+FLIGHT_MIN = 3            # frames of free flight before the first contact that pay for a flight pre-fit (position,
+                          # velocity and the known acceleration of gravity fix a start state)
+FLIGHT_EVALS = 25         # least-squares evaluations (value + Jacobian) of the flight fit, at least
+CONTACT_NAMES = ("floor.friction", "contact.damping", "contact.stiffness")
+
+
+def _problem(sim, names, q: np.ndarray, guess: np.ndarray, sigma: np.ndarray, estimate_start: bool = True):
+    from vid2sim.models.inference import Problem
+
+    idx = [sim.names.index(n) for n in names]
+    nq = q.shape[1]
+    return Problem(list(names), torch.as_tensor(sim.lower[idx]), torch.as_tensor(sim.upper[idx]), sim.simulate,
+                   [torch.as_tensor(q, dtype=torch.float64)], [torch.as_tensor(guess, dtype=torch.float64)],
+                   observe=lambda s: s[..., :nq], sigma=torch.as_tensor(sigma, dtype=torch.float64),
+                   estimate_start=estimate_start)
+
+
+def _with_names(sim, names: list[str], model=None, fixed: dict | None = None):
+    """A copy of the RootSimulator ``sim`` over the parameters ``names`` (limits kept)."""
+    from dataclasses import replace
+
+    idx = [sim.names.index(n) for n in names]
+    out = replace(sim, names=list(names), lower=sim.lower[idx], upper=sim.upper[idx], model=model or sim.model)
+    out.fixed = dict(fixed or {})
+    return out
+
+
+def flight_prefit(cfg, rp: RootProblem) -> None:
+    """Fit the start state, masses and joint parameters by least squares on the free flight
+    (the frames before the floor is first touched, or the whole clip without a floor: no
+    contact, a smooth problem), then set ``rp.problem`` to the main fit from that start
+    state (not re-estimated there): with a floor over the contact parameters only, the
+    flight's values held; without one over the same parameters again. With fewer than
+    ``FLIGHT_MIN`` flight frames ``rp.problem`` fits everything, start state included."""
+    from vid2sim.models.inference import least_squares
+
+    names = [n for n in rp.sim.names if n not in CONTACT_NAMES]
+    contact = [n for n in rp.sim.names if n in CONTACT_NAMES]
+    if not rp.sim.names:
+        raise ValueError("identify: nothing to identify: no joints below the floating root and no floor contact "
+                         "in the tracks (set identify.floor=on if the floor is touched)")
+    k = rp.floor.first if rp.floor is not None else len(rp.q)
+    if k < FLIGHT_MIN:
+        rp.problem = _problem(rp.sim, rp.sim.names, rp.q, rp.guess, rp.sigma)
+        return
+    flight = _with_names(rp.sim, names, model=rp.sim.model.replace(ground=False))
+    prob = _problem(flight, names, rp.q[:k], rp.guess[:k], rp.sigma)
+    rows = 2 * (len(names) + rp.guess.shape[1]) + 1              # rollouts per Jacobian (central differences)
+    res = least_squares(prob, batch=cfg.particles, batches=-(-rows // cfg.particles) * max(FLIGHT_EVALS, cfg.iterations // 4))
+    b = res.best
+    values = {n: float(v) for n, v in zip(names, res.theta[b])}
+    rp.guess = rp.guess.copy()
+    rp.guess[0] = res.start[b, 0].numpy()
+    log.info("identify: free flight (frames 0-%d) fitted first: log-likelihood %.1f%s", k - 1,
+             float(res.log_likelihood[b]), "".join(f", {n} {v:.4g}" for n, v in values.items()))
+    rp.extra["flight_fit"] = {"frames": k, "log_likelihood": float(res.log_likelihood[b]), "estimate": values}
+    if not contact:
+        rp.problem = _problem(rp.sim, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
+        rp.candidate = (values, float(res.log_likelihood[b]))   # the same problem, when k is the whole clip
+        return
+    masses = rp.sim.model.mass.clone()
+    for i, body in enumerate(rp.sim.model.body_names):
+        if f"{body}.mass" in values:
+            masses[0, i] = values[f"{body}.mass"]
+    rp.sim = _with_names(rp.sim, contact, model=rp.sim.model.replace(mass=masses),
+                         fixed={n: v for n, v in values.items() if not n.endswith(".mass")})
+    rp.problem = _problem(rp.sim, contact, rp.q, rp.guess, rp.sigma, estimate_start=False)
+    rp.held.update(values)
+    rp.extra["flight_fit"]["note"] = "fitted on the free flight before the first floor contact, then held"
