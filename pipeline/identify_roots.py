@@ -10,12 +10,15 @@ A planar root's q is (x, y, theta) in its plane. Joints below follow as in
 components included, made sign-continuous over the clip) with the tracked one, each
 with its own noise std from the tracks (``identify.track_noise``).
 
-The floor (``floor_plane``). A plane z = h where the tracks' lowest body point comes to
-(or stays on) a common height: h is the lowest point any body reaches over the clip, and
-the floor counts as seen when that lowest height is held, within ``floor_tolerance``,
-in at least ``FLOOR_FRAMES`` frames, or when it is reached at an interior frame where the
-lowest point's height has a minimum with upward acceleration (a bounce: a body in free
-flight has no interior minimum of its centre's height). ``floor="on"`` forces the plane
+The floor (``floor_plane``). A plane z = h where the tracks' lowest body point (per frame,
+the lowest of all bodies' contact points) comes to a common height: when some height is
+held within ``floor_tolerance`` in at least ``FLOOR_FRAMES`` frames (resting, sliding,
+repeated touches) with at most max(2 ``FLOOR_FRAMES``, 10 %) of the frames below it, h
+is the height held in the most frames (the lowest of ties; those few frames, tracked below
+the floor, do not move it); otherwise h is the lowest point reached,
+and the floor counts as seen only when that is an interior minimum with upward
+acceleration (a bounce: a body in free flight has no interior minimum of its centre's
+height). ``floor="on"`` forces the plane
 (at h, or ``floor_height`` when set), ``"off"`` disables it.
 
 Identified quantities. Gravity does not depend on mass, and the penalty contact force
@@ -121,8 +124,13 @@ class FloorEstimate:
 
 def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
     """The floor rule of the module docstring from the per-frame lowest point ``low`` (T,)."""
-    h = float(low.min())
-    near = low <= h + tolerance
+    counts = (np.abs(low[:, None] - low[None, :]) <= tolerance).sum(1)     # frames within tolerance of each
+    below = (low[None, :] < low[:, None] - tolerance).sum(1)                # frames below each
+    counts = np.where(below <= max(2 * FLOOR_FRAMES, len(low) // 10), counts, 0)
+    level = counts.max() >= FLOOR_FRAMES
+    # the most populated level (ties: the lowest), robust to a few frames tracked below the floor
+    h = float(low[counts == counts.max()].min()) if level else float(low.min())
+    near = np.abs(low - h) <= tolerance
     k = int(np.argmin(low))
     acc = np.diff(low, 2) * fps * fps
     bounce = 0 < k < len(low) - 1 and acc[k - 1] > 0.5 * 9.81
@@ -131,7 +139,7 @@ def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
     first = int(np.argmax(low <= h + tolerance + np.maximum(-vz, 0.0) / fps))
     before = vz[max(first - 3, 0):first + 1]
     speed = float(max(-before.min(), 0.0)) if first > 0 else 0.0
-    if near.sum() >= FLOOR_FRAMES:
+    if level:
         return FloorEstimate(h, True, int(near.sum()), speed, f"lowest point within {tolerance * 1e3:.0f} mm of "
                              f"z={h:.4f} m in {int(near.sum())} frames", first)
     if bounce:
