@@ -14,8 +14,8 @@ The floor (``floor_plane``). A plane z = h where the tracks' lowest body point (
 the lowest of all bodies' contact points) comes to a common height: when some height is
 held within ``floor_tolerance`` in at least ``FLOOR_FRAMES`` frames (resting, sliding,
 repeated touches) with at most max(2 ``FLOOR_FRAMES``, 10 %) of the frames below it, h
-is the height held in the most frames (the lowest of ties; those few frames, tracked below
-the floor, do not move it); otherwise h is the lowest point reached,
+is the median height of the frames within tolerance of the level held in the most frames
+(the lowest of ties; those few frames, tracked below the floor, do not move it); otherwise h is the lowest point reached,
 and the floor counts as seen only when that is an interior minimum with upward
 acceleration (a bounce: a body in free flight has no interior minimum of its centre's
 height). ``floor="on"`` forces the plane
@@ -56,7 +56,7 @@ from vid2sim.datasets.shapes import Shape
 log = logging.getLogger(__name__)
 ROOT_TYPES = ("free", "planar")
 FLOOR_FRAMES = 3          # frames at the lowest height that make a resting/sliding contact
-CONTACT_STIFFNESS = (2e4, 2e5)   # N/m per contact point: penalty stiffness limits for a rigid floor
+CONTACT_STIFFNESS = (5e3, 2e5)   # N/m per contact point: penalty stiffness limits for a rigid floor
 CONTACT_DAMPING = (0.0, 5.0)     # s/m, Hunt-Crossley damping limits (restitution ~1 -> ~0 at 2-4 m/s)
 FRICTION_MAX = 1.5               # Coulomb mu upper limit
 CONTACT_HZ = 960.0               # simulator rate with floor contact (substeps=0): the stiffest contact of a
@@ -130,6 +130,7 @@ def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
     level = counts.max() >= FLOOR_FRAMES
     # the most populated level (ties: the lowest), robust to a few frames tracked below the floor
     h = float(low[counts == counts.max()].min()) if level else float(low.min())
+    h = float(np.median(low[np.abs(low - h) <= tolerance])) if level else h
     near = np.abs(low - h) <= tolerance
     k = int(np.argmin(low))
     acc = np.diff(low, 2) * fps * fps
