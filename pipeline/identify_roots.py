@@ -35,11 +35,12 @@ dropped on the penalty floor at the clip's observed impact speed (``restitution`
 The penalty stiffness is a simulation device for a rigid floor; ``floor.stiffness`` /
 ``floor.damping`` (which make forecast's PyBullet floor compliant) are not written.
 
-Planar roots rest on the floor through their joint (it absorbs the weight), so the
-penalty normal force would be 0; the floor friction acts instead as a generalized force
-on the planar dofs: a Coulomb force mu m g against the in-plane velocity of the body's
-centre and a torque mu m g r against the spin (r: the mean distance of the body's
-footprint points from its centre), each smoothed like the joint friction.
+Planar roots rest on the floor through their joint (it absorbs the weight, and would leave
+the penalty normal force at 0): their lowest contact points are set at the depth where
+their springs carry the tree's weight (``_footprint``), so ``floor.friction`` (mu) acts at
+each point against its own slip, as PyBullet's box corners do. Restitution and contact
+stiffness are not observable there and not fitted. Without a bouncing contact (planar
+root, or no floor) the least-squares pre-fit runs on the whole clip (``flight_prefit``).
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ FLOOR_FRAMES = 3          # frames at the lowest height that make a resting/slid
 CONTACT_STIFFNESS = (5e3, 2e5)   # N/m per contact point: penalty stiffness limits for a rigid floor
 CONTACT_DAMPING = (0.0, 5.0)     # s/m, Hunt-Crossley damping limits (restitution ~1 -> ~0 at 2-4 m/s)
 FRICTION_MAX = 1.5               # Coulomb mu upper limit
+PLANAR_STIFFNESS = 1e4           # N/m per contact point of a planar root (its depth is fixed: only mu x weight matters)
 CONTACT_HZ = 960.0               # simulator rate with floor contact (substeps=0): the stiffest contact of a
                                  # 0.25-kg capsule end at 480 Hz diverged (semi-implicit Euler, omega dt > 2)
 
@@ -75,7 +77,7 @@ def root_joint(art):
 # ----------------------------------------------------------------------------- geometry
 
 
-def _directions(n_ring: int = 0) -> np.ndarray:
+def _directions() -> np.ndarray:
     """26 unit directions: the 3x3x3 grid without its centre, normalised."""
     g = np.array([[x, y, z] for x in (-1, 0, 1) for y in (-1, 0, 1) for z in (-1, 0, 1) if (x, y, z) != (0, 0, 0)], float)
     return g / np.linalg.norm(g, axis=1, keepdims=True)
@@ -272,7 +274,7 @@ class RootProblem:
     extra: dict
     problem: object = None  # the inference Problem (identify.floating_setup)
     held: dict = field(default_factory=dict)  # parameters fitted before the main fit and held in it (flight_prefit)
-    candidate: tuple | None = None  # (values, log-likelihood) of the flight least squares on the main problem
+    candidate: tuple | None = None  # (values, log-likelihood, start state) of the least squares on the main problem
 
     def finish(self, post):
         """``post`` with the anchored masses added to its estimate (they are not fitted names) and,
@@ -284,7 +286,7 @@ class RootProblem:
         extra = dict(post.extra)
         ll = post.log_likelihood
         if self.candidate is not None and self.candidate[1] > ll:   # least squares beat the search: keep it
-            values, ll = self.candidate
+            values, ll, extra["start_state"] = self.candidate
             est.update(values)
             X = np.vstack([[values[n] for n in names], X])
             extra["particle_log_likelihood"] = [ll] + list(extra.get("particle_log_likelihood", []))
@@ -356,11 +358,16 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
     anchored[f"{root.child}.mass"] = float(root_kg) if root_kg else float(body_shapes[root.child].volume() * cfg.density_anchor)
     masses = {b: anchored.get(f"{b}.mass", body_shapes[b].volume() * cfg.density_anchor) for b in art.bodies}
     model = model_from_articulation(art, T0, masses=masses, shapes=body_shapes, batch=1)
-    if floor is not None and root.type == "free":
+    if floor is not None:
         idx, pts = _body_points(model, body_shapes, T0)
+        if root.type == "planar":
+            idx, pts = _footprint(model, idx, pts, T0, floor.height, cfg.floor_tolerance)
         model = model.replace(ground=True, ground_height=floor.height, contact_body=tuple(idx),
                               contact_points=torch.as_tensor(pts, dtype=model.dtype))
-    names, lo, hi = _parameters(cfg, model, body_shapes, anchored, floor is not None and root.type == "free")
+        if root.type == "planar":
+            model = model.replace(contact_stiffness=torch.full((1,), PLANAR_STIFFNESS, dtype=model.dtype),
+                                  contact_damping=torch.zeros(1, dtype=model.dtype))
+    names, lo, hi = _parameters(cfg, model, body_shapes, anchored, floor is not None, root.type == "free")
     unit = model.inertia / model.mass[:, :, None, None]
     sub = substeps_for(cfg, fps)
     if model.ground and cfg.substeps == 0:   # stiff penalty contacts need the finer step
@@ -392,7 +399,24 @@ def _q_names(model) -> list[str]:
     return out
 
 
-def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: bool):
+def _footprint(model, idx: list[int], pts: np.ndarray, T0: dict, height: float, tolerance: float):
+    """A planar tree's floor contacts: the points (model body frames, world-aligned at frame
+    0) within ``tolerance`` of the lowest one, moved to the common depth below the floor
+    z = ``height`` at which their penalty springs (``PLANAR_STIFFNESS``) carry the tree's
+    weight at its build masses (the planar joint keeps that depth), so that the floor
+    friction mu x the normal force acts at each point along its own slip.
+    -> (body index per point, (P, 3))."""
+    idx = np.asarray(idx)
+    origin_z = np.array([T0[model.body_names[i]][2, 3] - float(model.com[0, i, 2]) for i in idx])
+    z = origin_z + pts[:, 2]
+    on = z <= z.min() + tolerance
+    depth = float(model.mass.sum()) * float(-model.gravity[0, 2]) / (on.sum() * PLANAR_STIFFNESS)
+    out = pts[on].copy()
+    out[:, 2] = height - depth - origin_z[on]
+    return idx[on].tolist(), out
+
+
+def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: bool, bounce: bool = True):
     """Names and limits: masses of the non-anchored bodies (density limits x volume), damping of
     the 1-dof joints (and friction with ``estimate_friction``), the floor's contact parameters."""
     names, lo, hi = [], [], []
@@ -416,10 +440,10 @@ def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: b
             names.append(f"{d}.friction")
             lo.append(0.0)
             hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
-    if contact:
-        names += ["floor.friction", "contact.damping", "contact.stiffness"]
-        lo += [0.0, CONTACT_DAMPING[0], CONTACT_STIFFNESS[0]]
-        hi += [FRICTION_MAX, CONTACT_DAMPING[1], CONTACT_STIFFNESS[1]]
+    if contact:   # bounce: a free root's normal contact (restitution, stiffness) is observable
+        names += ["floor.friction", "contact.damping", "contact.stiffness"][:3 if bounce else 1]
+        lo += [0.0, CONTACT_DAMPING[0], CONTACT_STIFFNESS[0]][:3 if bounce else 1]
+        hi += [FRICTION_MAX, CONTACT_DAMPING[1], CONTACT_STIFFNESS[1]][:3 if bounce else 1]
     return names, lo, hi
 
 
@@ -451,24 +475,29 @@ def _with_names(sim, names: list[str], model=None, fixed: dict | None = None):
 
 
 def flight_prefit(cfg, rp: RootProblem) -> None:
-    """Fit the start state, masses and joint parameters by least squares on the free flight
-    (the frames before the floor is first touched, or the whole clip without a floor: no
-    contact, a smooth problem), then set ``rp.problem`` to the main fit from that start
-    state (not re-estimated there): with a floor over the contact parameters only, the
-    flight's values held; without one over the same parameters again. With fewer than
-    ``FLIGHT_MIN`` flight frames ``rp.problem`` fits everything, start state included."""
+    """Fit the start state and the smooth part of the model by least squares first, then set
+    ``rp.problem`` to the main fit from that start state (not re-estimated there).
+
+    With penalty contact (a free root over a floor): the least squares run on the free flight
+    before the floor is first touched, over the masses and joint parameters, which the main
+    fit then holds while it searches the contact parameters. Without penalty contact (no
+    floor, or a planar root, whose floor friction is a smooth joint force) they run on the
+    whole clip over every parameter, and the main fit searches the same parameters again
+    (``finish`` keeps the better of the two). With fewer than ``FLIGHT_MIN`` flight frames
+    ``rp.problem`` fits everything, start state included."""
     from vid2sim.models.inference import least_squares
 
-    names = [n for n in rp.sim.names if n not in CONTACT_NAMES]
-    contact = [n for n in rp.sim.names if n in CONTACT_NAMES]
     if not rp.sim.names:
         raise ValueError("identify: nothing to identify: no joints below the floating root and no floor contact "
                          "in the tracks (set identify.floor=on if the floor is touched)")
-    k = rp.floor.first if rp.floor is not None else len(rp.q)
+    smooth = not rp.sim.model.ground or rp.extra["root"]["type"] == "planar"   # no bouncing contact
+    names = list(rp.sim.names) if smooth else [n for n in rp.sim.names if n not in CONTACT_NAMES]
+    contact = [] if smooth else [n for n in rp.sim.names if n in CONTACT_NAMES]
+    k = len(rp.q) if smooth else rp.floor.first
     if k < FLIGHT_MIN:
         rp.problem = _problem(rp.sim, rp.sim.names, rp.q, rp.guess, rp.sigma)
         return
-    flight = _with_names(rp.sim, names, model=rp.sim.model.replace(ground=False))
+    flight = _with_names(rp.sim, names, model=rp.sim.model if smooth else rp.sim.model.replace(ground=False))
     prob = _problem(flight, names, rp.q[:k], rp.guess[:k], rp.sigma)
     rows = 2 * (len(names) + rp.guess.shape[1]) + 1              # rollouts per Jacobian (central differences)
     res = least_squares(prob, batch=cfg.particles, batches=-(-rows // cfg.particles) * max(FLIGHT_EVALS, cfg.iterations // 4))
@@ -476,12 +505,13 @@ def flight_prefit(cfg, rp: RootProblem) -> None:
     values = {n: float(v) for n, v in zip(names, res.theta[b])}
     rp.guess = rp.guess.copy()
     rp.guess[0] = res.start[b, 0].numpy()
-    log.info("identify: free flight (frames 0-%d) fitted first: log-likelihood %.1f%s", k - 1,
-             float(res.log_likelihood[b]), "".join(f", {n} {v:.4g}" for n, v in values.items()))
+    log.info("identify: %s (frames 0-%d) fitted first by least squares: log-likelihood %.1f%s",
+             "the whole clip" if smooth else "free flight", k - 1, float(res.log_likelihood[b]),
+             "".join(f", {n} {v:.4g}" for n, v in values.items()))
     rp.extra["flight_fit"] = {"frames": k, "log_likelihood": float(res.log_likelihood[b]), "estimate": values}
-    if not contact:
-        rp.problem = _problem(rp.sim, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
-        rp.candidate = (values, float(res.log_likelihood[b]))   # the same problem, when k is the whole clip
+    if smooth:   # (CMA-ES needs two dimensions: with one parameter the start state is searched again)
+        rp.problem = _problem(rp.sim, names, rp.q, rp.guess, rp.sigma, estimate_start=len(names) < 2)
+        rp.candidate = (values, float(res.log_likelihood[b]), rp.guess[0].tolist())   # k is the whole clip
         return
     masses = rp.sim.model.mass.clone()
     for i, body in enumerate(rp.sim.model.body_names):

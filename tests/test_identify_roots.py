@@ -125,3 +125,57 @@ def test_box_thrown_onto_floor_friction_and_rest_position():
     assert err[-1] < 90.0, err.round(1)
     # without the floor's friction the box would still be moving: constant velocity from frame 11
     assert np.linalg.norm(q[11, :3] + 18 * (q[11, :3] - q[10, :3]) - q[-1, :3]) * 1e3 > 300
+
+
+def box_sliding(frames: int, mu: float = 0.3):
+    """PyBullet: the box of ``box_on_floor`` lying on a compliant floor (10 kN/m, 40 N s/m, as
+    ``pushed``'s: on a rigid one a flat box's corner forces are statically indeterminate),
+    launched at (1.2, 0.3) m/s spinning at 4 rad/s, sliding to rest; as a planar root (axis z)."""
+    import pybullet as pb
+
+    cid = pb.connect(pb.DIRECT)
+    try:
+        pb.setGravity(0, 0, -9.81, physicsClientId=cid)
+        pb.setTimeStep(1 / (FPS * 32), physicsClientId=cid)
+        pb.setPhysicsEngineParameter(numSolverIterations=100, physicsClientId=cid)
+        col = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[5, 5, 0.5], physicsClientId=cid)
+        floor = pb.createMultiBody(0, col, basePosition=[0, 0, -0.5], physicsClientId=cid)
+        pb.changeDynamics(floor, -1, lateralFriction=1.0, contactStiffness=1e4, contactDamping=40.0,
+                          physicsClientId=cid)
+        col = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[0.1, 0.06, 0.03], physicsClientId=cid)
+        body = pb.createMultiBody(1.0, col, basePosition=[0, 0, 0.03], physicsClientId=cid)
+        pb.changeDynamics(body, -1, lateralFriction=mu, linearDamping=0, angularDamping=0, physicsClientId=cid)
+        pb.resetBaseVelocity(body, [1.2, 0.3, 0.0], [0, 0, 4.0], physicsClientId=cid)
+        W = np.tile(np.eye(4), (frames, 1, 1, 1))
+        for k in range(frames):
+            pos, orn = pb.getBasePositionAndOrientation(body, physicsClientId=cid)
+            W[k, 0, :3, :3], W[k, 0, :3, 3] = Rotation.from_quat(orn).as_matrix(), pos
+            for _ in range(32):
+                pb.stepSimulation(physicsClientId=cid)
+    finally:
+        pb.disconnect(cid)
+    poses = PoseTracks(W, ["box"], ["box"], np.zeros(frames), FPS)
+    art = Articulation(["box"], [Joint("world_to_box", "planar", "world", "box", (0.0, 0.0, 1.0),
+                                       tuple(W[0, 0, :3, 3]))])
+    root = np.concatenate([W[:, 0, :3, 3], Rotation.from_matrix(W[:, 0, :3, :3]).as_quat()], 1)
+    return art, poses, JointPositions(np.zeros((frames, 0)), [], root), {"box": Shape("box", "box", size=(0.2, 0.12, 0.06))}
+
+
+def test_planar_box_slides_to_rest():
+    """Planar root on the floor, fitted on frames 0-7 of a slide that ends near frame 15
+    (0.27 m): the resting place (frame 19) within 80 mm, friction within 0.12 of PyBullet's.
+    Measured: mu 0.21 for 0.3, rest 66 mm off, yaw 0.75 vs 0.69 rad. The bias is the
+    model's: at the true mu its spin stops sooner than PyBullet's (0.53 vs 0.69 rad) while
+    its translation matches within 2 mm, so the fit trades friction for spin."""
+    art, poses, jp, shapes = box_sliding(20)
+    cfg = identify.IdentifyConfig(frames=8, particles=8, iterations=10, plots=False, compile=False, sigma=0.002)
+    post = identify.run(cfg, art, jp, poses, shapes, Path("/tmp"))
+    assert post.names == ["floor.friction"] and post.extra["root"]["type"] == "planar"
+    assert post.estimate["floor.friction"] == pytest.approx(0.3, abs=0.12)
+    x, q = _rollout(post, art, jp, poses, shapes, 20)
+    assert q.shape[1] == 3                              # x, y, theta
+    err = np.linalg.norm(x[:, :2] - q[:, :2], axis=1) * 1e3
+    assert err[:8].max() < 8.0 and err[-1] < 80.0, err.round(1)
+    assert abs(x[-1, 2] - q[-1, 2]) < 0.25               # final yaw, rad
+    # without the floor's friction it would slide on: constant velocity from frame 7
+    assert np.linalg.norm(q[7, :2] + 12 * (q[7, :2] - q[6, :2]) - q[-1, :2]) * 1e3 > 200
