@@ -233,7 +233,7 @@ def _twin_simulator():
         ``contact.damping``, ``contact.stiffness``) and unit quaternions in start states (an
         optimiser perturbs their components independently)."""
 
-        fixed: dict = {}   # joint parameters ("<dof>.damping"/".friction") held at these values
+        fixed: dict | None = None   # joint parameters ("<dof>.damping"/".friction") held at these values
 
         def model_for(self, theta: torch.Tensor):
             m = super().model_for(theta)

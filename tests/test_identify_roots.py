@@ -1,7 +1,6 @@
 """identify with floating roots: the floor rule, the penalty floor's restitution, and fits on
-true tracks (synthetic ``thrown`` in free flight; a box thrown onto a floor in PyBullet)
-checked on frames the fit did not see."""
-import math
+true tracks (synthetic ``thrown`` in free flight; in PyBullet a box thrown onto a floor, and a
+box sliding on it as a planar root) checked on frames the fit did not see."""
 import sys
 from pathlib import Path
 
@@ -53,7 +52,6 @@ def test_thrown_flight_predicts_held_out_frames():
     """True tracks of ``thrown`` before it lands: fitted on frames 0-14, the simulation
     predicts frames 15-19; the mass ratio and damping/mass of the truth are recovered."""
     from bench_forecast import truth_inputs
-
     from vid2sim.datasets.synthetic import simulate
 
     st = simulate("thrown", seed=0, frames=20, fps=FPS)
@@ -178,4 +176,4 @@ def test_planar_box_slides_to_rest():
     assert err[:8].max() < 8.0 and err[-1] < 80.0, err.round(1)
     assert abs(x[-1, 2] - q[-1, 2]) < 0.25               # final yaw, rad
     # without the floor's friction it would slide on: constant velocity from frame 7
-    assert np.linalg.norm(q[7, :2] + 12 * (q[7, :2] - q[6, :2]) - q[-1, :2]) * 1e3 > 200
+    assert np.linalg.norm(q[7, :2] + 12 * (q[7, :2] - q[6, :2]) - q[-1, :2]) * 1e3 > 150
