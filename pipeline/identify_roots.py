@@ -56,7 +56,8 @@ from vid2sim.datasets.shapes import Shape
 
 log = logging.getLogger(__name__)
 ROOT_TYPES = ("free", "planar")
-FLOOR_FRAMES = 3          # frames at the lowest height that make a resting/sliding contact
+FLOOR_FRAMES = 5          # frames at a common low height that make a resting/sliding contact (1/6 s at 30 fps;
+                          # 3 also took three touches of a tumbling body, 18 mm above the floor, for one)
 CONTACT_STIFFNESS = (5e3, 2e5)   # N/m per contact point: penalty stiffness limits for a rigid floor
 CONTACT_DAMPING = (0.0, 5.0)     # s/m, Hunt-Crossley damping limits (restitution ~1 -> ~0 at 2-4 m/s)
 FRICTION_MAX = 1.5               # Coulomb mu upper limit
