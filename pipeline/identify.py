@@ -101,8 +101,9 @@ class IdentifyConfig:
                                    # `masses` names it (export's default density)
     floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
                                    # identify_roots.floor_plane) | on | off
-    floor_tolerance: float = 0.005  # m: lowest points within this of the lowest height count as on the floor
-    floor_height: float | None = None  # m, world z of the floor; None: the lowest point the tracks reach
+    floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
+    floor_height: float | None = None  # m, world z of the floor (known world frame) where one is seen or floor=on;
+                                   # None: from the tracks (identify_roots.floor_plane)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
                                    # observable), which control needs; their limits shrink to +-0.1 %
