@@ -16,9 +16,9 @@ held within ``floor_tolerance`` in at least ``FLOOR_FRAMES`` frames (resting, sl
 with at most max(2 ``FLOOR_FRAMES``, 10 %) of the frames below it, h is the median height
 of the frames within tolerance of the level held in the most frames (the lowest of ties;
 a few frames tracked below the floor do not move it); otherwise h is the lowest point
-reached, and the floor counts as seen only when that is an interior minimum with upward
-acceleration (a bounce: a body in free flight has no interior minimum of its centre's
-height). ``floor="on"`` forces the plane, ``"off"`` disables it; ``floor_height`` (a known
+reached, and the floor counts as seen only when the lowest point bounces there: an interior
+local minimum with upward acceleration within the tolerance plus the frame's descent of h
+(a body in free flight has no interior minimum of its centre's height). ``floor="on"`` forces the plane, ``"off"`` disables it; ``floor_height`` (a known
 world frame) replaces h. The first contact is the first frame whose lowest point is within
 the tolerance plus one frame's descent of h.
 
@@ -143,9 +143,14 @@ def floor_plane(low: np.ndarray, fps: float, tolerance: float) -> FloorEstimate:
     h = float(low[counts == counts.max()].min()) if level else float(low.min())
     h = float(np.median(low[np.abs(low - h) <= tolerance])) if level else h
     near = np.abs(low - h) <= tolerance
-    k = int(np.argmin(low))
+    # bounces: interior local minima with upward acceleration that reach the lowest height, within
+    # the tolerance plus the descent into them (a minimum between frames is not sampled)
     acc = np.diff(low, 2) * fps * fps
-    bounce = 0 < k < len(low) - 1 and acc[k - 1] > 0.5 * 9.81
+    mid = low[1:-1]
+    hits = (mid <= low[:-2]) & (mid <= low[2:]) & (acc > 0.5 * 9.81) & \
+        (mid <= h + tolerance + np.maximum(low[:-2] - mid, 0.0))
+    bounce = bool(hits.any())
+    k = int(np.argmax(hits)) + 1
     vz = np.gradient(low, 1.0 / fps)
     # within the tolerance plus one frame's descent: contact may begin before the next frame
     first = int(np.argmax(low <= h + tolerance + np.maximum(-vz, 0.0) / fps))
