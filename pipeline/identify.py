@@ -17,8 +17,11 @@ likelihood: the simulated parts are rendered at pixels around the mechanism and
 compared with the observed depth (``identify_video.py``). The tracked joint positions
 still give the initial guess of the shooting states.
 
-Deliberately not done here: floating-base mechanisms (free/planar root joints; their
-contact parameters need the root pose in the state) and kinematic fine-tuning.
+A free or planar root joint (floating base: the root's pose and velocity in the state,
+gravity, and a floor plane with penalty contact where the tracks show one) goes through
+``identify_roots.py`` (``floating_setup``); its docstring says what is identified there.
+
+Deliberately not done here: kinematic fine-tuning.
 
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
@@ -98,6 +101,13 @@ class IdentifyConfig:
                                    # 960 Hz); RK4 at 4 gave 895
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
+    density_anchor: float = 500.0  # kg/m^3: a floating root's mass (not observable) = volume x this, unless
+                                   # `masses` names it (export's default density)
+    floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
+                                   # identify_roots.floor_plane) | on | off
+    floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
+    floor_height: float | None = None  # m, world z of the floor (known world frame) where one is seen or floor=on;
+                                   # None: from the tracks (identify_roots.floor_plane)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
                                    # observable), which control needs; their limits shrink to +-0.1 %
@@ -125,7 +135,8 @@ class IdentifyConfig:
         """Choices and ranges, checked when the settings are read (a typo in ``--set`` stops the
         run before segment and track spend minutes, not at identify)."""
         choices = {"method": tuple(METHODS), "observation": ("joints", "video"),
-                   "precondition": ("gauss-newton", "none"), "render_dtype": ("float32", "float64")}
+                   "precondition": ("gauss-newton", "none"), "render_dtype": ("float32", "float64"),
+                   "floor": ("auto", "on", "off")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"identify.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
@@ -294,6 +305,22 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem,
                    [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)
 
 
+def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
+                   shapes: dict[str, Shape], fps: float):
+    """``identify_roots.RootProblem`` for an articulation with a free/planar root (video
+    observation and augmentation are not supported there), else None."""
+    from vid2sim.pipeline import identify_roots
+
+    if identify_roots.root_joint(art) is None:
+        return None
+    for flag, what in ((cfg.observation == "video", "observation=video"), (cfg.augment, "augment=true")):
+        if flag:
+            raise NotImplementedError(f"identify: {what} is not supported for a floating/planar root yet")
+    rp = identify_roots.build_root_problem(cfg, art, jp, poses, shapes, fps)
+    identify_roots.flight_prefit(cfg, rp)
+    return rp
+
+
 def method_options(cfg: IdentifyConfig, method: str) -> dict:
     """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget."""
     opts = {"windows": cfg.windows, "polish": cfg.polish, "precondition": cfg.precondition} if method == "csvgd" else {}
@@ -311,29 +338,36 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if cfg.observation == "video" and rec is None:
         raise ValueError("identify: observation 'video' needs the recording (identify.run(..., rec=...))")
     fps = float(poses.fps)
-    sim = build_simulator(cfg, art, poses, shapes, fps)
-    q = joint_trajectory(jp, sim.dof_names, cfg.frames)
-    prob = make_problem(cfg, sim, q, fps)
+    root = floating_setup(cfg, art, jp, poses, shapes, fps)
+    if root is None:
+        sim = build_simulator(cfg, art, poses, shapes, fps)
+        q = joint_trajectory(jp, sim.dof_names, cfg.frames)
+        prob = make_problem(cfg, sim, q, fps)
+    else:
+        sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed,
                 **method_options(cfg, cfg.method))
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
-             "config": asdict(cfg)}
+             "config": asdict(cfg)} if root is None else dict(root.extra, config=asdict(cfg))
     if cfg.observation == "joints":
-        extra["sigma"] = dict(zip(sim.dof_names, prob.sigma.tolist()))
+        extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
     if cfg.augment:
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
         extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
     post = posterior_from(res, fit, extra=extra)
+    if root is not None:
+        post = root.finish(post)
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:
         plot_posterior(post, out_dir / "posterior_pairs.png")
-        plot_trajectories(res, prob, sim.dof_names, fps, out_dir / "trajectories.png")
+        plot_trajectories(res, prob, sim.dof_names if root is None else root.extra["q_names"], fps,
+                          out_dir / "trajectories.png")
     return post
 
 

@@ -15,10 +15,11 @@ mechanism (that is ``vid2sim.pipeline.identify``), or read files.
     res = infer("csvgd", prob, particles=16, iterations=500, windows=8)
     res.theta, res.log_likelihood, res.estimate
 """
-from vid2sim.models.inference.methods import METHODS, InferenceResult, adam, cmaes, csvgd, infer, mcmc, sobol_unit, svgd
+from vid2sim.models.inference.methods import (METHODS, InferenceResult, adam, cmaes, csvgd, infer, least_squares, mcmc,
+                                              sobol_unit, svgd)
 from vid2sim.models.inference.metrics import knn_kl, mmd, nmae, trajectory_metrics
 from vid2sim.models.inference.problem import Problem, Shooting
 from vid2sim.models.inference.svgd import rbf_kernel, run_svgd, svgd_direction
 
-__all__ = ["METHODS", "InferenceResult", "Problem", "Shooting", "adam", "cmaes", "csvgd", "infer", "knn_kl", "mcmc",
+__all__ = ["METHODS", "InferenceResult", "Problem", "Shooting", "adam", "cmaes", "csvgd", "infer", "knn_kl", "least_squares", "mcmc",
            "mmd", "nmae", "rbf_kernel", "run_svgd", "sobol_unit", "svgd", "svgd_direction", "trajectory_metrics"]

@@ -442,6 +442,20 @@ def _least_squares_polish(problem: Problem, unpack, z0: np.ndarray, P: int, batc
     return best[1], used[0], info
 
 
+def least_squares(problem: Problem, batch: int = 16, batches: int = 100, u0: np.ndarray | None = None) -> InferenceResult:
+    """Levenberg-Marquardt alone (``_least_squares_polish``) from unit parameters ``u0`` (default:
+    the middle of the limits) and the problem's state guess: for smooth problems with a good
+    start-state guess (e.g. free flight). ``batches`` batches of ``batch`` rollouts at most.
+    Returns one particle (the end point)."""
+    t0 = time.perf_counter()
+    _, unpack, z_start = _single_shooting_objective(problem)
+    P = problem.num_params
+    u0 = np.full(P, 0.5) if u0 is None else np.asarray(u0, float)
+    z, used, info = _least_squares_polish(problem, unpack, np.concatenate([u0, z_start]), P, batch, batches)
+    theta, start = unpack(torch.as_tensor(z[None], dtype=problem.dtype))
+    return _finish("least_squares", problem, theta, start, used * batch, t0, {"polish": dict(info, batches=used)})
+
+
 def mcmc(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0) -> InferenceResult:
     """emcee's parallel stretch move, one walker per particle; the particle set is the last
     walker positions with the most likely sample of the chain in place of the worst walker."""
