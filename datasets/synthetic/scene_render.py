@@ -205,7 +205,7 @@ class TinyRenderer:
             self._add(Shape("floor", "box", size=(big, big, 0.02)), T, FLOOR_RGB, 0)
         if scene.wall is not None:
             n, c = scene.wall
-            x = np.cross([0.0, 0, 1], n)
+            x = np.cross(n, [0.0, 0, 1])  # right-handed (x, n, z)
             T = np.eye(4)
             T[:3, :3] = np.stack([x / np.linalg.norm(x), n, [0, 0, 1]], 1)
             eye = scene.camera.world_from_camera[:3, 3]

@@ -1,0 +1,173 @@
+"""Scene-randomised synthetic recordings (datasets/synthetic/scene.py, scene_render.py)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from vid2sim.datasets.recording import Camera
+from vid2sim.datasets.synthetic import make_recording, mechanism, simulate
+from vid2sim.datasets.synthetic.scene import (BACKGROUNDS, COVERAGE, DISTRACTOR_ID, MAX_DISTANCE_M, MIN_DEPTH_M,
+                                              SIZES, SWEPT_MARGIN_M, VFOV_DEG, estimate_coverage, random_scene,
+                                              swept_points)
+from vid2sim.datasets.synthetic.scene_render import SceneRaycaster, TinyRenderer
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return {m: simulate(m, seed=1, frames=12) for m in ("cartpole", "cabinet", "pushed")}
+
+
+def _scene_key(sc) -> str:
+    d = {f.name: getattr(sc, f.name) for f in dataclasses.fields(sc) if f.name not in ("camera", "distractors")}
+    d["T"] = sc.camera.world_from_camera
+    d["K"] = sc.camera.K
+    d["distractors"] = [(x.shape.to_json(), x.T0, x.velocity, x.colour) for x in sc.distractors]
+    return repr(d)
+
+
+def test_scene_deterministic_per_seed(clips):
+    st = clips["cartpole"]
+    mech = mechanism("cartpole")
+    a, b = random_scene(st, 7, mech), random_scene(st, 7, mech)
+    assert _scene_key(a) == _scene_key(b)
+    assert _scene_key(a) != _scene_key(random_scene(st, 8, mech))
+
+
+def test_scene_factors_in_range(clips):
+    """20 seeds per mechanism: sizes, fields of view, framing, background, distractors, sensor in their ranges."""
+    seen = {"renderer": set(), "background": set(), "sensor": set(), "size": set()}
+    for name, st in clips.items():
+        mech = mechanism(name)
+        pts = swept_points(st)
+        lo, hi = pts.min(0), pts.max(0)
+        for seed in range(20):
+            sc = random_scene(st, seed, mech)
+            cam = sc.camera
+            assert (cam.width, cam.height) in SIZES
+            vfov = np.degrees(2 * np.arctan(cam.height / 2 / cam.fy))
+            assert VFOV_DEG[0] - 1e-6 <= vfov <= VFOV_DEG[1] + 1e-6
+            uv, z = cam.project(pts)  # the whole motion stays in view
+            assert (z > MIN_DEPTH_M).all()
+            assert (uv >= 0).all() and (uv[:, 0] < cam.width).all() and (uv[:, 1] < cam.height).all()
+            assert COVERAGE[0] <= sc.coverage_target <= COVERAGE[1]
+            cov = estimate_coverage(cam, st, np.array([0, 6, 11]))
+            assert 0.003 < cov < 0.45, (name, seed, cov)
+            assert sc.distance_m <= MAX_DISTANCE_M * 1.2
+            assert sc.background in BACKGROUNDS
+            if mech.floor is not None or mech.ground is not None:
+                assert sc.background != "none" and sc.floor_z is not None
+            assert 0 <= len(sc.distractors) <= 5
+            for d in sc.distractors:  # never inside the mechanism's swept box, not a mechanism shape
+                half = np.abs(d.T0[:3, :3]) @ (np.asarray(d.shape.extents()) / 2)
+                p0, p1 = d.T0[:3, 3], d.T0[:3, 3] + d.velocity * len(st.world_from_body) / st.fps
+                blo, bhi = np.minimum(p0, p1) - half, np.maximum(p0, p1) + half
+                assert not (np.all(blo < hi + SWEPT_MARGIN_M) and np.all(lo - SWEPT_MARGIN_M < bhi))
+                assert d.shape.name not in st.shapes
+                assert np.linalg.norm(d.velocity) <= 0.05 + 1e-9
+            if sc.noise is not None:
+                assert 0.002 <= sc.noise.depth_sigma_k <= 0.008 and 4 <= sc.noise.max_range <= 10
+            for k, v in (("renderer", sc.renderer), ("background", sc.background),
+                         ("sensor", sc.noise is None), ("size", (cam.width, cam.height))):
+                seen[k].add(v)
+    assert seen["renderer"] == {"raycast", "tiny"}
+    assert seen["background"] == set(BACKGROUNDS)
+    assert seen["sensor"] == {True, False}
+    assert len(seen["size"]) >= 4
+
+
+def _small(cam: Camera) -> Camera:
+    s = 240 / cam.height
+    return dataclasses.replace(cam, width=320, height=240, fx=cam.fx * s, fy=cam.fy * s, cx=159.5, cy=119.5)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max((a | b).sum(), 1))
+
+
+def _inside_shape_box(cam: Camera, depth, mask, bid, T, shape, tol) -> float:
+    """Share of the pixels of body ``bid`` whose back-projected point lies inside its shape's box (+ tol)."""
+    pts = cam.backproject(depth)[mask == bid]
+    pts = pts @ cam.world_from_camera[:3, :3].T + cam.world_from_camera[:3, 3]
+    p_body = (pts - T[:3, 3]) @ T[:3, :3]
+    return float(np.mean(np.all(np.abs(p_body) <= np.asarray(shape.extents()) / 2 + tol, axis=1)))
+
+
+@pytest.mark.parametrize("name,seed", [("cartpole", 3), ("cabinet", 5)])
+def test_renderers_agree_with_each_other_and_the_truth(clips, name, seed):
+    """TinyRenderer and ray casting of the same scene: body masks IoU > 0.9, depth within mm; pixels on the true bodies."""
+    st = clips[name]
+    sc = random_scene(st, seed, mechanism(name))
+    sc = dataclasses.replace(sc, camera=_small(sc.camera))
+    shapes = [st.shapes[b["shape"]] for b in st.truth["bodies"]]
+    rc = SceneRaycaster(sc, shapes)
+    tr = TinyRenderer(sc, shapes)
+    compared = 0
+    try:
+        for k in (0, 11):
+            d1, _, m1 = rc.render(st.world_from_body[k], None, k / st.fps)
+            d2, rgb2, m2 = tr.render(st.world_from_body[k], None, k / st.fps)
+            assert rgb2.shape == (240, 320, 3)
+            for i, shape in enumerate(shapes):
+                a, b = m1 == i + 1, m2 == i + 1
+                if a.sum() < 150:
+                    continue
+                assert _iou(a, b) > 0.9, (name, k, i, _iou(a, b))
+                compared += 1
+                both = a & b
+                assert np.median(np.abs(d1[both] - d2[both])) < 0.004 + 0.002 * np.median(d1[both])
+                T = st.world_from_body[k, i]
+                assert _inside_shape_box(sc.camera, d1, m1, i + 1, T, shape, 0.002) > 0.99
+                assert _inside_shape_box(sc.camera, d2, m2, i + 1, T, shape, 0.01) > 0.95
+            if (m1 == DISTRACTOR_ID).sum() > 150:
+                assert _iou(m1 == DISTRACTOR_ID, m2 == DISTRACTOR_ID) > 0.85
+            assert set(np.unique(m1)) <= {0, DISTRACTOR_ID, *range(1, len(shapes) + 1)}
+    finally:
+        tr.close()
+    assert compared >= 2
+
+
+def test_random_recording_files(tmp_path):
+    """A written random-scene recording: truth.json's scene factors match its masks; both renderers run."""
+    renderers = set()
+    for seed in (0, 1):
+        out = make_recording("pushed", tmp_path / f"r{seed}", seed=seed, frames=3, scene="random")
+        truth = json.loads((out / "truth.json").read_text())
+        sc = truth["scene"]
+        renderers.add(sc["renderer"])
+        cam = json.loads((out / "camera.json").read_text())
+        covs, distractor_px = [], 0
+        for k in range(3):
+            m = cv2.imread(str(out / "truth_masks" / f"{k:06d}.png"), cv2.IMREAD_UNCHANGED)
+            d = cv2.imread(str(out / "depth" / f"{k:06d}.png"), cv2.IMREAD_UNCHANGED)
+            assert m.shape == d.shape == (sc["size"][1], sc["size"][0])
+            assert set(np.unique(m)) <= {0, 1, 2, 3, 254, 255}
+            assert {1, 2, 3} <= set(np.unique(m))
+            covs.append(float(((m > 0) & (m < 254)).mean()))
+            distractor_px += int((m == DISTRACTOR_ID).sum())
+        assert sc["coverage"] == pytest.approx(np.mean(covs), abs=1e-6)
+        assert 0 <= sc["distractors"] <= 5 and (distractor_px > 0) <= (sc["distractors"] > 0)
+        for key in ("width", "height"):
+            assert cam[key] == sc["size"][0 if key == "width" else 1]
+    assert renderers == {"raycast", "tiny"}
+
+
+# Hashes of the decoded frames and truth.json of `make_recording(NAME, seed=3, frames=3, noise=NOISE)`,
+# made by the generator before random scenes existed (commit 0367f9e).
+DEFAULT_HASHES = {("cartpole", "none"): "70b0b73524ad1adfcf349e244de734b51232a7ad51d36c9f5d1c99a4feb15d59",
+                  ("pushed", "realistic"): "11663144447ebb2049d899e8b6b73afff0eeeb5259eaf859e0d26784d5f052e7"}
+
+
+@pytest.mark.parametrize("name,noise", list(DEFAULT_HASHES))
+def test_default_scene_unchanged(tmp_path, name, noise):
+    d = make_recording(name, tmp_path / "rec", seed=3, frames=3, noise=noise)
+    h = hashlib.sha256()
+    for sub in ("depth", "color", "truth_masks"):
+        for f in sorted((d / sub).glob("*.png")):
+            h.update(np.ascontiguousarray(cv2.imread(str(f), cv2.IMREAD_UNCHANGED)).tobytes())
+    h.update((d / "truth.json").read_bytes())
+    assert h.hexdigest() == DEFAULT_HASHES[(name, noise)]
