@@ -9,7 +9,8 @@ table and void -> 0.
   convention, exactly ``Camera.project``); floor and wall planes analytic; table and
   static distractors cast once; per frame only the rays inside the projected box of
   the moving geometry.
-- ``TinyRenderer``: PyBullet's software rasteriser (``ER_TINY_RENDERER``, DIRECT mode)
+- ``TinyRenderer``: PyBullet's software rasteriser (``ER_TINY_RENDERER``, DIRECT mode;
+  static geometry rendered once, the moving geometry per frame, composited by depth)
   with the library's own primitives (box, sphere, cylinder, capsule visual shapes), its
   own shading (``lightDirection`` / ambient / diffuse, no shadows) and its segmentation
   buffer for the ids. The OpenGL frustum is built from the same intrinsics; measured
@@ -196,13 +197,17 @@ class TinyRenderer:
         self.p, self.scene, self.camera = p, scene, scene.camera
         self.cid = p.connect(p.DIRECT)
         self.ids: dict[int, int] = {}  # pybullet body uid -> mask id
-        self.bodies = [self._add(s, np.eye(4), scene.colours[i], i + 1) for i, s in enumerate(shapes)]
-        self.tip = self._add(tip, np.eye(4), TIP_RGB, TIP_ID) if tip is not None else None
+        V = np.diag([1.0, -1, -1, 1]) @ scene.camera.camera_from_world
+        self.view = V.T.flatten().tolist()
+        self.proj = _projection(scene.camera, NEAR_M, FAR_M).T.flatten().tolist()
+        # The static part (floor, wall, table, resting distractors) is rendered once; per
+        # frame only the moving geometry is, and the two are composited by depth.
+        static = []
         big = 60.0
         if scene.floor_z is not None:
             T = np.eye(4)
             T[:3, 3] = [*scene.camera.world_from_camera[:2, 3], scene.floor_z - 0.01]
-            self._add(Shape("floor", "box", size=(big, big, 0.02)), T, FLOOR_RGB, 0)
+            static.append(self._add(Shape("floor", "box", size=(big, big, 0.02)), T, FLOOR_RGB, 0))
         if scene.wall is not None:
             n, c = scene.wall
             x = np.cross(n, [0.0, 0, 1])  # right-handed (x, n, z)
@@ -210,13 +215,17 @@ class TinyRenderer:
             T[:3, :3] = np.stack([x / np.linalg.norm(x), n, [0, 0, 1]], 1)
             eye = scene.camera.world_from_camera[:3, 3]
             T[:3, 3] = eye - (eye @ n - c + 0.01) * n
-            self._add(Shape("wall", "box", size=(big, 0.02, big)), T, WALL_RGB, 0)
+            static.append(self._add(Shape("wall", "box", size=(big, 0.02, big)), T, WALL_RGB, 0))
         for s, T, i, col in _Items(scene, shapes, tip).static:
-            self._add(s, T, col, i)
+            static.append(self._add(s, T, col, i))
+        self.bg = self._snap()
+        self.away = np.eye(4)  # behind the camera: clipped
+        self.away[:3, 3] = scene.camera.world_from_camera[:3, 3] - 100 * scene.camera.world_from_camera[:3, 2]
+        for uid in static:
+            self._place(uid, self.away)
+        self.bodies = [self._add(s, self.away, scene.colours[i], i + 1) for i, s in enumerate(shapes)]
+        self.tip = self._add(tip, self.away, TIP_RGB, TIP_ID) if tip is not None else None
         self.moving = [(d, self._add(d.shape, d.T0, d.colour, DISTRACTOR_ID)) for d in scene.distractors if d.moving]
-        V = np.diag([1.0, -1, -1, 1]) @ scene.camera.camera_from_world
-        self.view = V.T.flatten().tolist()
-        self.proj = _projection(scene.camera, NEAR_M, FAR_M).T.flatten().tolist()
 
     def _add(self, shape: Shape, T: np.ndarray, colour, mask_id: int) -> int:
         p, kw = self.p, {"rgbaColor": [*colour, 1.0], "physicsClientId": self.cid}
@@ -237,33 +246,43 @@ class TinyRenderer:
         self.p.resetBasePositionAndOrientation(uid, T[:3, 3].tolist(), Rotation.from_matrix(T[:3, :3]).as_quat().tolist(),
                                                physicsClientId=self.cid)
 
-    def render(self, world_from_body: np.ndarray, tip_pose: np.ndarray | None = None, t_s: float = 0.0
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """world_from_body: (M, 4, 4); tip_pose: (4, 4) or None; t_s: clip time (s) of moving distractors."""
+    def _snap(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Render what is placed now: z-depth (inf = nothing), RGB float in [0, 1], mask ids."""
         p, cam, sc = self.p, self.camera, self.scene
-        for uid, T in zip(self.bodies, world_from_body):
-            self._place(uid, T)
-        if self.tip is not None and tip_pose is not None:
-            self._place(self.tip, tip_pose)
-        for d, uid in self.moving:
-            self._place(uid, d.pose(t_s))
         W, H = cam.width, cam.height
         img = p.getCameraImage(W, H, viewMatrix=self.view, projectionMatrix=self.proj, renderer=p.ER_TINY_RENDERER,
                                lightDirection=(sc.light * 10).tolist(), lightColor=[1, 1, 1], lightDistance=10,
                                lightAmbientCoeff=sc.ambient, lightDiffuseCoeff=1 - sc.ambient, lightSpecularCoeff=0.05,
                                shadow=0, physicsClientId=self.cid)
-        rgb = np.reshape(np.asarray(img[2], np.uint8), (H, W, 4))[..., :3].copy()
+        rgb = np.reshape(np.asarray(img[2], np.uint8), (H, W, 4))[..., :3] / 255.0
         zbuf = np.reshape(np.asarray(img[3], np.float64), (H, W))
         seg = np.reshape(np.asarray(img[4], np.int64), (H, W))
         z = FAR_M * NEAR_M / (FAR_M - (FAR_M - NEAR_M) * zbuf)
         hit = (seg >= 0) & (zbuf < 1.0)
-        depth = np.where(hit & (z < FAR_M * 0.999), z, 0.0).astype(np.float32)
-        lut = np.zeros(max(self.ids) + 1, np.uint8)
+        lut = np.zeros(max(self.ids, default=0) + 1, np.uint8)
         for uid, i in self.ids.items():
             lut[uid] = i
-        mask = np.where(seg >= 0, lut[np.clip(seg, 0, len(lut) - 1)], 0).astype(np.uint8)
-        rgb[seg < 0] = _to_u8(np.asarray(sc.void_colour))
-        return depth, rgb, mask
+        mask = np.where(hit, lut[np.clip(seg, 0, len(lut) - 1)], 0).astype(np.uint8)
+        rgb = np.where(hit[..., None], rgb, np.asarray(sc.void_colour))
+        return np.where(hit, z, np.inf), rgb, mask
+
+    def render(self, world_from_body: np.ndarray, tip_pose: np.ndarray | None = None, t_s: float = 0.0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """world_from_body: (M, 4, 4); tip_pose: (4, 4) or None; t_s: clip time (s) of moving distractors."""
+        for uid, T in zip(self.bodies, world_from_body):
+            self._place(uid, T)
+        if self.tip is not None:
+            self._place(self.tip, tip_pose if tip_pose is not None else self.away)
+        for d, uid in self.moving:
+            self._place(uid, d.pose(t_s))
+        z, rgb, mask = self._snap()
+        zb, rgbb, maskb = self.bg
+        front = z < zb
+        z = np.where(front, z, zb)
+        rgb = np.where(front[..., None], rgb, rgbb)
+        mask = np.where(front, mask, maskb)
+        depth = np.where(np.isfinite(z) & (z < FAR_M * 0.999), z, 0.0).astype(np.float32)
+        return depth, _to_u8(rgb), mask.astype(np.uint8)
 
     def close(self) -> None:
         if self.cid is not None:
