@@ -15,9 +15,10 @@ until one fails. Per cell it records:
   against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
   error does not depend on naming), divided by the camera's distance to the mechanism
   (truth.json ``scene.distance_m``); truth bodies left without a track are counted;
-- topology: ``models.joints.evaluate.compare``'s ``tree_ok`` of articulation.json
-  against truth.json (the run's body names come from shape names; a name the truth
-  does not know is a wrong topology).
+- topology: ``models.joints.evaluate.compare`` of articulation.json against truth.json
+  must give both ``tree_ok`` and ``types_ok`` (same parent/child tree, same joint
+  types; the run's body names come from shape names, and a name the truth does not
+  know is a wrong topology).
 
 Cells go to ``OUT/cells.jsonl`` as they finish (a rerun skips cells already there,
 so a long run resumes); recordings and runs of cells where every stage succeeded are
@@ -97,11 +98,13 @@ def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
 
 
 def _topology_ok(run: Path, truth: dict) -> bool:
+    """Same tree (rigid groups, one joint per truth joint) with the same joint types."""
     art = json.loads((run / "articulation.json").read_text())
     try:
-        return bool(compare(SimpleNamespace(joints=art["joints"]), truth)["tree_ok"])
+        c = compare(SimpleNamespace(joints=art["joints"]), truth)
     except (KeyError, ValueError):  # a body the truth does not know
         return False
+    return bool(c["tree_ok"] and c["types_ok"])
 
 
 def run_cell(mech: str, seed: int, args) -> dict:

@@ -171,3 +171,51 @@ def test_default_scene_unchanged(tmp_path, name, noise):
             h.update(np.ascontiguousarray(cv2.imread(str(f), cv2.IMREAD_UNCHANGED)).tobytes())
     h.update((d / "truth.json").read_bytes())
     assert h.hexdigest() == DEFAULT_HASHES[(name, noise)]
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
+    spec = importlib.util.spec_from_file_location("bench_scenes", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_scores_against_truth(tmp_path):
+    """bench_scenes' scores of run artifacts made from the truth: perfect, then a known offset and a wrong joint."""
+    from vid2sim.pipeline.artifacts import PoseTracks
+
+    bench = _bench()
+    rec = make_recording("cartpole", tmp_path / "rec", seed=2, frames=4, scene="random")
+    truth = json.loads((rec / "truth.json").read_text())
+    W = np.load(rec / "truth_poses.npz")["world_from_body"]
+    run = tmp_path / "run"
+    run.mkdir()
+    np.savez(run / "segmentation.npz", shape_names=np.array(["pole", "cart"]))
+    assert bench._segmentation_scores(run, truth)["seg_shapes_ok"]
+    np.savez(run / "segmentation.npz", shape_names=np.array(["cart", "cart"]))
+    s = bench._segmentation_scores(run, truth)
+    assert s["seg_count_ok"] and not s["seg_shapes_ok"]
+    W2 = W[:, ::-1].copy()  # bodies in another order: matched by position, not by index
+    W2[..., 0, 3] += 0.01
+    PoseTracks(W2, ["pole", "cart"], ["pole", "cart"], np.zeros(len(W2)), 30.0).save(run / "poses.npz")
+    t = bench._tracking_scores(rec, run, truth)
+    assert t["track_err_m"] == pytest.approx(0.01, abs=1e-9) and t["bodies_missing"] == 0
+    assert t["track_err_rel"] == pytest.approx(0.01 / truth["scene"]["distance_m"])
+    (run / "articulation.json").write_text(json.dumps({"joints": truth["joints"]}))
+    assert bench._topology_ok(run, truth)
+    wrong = [dict(j, type="prismatic") if j["type"] == "revolute" else j for j in truth["joints"]]
+    (run / "articulation.json").write_text(json.dumps({"joints": wrong}))
+    assert not bench._topology_ok(run, truth)
+    ok = {"mechanism": "cartpole", "seed": 0, "scene": truth["scene"], "topology_ok": True, "tracebacks": 0,
+          "seg_count_ok": True, "seg_shapes_ok": True, "track_err_rel": 0.01,
+          "stages": {k: {"rc": 0} for k in bench.STAGES}}
+    bad = dict(ok, seed=1, topology_ok=False, tracebacks=1, track_err_rel=None,
+               stages={"segment": {"rc": 1, "traceback": True}})
+    summary = bench.summarise([ok, bad])
+    assert summary["cells"] == 2 and summary["segment_ok"] == 0.5 and summary["tracebacks"] == 1
+    assert summary["track_err_rel_median"] == 0.01 and summary["topology_ok"] == 0.5
+    assert summary["by_factor"]["renderer"][truth["scene"]["renderer"]]["cells"] == 2
