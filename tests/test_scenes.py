@@ -219,3 +219,27 @@ def test_bench_scores_against_truth(tmp_path):
     assert summary["cells"] == 2 and summary["segment_ok"] == 0.5 and summary["tracebacks"] == 1
     assert summary["track_err_rel_median"] == 0.01 and summary["topology_ok"] == 0.5
     assert summary["by_factor"]["renderer"][truth["scene"]["renderer"]]["cells"] == 2
+
+
+def test_synth_cli_random_scene_and_bad_options(tmp_path, monkeypatch, capsys):
+    """``vid2sim synth --scene random`` writes a recording; bad --scene / --noise end in one line, exit code 2."""
+    import sys
+
+    from vid2sim.pipeline import cli
+
+    def synth(*args) -> int:
+        monkeypatch.setattr(sys, "argv", ["vid2sim", "synth", "cabinet", *args])
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+        return e.value.code
+
+    assert synth("--out", str(tmp_path / "ok"), "--scene", "random", "--seed", "4", "--frames", "2",
+                 "--noise", "none") in (0, None)
+    truth = json.loads((tmp_path / "ok" / "truth.json").read_text())
+    assert truth["scene"]["sensor"] == "clean" and truth["scene"]["seed"] == 4
+    for bad in (["--scene", "studio"], ["--scene", "random", "--noise", "loud"], ["--noise", "random"]):
+        capsys.readouterr()
+        assert synth("--out", str(tmp_path / "bad"), "--frames", "2", *bad) == 2
+        err = capsys.readouterr().err
+        assert "error:" in err and "Traceback" not in err, (bad, err)
+        assert not (tmp_path / "bad").exists()
