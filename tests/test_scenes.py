@@ -61,6 +61,8 @@ def test_scene_factors_in_range(clips):
             assert sc.background in BACKGROUNDS
             if mech.floor is not None or mech.ground is not None:
                 assert sc.background != "none" and sc.floor_z is not None
+            if sc.wall is not None:  # the whole motion in front of the wall
+                assert (pts @ sc.wall[0]).min() > sc.wall[1]
             assert 0 <= len(sc.distractors) <= 5
             for d in sc.distractors:  # never inside the mechanism's swept box, not a mechanism shape
                 half = np.abs(d.T0[:3, :3]) @ (np.asarray(d.shape.extents()) / 2)
@@ -69,8 +71,12 @@ def test_scene_factors_in_range(clips):
                 assert not (np.all(blo < hi + SWEPT_MARGIN_M) and np.all(lo - SWEPT_MARGIN_M < bhi))
                 assert d.shape.name not in st.shapes
                 assert np.linalg.norm(d.velocity) <= 0.05 + 1e-9
-            if sc.noise is not None:
-                assert 0.002 <= sc.noise.depth_sigma_k <= 0.008 and 4 <= sc.noise.max_range <= 10
+                if sc.wall is not None:  # in front of the wall
+                    n, c = sc.wall
+                    assert min(n @ p0, n @ p1) - np.abs(n) @ half >= c
+            if sc.noise is not None:  # the mechanism is within the sensor's range
+                assert 0.001 <= sc.noise.depth_sigma_k <= 0.005
+                assert max(4.0, z.max() + 0.5) <= sc.noise.max_range <= max(10.0, z.max() + 0.5)
             for k, v in (("renderer", sc.renderer), ("background", sc.background),
                          ("sensor", sc.noise is None), ("size", (cam.width, cam.height))):
                 seen[k].add(v)

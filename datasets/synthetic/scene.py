@@ -26,7 +26,7 @@ own mechanism varies:
 - part colours (random hues), light direction and ambient share;
 - sensor: ``clean`` or ``realsense`` (``sensor.RealSenseNoise`` with seeded
   parameters: sigma = k z^2, holes and flying pixels at depth edges, disparity
-  quantisation, a range limit);
+  quantisation, a range limit never nearer than the mechanism's far side + 0.5 m);
 - renderer: ``raycast`` (Open3D, ``scene_render.SceneRaycaster``) or ``tiny``
   (PyBullet's TinyRenderer, ``scene_render.TinyRenderer``), each with probability 1/2.
 
@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import colorsys
 import math
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -118,7 +119,6 @@ class Scene:
     elevation_deg: float
     distance_m: float
     coverage_target: float
-    extra: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- geometry helpers
@@ -263,8 +263,8 @@ def _random_distractor_shape(rng: np.random.Generator, i: int, mech_shapes: list
     return s
 
 
-def _place_distractors(rng, st, cam: Camera, support_z: float | None, table, lo, hi, n: int, duration: float):
-    """Up to ``n`` distractors in view, outside the swept box [lo, hi] and each other's boxes."""
+def _place_distractors(rng, st, cam: Camera, support_z: float | None, table, wall, lo, hi, n: int, duration: float):
+    """Up to ``n`` distractors in view, outside the swept box [lo, hi] and each other's boxes, in front of the wall."""
     mech_shapes = [st.shapes[b["shape"]] for b in st.truth["bodies"]]
     placed: list[Distractor] = []
     boxes: list[tuple[np.ndarray, np.ndarray]] = []
@@ -305,6 +305,8 @@ def _place_distractors(rng, st, cam: Camera, support_z: float | None, table, lo,
                 continue
             if any(_aabb_overlap(blo, bhi, a - 0.01, b + 0.01) for a, b in boxes):
                 continue
+            if wall is not None and min(wall[0] @ p, wall[0] @ p_end) - np.abs(wall[0]) @ half < wall[1] + 0.01:
+                continue  # behind or through the wall
             _, zc = cam.project(np.stack([blo, bhi]))
             if (zc < MIN_DEPTH_M).any():
                 continue
@@ -364,7 +366,7 @@ def random_scene(st: SyntheticTruth, seed: int, mech, sensor: str | None = None)
     bg, floor_z, wall, table, support = _background(rng, st, mech, cam, lo, hi)
     n_distract = int(rng.integers(0, 6))
     duration = len(st.world_from_body) / st.fps
-    distractors = _place_distractors(rng, st, cam, support, table, lo, hi, n_distract, duration)
+    distractors = _place_distractors(rng, st, cam, support, table, wall, lo, hi, n_distract, duration)
     hue0 = rng.random()
     colours = tuple(tuple(float(c) for c in colorsys.hsv_to_rgb((hue0 + 0.61803 * i + rng.uniform(-0.08, 0.08)) % 1,
                                                                 rng.uniform(0.35, 0.95), rng.uniform(0.45, 0.95)))
@@ -375,6 +377,8 @@ def random_scene(st: SyntheticTruth, seed: int, mech, sensor: str | None = None)
     ambient = float(rng.uniform(0.2, 0.5))
     void = tuple(float(x) for x in np.full(3, rng.uniform(0.05, 0.3)))
     noise_model = random_realsense(rng)
+    _, z = cam.project(f["pts"])  # the mechanism itself is always within the sensor's range
+    noise_model = dataclasses.replace(noise_model, max_range=max(noise_model.max_range, float(z.max()) + 0.5))
     picked = SENSORS[int(rng.integers(len(SENSORS)))]
     sensor = sensor or picked
     if sensor not in SENSORS:

@@ -83,21 +83,21 @@ class RealSenseNoise:
     noise of ``rgb_sigma`` grey levels.
     """
 
-    depth_sigma_k: float = 0.004  # sigma(z) = k z^2, 1/m (0.002-0.008)
+    depth_sigma_k: float = 0.003  # sigma(z) = k z^2, 1/m (0.001-0.005; a D435 at 848x480 is ~0.0025)
     edge_jump: float = 0.03  # m between 4-neighbours that makes a depth edge
     edge_dropout: float = 0.5  # probability of losing an edge pixel (0.2-0.8)
     random_dropout: float = 0.002  # probability of losing any other pixel
     flying: float = 0.3  # probability that a kept edge pixel flies (0-0.5)
     baseline: float = 0.05  # stereo baseline, m
-    subpixel: float = 0.08  # disparity step, pixels (0.05-0.15)
-    max_range: float = 6.0  # m; farther readings are 0 (4-10)
+    subpixel: float = 0.08  # disparity step, pixels (0.05-0.1)
+    max_range: float = 6.0  # m; farther readings are 0 (4-10, and beyond the mechanism in random scenes)
     rgb_sigma: float = 3.0  # grey levels (1-6)
 
 
 def random_realsense(rng: np.random.Generator) -> RealSenseNoise:
     """A RealSenseNoise with its parameters drawn from the ranges in its field comments."""
-    return RealSenseNoise(depth_sigma_k=float(rng.uniform(0.002, 0.008)), edge_dropout=float(rng.uniform(0.2, 0.8)),
-                          flying=float(rng.uniform(0.0, 0.5)), subpixel=float(rng.uniform(0.05, 0.15)),
+    return RealSenseNoise(depth_sigma_k=float(rng.uniform(0.001, 0.005)), edge_dropout=float(rng.uniform(0.2, 0.8)),
+                          flying=float(rng.uniform(0.0, 0.5)), subpixel=float(rng.uniform(0.05, 0.1)),
                           max_range=float(rng.uniform(4.0, 10.0)), rgb_sigma=float(rng.uniform(1.0, 6.0)))
 
 
