@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--noise", choices=("none", "realistic", "random"), default="random",
                     help="sensor: none = clean, realistic = RealSense-like, random = each scene's own pick")
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
-    ap.add_argument("--out", type=Path, default=Path("bench_scenes_out"), help="folder of cells.jsonl and cell folders")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_scenes"), help="folder of cells.jsonl and cell folders")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per command before it counts as failed")
     ap.add_argument("--keep", action="store_true", help="keep every cell's recording and run (default: failed ones only)")
     args = ap.parse_args(argv)
