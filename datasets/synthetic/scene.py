@@ -41,8 +41,8 @@ azimuth_deg, elevation_deg, distractor_id.
 from __future__ import annotations
 
 import colorsys
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import cv2
@@ -226,7 +226,7 @@ def _frame_camera(st: SyntheticTruth, rng: np.random.Generator, view: tuple[floa
         d = float(np.clip(d * math.sqrt(max(cov, 1e-6) / target_cov), d_min, max(MAX_DISTANCE_M, d_min)))
     cam = look_from(centre, az, el, d, size, vfov, fps)
     # Off-centre framing: move the camera sideways within the slack the framing leaves.
-    uv, z = cam.project(pts)
+    uv, _ = cam.project(pts)
     lo, hi = uv.min(0), uv.max(0)
     wh = np.array(size, float)
     slack = np.minimum(lo - 0.02 * wh, 0.98 * wh - hi).clip(0)
