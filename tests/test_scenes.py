@@ -249,3 +249,27 @@ def test_synth_cli_random_scene_and_bad_options(tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err
         assert "error:" in err and "Traceback" not in err, (bad, err)
         assert not (tmp_path / "bad").exists()
+
+
+def test_realsense_noise_model():
+    """sigma = k z^2 on a flat wall, disparity steps, range limit, flying pixels only at depth edges."""
+    from vid2sim.datasets.synthetic.sensor import RealSenseNoise, apply_realsense_noise
+
+    rng = np.random.default_rng(0)
+    flat = np.full((200, 300), 2.0, np.float32)
+    m = RealSenseNoise(depth_sigma_k=0.004, flying=0.0, subpixel=1e-4, random_dropout=0.0)
+    out = apply_realsense_noise(flat, rng, m, fx=400.0)
+    assert (out > 0).all()
+    assert np.std(out) == pytest.approx(0.004 * 4, rel=0.05) and abs(np.mean(out) - 2.0) < 1e-3
+    m = RealSenseNoise(depth_sigma_k=0.0, subpixel=0.1, random_dropout=0.0)
+    fb = 400.0 * m.baseline
+    out = apply_realsense_noise(np.linspace(1.0, 3.0, 300, dtype=np.float32)[None].repeat(10, 0), rng, m, 400.0)
+    steps = np.round(fb / out[out > 0] / m.subpixel, 3)  # disparities on the 0.1 px grid
+    assert np.allclose(steps, np.round(steps), atol=2e-3)
+    assert not apply_realsense_noise(np.full((20, 20), 7.0, np.float32), rng, RealSenseNoise(max_range=6.0),
+                                     400.0).any()
+    step = np.where(np.arange(300) < 150, 1.0, 2.0).astype(np.float32)[None].repeat(100, 0)
+    out = apply_realsense_noise(step, rng, RealSenseNoise(depth_sigma_k=0.0, flying=1.0, edge_dropout=0.0,
+                                                          subpixel=1e-4, random_dropout=0.0), 400.0)
+    flying = (np.abs(out - 1.0) > 0.01) & (np.abs(out - 2.0) > 0.01)
+    assert flying[:, 147:153].mean() > 0.3 and not flying[:, :145].any() and not flying[:, 155:].any()
