@@ -97,14 +97,17 @@ def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
             "bodies_missing": int(Q.shape[1] - len(c)), "lost_share": lost}
 
 
-def _topology_ok(run: Path, truth: dict) -> bool:
-    """Same tree (rigid groups, one joint per truth joint) with the same joint types."""
+def _topology_scores(run: Path, truth: dict) -> dict:
+    """topology_ok: same tree (rigid groups, one joint per truth joint) with the same joint types;
+    joints_found: the run's [parent, child, type] triples, for reading failures."""
     art = json.loads((run / "articulation.json").read_text())
+    found = sorted([j["parent"], j["child"], j["type"]] for j in art["joints"])
     try:
         c = compare(SimpleNamespace(joints=art["joints"]), truth)
     except (KeyError, ValueError):  # a body the truth does not know
-        return False
-    return bool(c["tree_ok"] and c["types_ok"])
+        return {"topology_ok": False, "tree_ok": False, "types_ok": False, "joints_found": found}
+    return {"topology_ok": bool(c["tree_ok"] and c["types_ok"]), "tree_ok": bool(c["tree_ok"]),
+            "types_ok": bool(c["types_ok"]), "joints_found": found}
 
 
 def run_cell(mech: str, seed: int, args) -> dict:
@@ -135,7 +138,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
             elif stage == "track":
                 row.update(_tracking_scores(rec, run, truth))
             else:
-                row["topology_ok"] = _topology_ok(run, truth)
+                row.update(_topology_scores(run, truth))
         except Exception as e:  # the artifact is unreadable: the bench says so, it does not stop
             res["score_error"] = f"{type(e).__name__}: {e}"
     row["tracebacks"] = sum(int(s["traceback"]) for s in row["stages"].values())

@@ -212,10 +212,13 @@ def test_bench_scores_against_truth(tmp_path):
     assert t["track_err_m"] == pytest.approx(0.01, abs=1e-9) and t["bodies_missing"] == 0
     assert t["track_err_rel"] == pytest.approx(0.01 / truth["scene"]["distance_m"])
     (run / "articulation.json").write_text(json.dumps({"joints": truth["joints"]}))
-    assert bench._topology_ok(run, truth)
+    top = bench._topology_scores(run, truth)
+    assert top["topology_ok"] and top["joints_found"] == sorted([j["parent"], j["child"], j["type"]]
+                                                                for j in truth["joints"])
     wrong = [dict(j, type="prismatic") if j["type"] == "revolute" else j for j in truth["joints"]]
     (run / "articulation.json").write_text(json.dumps({"joints": wrong}))
-    assert not bench._topology_ok(run, truth)
+    top = bench._topology_scores(run, truth)
+    assert top["tree_ok"] and not top["types_ok"] and not top["topology_ok"]
     ok = {"mechanism": "cartpole", "seed": 0, "scene": truth["scene"], "topology_ok": True, "tracebacks": 0,
           "seg_count_ok": True, "seg_shapes_ok": True, "track_err_rel": 0.01,
           "stages": {k: {"rc": 0} for k in bench.STAGES}}
