@@ -64,22 +64,33 @@ def parse_sets(sets: list[str] | None) -> dict[str, dict]:
 @app.command()
 def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, rott, tree5, cabinet, thrown, pushed."),
           out: Path = typer.Option(..., "--out", help="Recording folder to write."),
-          seed: int = typer.Option(0, help="Random seed (initial state, noise)."),
+          seed: int = typer.Option(0, help="Random seed (initial state, noise; with --scene random also the scene)."),
           frames: int = typer.Option(120, help="Number of frames."),
           fps: float = typer.Option(30.0, help="Frames per second."),
-          size: str = typer.Option("320x240", help="Image size WxH."),
-          noise: str = typer.Option("none", help="Sensor model: none | realistic."),
+          size: str = typer.Option("320x240", help="Image size WxH (--scene default only; a random scene draws it)."),
+          noise: Optional[str] = typer.Option(None, help="Sensor model: none | realistic (default none); with "
+                                                         "--scene random also random (the default: the seed picks)."),
+          scene: str = typer.Option("default", help="default: the fitted close-up camera, floor and wall; random: "
+                                                    "size, framing, background, distractors, colours, light, sensor "
+                                                    "and renderer drawn from the seed (truth.json 'scene')."),
           overwrite: bool = typer.Option(False, help="Replace OUT if it exists.")) -> None:
     """Make a synthetic recording with ground truth (PyBullet physics, independent renderer)."""
-    from vid2sim.datasets.synthetic import MECHANISMS, make_recording
+    from vid2sim.datasets.synthetic import MECHANISMS, SCENE_NOISE, SCENES, make_recording
+    from vid2sim.datasets.synthetic.sensor import NOISE_MODES
 
     if name not in MECHANISMS:
         raise runner.StageError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
+    if scene not in SCENES:
+        raise runner.StageError(f"--scene {scene!r}: choose one of {', '.join(SCENES)}")
+    modes = NOISE_MODES if scene == "default" else SCENE_NOISE
+    if noise is not None and noise not in modes:
+        raise runner.StageError(f"--noise {noise!r}: with --scene {scene} choose one of {', '.join(modes)}")
     try:
         w, h = (int(x) for x in size.lower().split("x"))
     except ValueError:
         raise runner.StageError(f"--size {size!r}: expected WxH, e.g. 320x240") from None
-    path = make_recording(name, out, seed=seed, frames=frames, fps=fps, size=(w, h), noise=noise, overwrite=overwrite)
+    path = make_recording(name, out, seed=seed, frames=frames, fps=fps, size=(w, h), noise=noise, overwrite=overwrite,
+                          scene=scene)
     err.print(f"[green]wrote[/] {path}")
 
 

@@ -13,8 +13,13 @@ A recording folder gets, besides what docs/interfaces.md §1 requires
     joint positions), ``times`` and, where present, ``root_pose`` (T, 7) and
     ``tip_position`` (T, 3).
 
+``make_recording(..., scene="random")`` renders the clip in a scene drawn from the
+seed instead (size, field of view, framing, background, distractors, colours, light,
+sensor, renderer: see scene.py); truth.json then has a ``scene`` dict of those factors
+and truth_masks mark distractors 254.
+
 Dynamics never come from vid2sim's own simulator and pixels never from the
-tracker's renderer (see physics.py, render.py).
+tracker's renderer (see physics.py, render.py, scene_render.py).
 """
 from __future__ import annotations
 
@@ -31,13 +36,16 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.datasets.synthetic.mechanisms import FACTORIES, Mechanism
 from vid2sim.datasets.synthetic.physics import SyntheticTruth, run_pybullet, truth_dict
 from vid2sim.datasets.synthetic.render import TIP_ID, Renderer, fit_camera, shape_mesh
-from vid2sim.datasets.synthetic.sensor import NOISE_MODES, apply_depth_noise, apply_rgb_noise, frame_rng
+from vid2sim.datasets.synthetic.sensor import (NOISE_MODES, SensorNoise, apply_depth_noise, apply_realsense_noise,
+                                               apply_rgb_noise, frame_rng)
 
-__all__ = ["MECHANISMS", "SyntheticTruth", "simulate", "make_recording", "mechanism", "TIP_ID"]
+__all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording", "mechanism", "TIP_ID"]
 
 log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
+SCENES = ("default", "random")
+SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
 
 
 def mechanism(name: str) -> Mechanism:
@@ -135,14 +143,27 @@ def _png(img: np.ndarray) -> bytes:
 
 
 def make_recording(name: str, out: str | Path, seed: int = 0, frames: int = 120, fps: float = 30.0,
-                   size: tuple[int, int] = (320, 240), noise: str = "none", overwrite: bool = False) -> Path:
-    """Simulate, render and write a recording folder (docs/interfaces.md §1) to ``out``."""
-    if noise not in NOISE_MODES:
-        raise ValueError(f"unknown noise {noise!r}; choose one of {', '.join(NOISE_MODES)}")
+                   size: tuple[int, int] = (320, 240), noise: str | None = None, overwrite: bool = False,
+                   scene: str = "default") -> Path:
+    """Simulate, render and write a recording folder (docs/interfaces.md §1) to ``out``.
+
+    scene: ``default`` (camera fitted close, floor and wall, ray casting; ``noise``
+    none | realistic, None = none) or ``random`` (scene.py: ``size`` is ignored, the
+    seed draws it; ``noise`` none = clean, realistic = the RealSense-like model,
+    random or None = the seed picks).
+    """
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; choose one of {', '.join(SCENES)}")
+    modes = NOISE_MODES if scene == "default" else SCENE_NOISE
+    if noise is not None and noise not in modes:
+        raise ValueError(f"unknown noise {noise!r} for scene {scene!r}; choose one of {', '.join(modes)}")
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out}: already exists (pass overwrite=True to replace it)")
     st = simulate(name, seed=seed, frames=frames, fps=fps, size=tuple(size))
+    if scene == "random":
+        return _write_random(st, out, seed, noise, overwrite)
+    noise = noise or "none"
     renderer = renderer_for(st)
     with RecordingWriter(out, st.camera, st.shapes, overwrite=overwrite) as w:
         for k in range(frames):
@@ -153,16 +174,59 @@ def make_recording(name: str, out: str | Path, seed: int = 0, frames: int = 120,
                 rgb = apply_rgb_noise(rgb, rng)
             w.add(depth, rgb)
             w.add_file(f"truth_masks/{k:06d}.png", _png(mask))
-        truth = dict(st.truth, noise=noise, seed=seed)
-        w.add_file("truth.json", json.dumps(truth, indent=2) + "\n")
-        w.add_file("truth.urdf", st.urdf)
-        arrays = dict(world_from_body=st.world_from_body, body_names=np.array(st.body_names),
-                      q=st.q, joint_names=np.array(st.joint_names, dtype=str),
-                      times=np.arange(frames) / fps)
-        if st.root_pose is not None:
-            arrays["root_pose"] = st.root_pose
-        if st.tip_position is not None:
-            arrays["tip_position"] = st.tip_position
-        w.add_file("truth_poses.npz", _npz_bytes(**arrays))
+        _write_truth(w, st, dict(st.truth, noise=noise, seed=seed))
     log.info("wrote %s (%d frames of %s, seed %d, noise %s)", out, frames, name, seed, noise)
+    return out
+
+
+def _write_truth(w: RecordingWriter, st: SyntheticTruth, truth: dict) -> None:
+    """truth.json, truth.urdf and truth_poses.npz of clip ``st``."""
+    frames = len(st.world_from_body)
+    w.add_file("truth.json", json.dumps(truth, indent=2) + "\n")
+    w.add_file("truth.urdf", st.urdf)
+    arrays = dict(world_from_body=st.world_from_body, body_names=np.array(st.body_names),
+                  q=st.q, joint_names=np.array(st.joint_names, dtype=str),
+                  times=np.arange(frames) / st.fps)
+    if st.root_pose is not None:
+        arrays["root_pose"] = st.root_pose
+    if st.tip_position is not None:
+        arrays["tip_position"] = st.tip_position
+    w.add_file("truth_poses.npz", _npz_bytes(**arrays))
+
+
+def scene_renderer(st: SyntheticTruth, sc):
+    """The renderer ``sc.renderer`` names (scene_render.py) for clip ``st`` in scene ``sc``."""
+    from vid2sim.datasets.synthetic.scene_render import SceneRaycaster, TinyRenderer
+
+    shapes = [st.shapes[b["shape"]] for b in st.truth["bodies"]]
+    tip = _tip_shape(st) if st.tip_position is not None else None
+    return (TinyRenderer if sc.renderer == "tiny" else SceneRaycaster)(sc, shapes, tip)
+
+
+def _write_random(st: SyntheticTruth, out: Path, seed: int, noise: str | None, overwrite: bool) -> Path:
+    from vid2sim.datasets.synthetic.scene import random_scene, scene_factors
+
+    sensor = {"none": "clean", "realistic": "realsense"}.get(noise or "random")
+    sc = random_scene(st, seed, mechanism(st.name), sensor=sensor)
+    renderer = scene_renderer(st, sc)
+    coverages = []
+    try:
+        with RecordingWriter(out, sc.camera, st.shapes, overwrite=overwrite) as w:
+            for k in range(len(st.world_from_body)):
+                depth, rgb, mask = renderer.render(st.world_from_body[k], _tip_pose(st, k), k / st.fps)
+                coverages.append(float(((mask > 0) & (mask < 254)).mean()))
+                if sc.noise is not None:
+                    rng = frame_rng(seed, k)
+                    depth = apply_realsense_noise(depth, rng, sc.noise, sc.camera.fx)
+                    rgb = apply_rgb_noise(rgb, rng, SensorNoise(rgb_sigma=sc.noise.rgb_sigma))
+                w.add(depth, rgb)
+                w.add_file(f"truth_masks/{k:06d}.png", _png(mask))
+            factors = scene_factors(sc, coverages)
+            _write_truth(w, st, dict(st.truth, noise="none" if sc.noise is None else "realsense", seed=seed,
+                                     scene=factors))
+    finally:
+        if hasattr(renderer, "close"):
+            renderer.close()
+    log.info("wrote %s (%d frames of %s, random scene %d: %s, %s, coverage %.3f, %s)", out, len(st.world_from_body),
+             st.name, seed, factors["renderer"], factors["background"], factors["coverage"], factors["sensor"])
     return out

@@ -1,0 +1,253 @@
+"""Benchmark segment, track and articulate over scene-randomised synthetic recordings.
+
+For every mechanism and seed 0..N-1 (a cell): ``vid2sim synth NAME --scene random
+--seed S`` writes a recording whose size, framing, background, distractors, colours,
+light, sensor and renderer the seed draws (datasets/synthetic/scene.py), then the
+stages run one by one as subprocesses (``vid2sim --threads 1 STAGE REC --out RUN``)
+until one fails. Per cell it records:
+
+- per stage: exit code, seconds, whether stderr holds a Python traceback
+  ("Traceback (most recent call last)"), and the error's last line. A clean one-line
+  error (exit code 2) is a failure but not a traceback;
+- segmentation: right body count, right shapes (sorted ``shape_names`` of
+  segmentation.npz against truth.json bodies' shapes);
+- tracking: median over matched bodies and frames of the position error of poses.npz
+  against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
+  error does not depend on naming), divided by the camera's distance to the mechanism
+  (truth.json ``scene.distance_m``); truth bodies left without a track are counted;
+- topology: ``models.joints.evaluate.compare`` of articulation.json against truth.json
+  must give both ``tree_ok`` and ``types_ok`` (same parent/child tree, same joint
+  types; the run's body names come from shape names, and a name the truth does not
+  know is a wrong topology).
+
+Cells go to ``OUT/cells.jsonl`` as they finish (a rerun skips cells already there,
+so a long run resumes); recordings and runs of cells where every stage succeeded are
+deleted unless ``--keep``. Progress goes to stderr; the last stdout line is JSON:
+
+    {"cells": N, "segment_ok": f, "track_ok": f, "articulate_ok": f, "seg_count_ok": f,
+     "seg_shapes_ok": f, "track_err_rel_median": x, "topology_ok": f, "tracebacks": n,
+     "by_factor": {factor: {value: {"cells", "segment_ok", "track_ok", "topology_ok",
+                                    "tracebacks", "track_err_rel_median"}}}}
+
+    python scripts/bench_scenes.py --seeds 3 --mechanisms cartpole cabinet --frames 30 --out /tmp/bench_scenes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from vid2sim.datasets.synthetic import MECHANISMS
+from vid2sim.models.joints.evaluate import compare
+
+STAGES = ("segment", "track", "articulate")
+TRACEBACK = "Traceback (most recent call last)"
+FACTORS = ("renderer", "framing", "background", "sensor", "size", "distractors", "mechanism")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vid2sim.pipeline.cli", *args]
+
+
+def _run(cmd: list[str], timeout: float) -> dict:
+    """Run ``cmd``; exit code, seconds, traceback flag and the error's last line."""
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rc, err = p.returncode, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, err = None, (e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")) + "\ntimeout"
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    msg = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+    return {"rc": rc, "seconds": round(time.time() - t0, 2), "traceback": TRACEBACK in err,
+            "error": "" if rc == 0 else msg[:500]}
+
+
+def _segmentation_scores(run: Path, truth: dict) -> dict:
+    z = np.load(run / "segmentation.npz")
+    found = sorted(str(s) for s in z["shape_names"])
+    want = sorted(b["shape"] for b in truth["bodies"])
+    return {"seg_count_ok": len(found) == len(want), "seg_shapes_ok": found == want, "seg_shapes": found}
+
+
+def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
+    """Position error of poses.npz against the truth (one-to-one matched bodies), absolute and per metre of distance."""
+    z = np.load(run / "poses.npz")
+    P = z["world_from_body"][..., :3, 3]  # (T, M', 3)
+    Q = np.load(rec / "truth_poses.npz")["world_from_body"][..., :3, 3]  # (T, M, 3)
+    T = min(len(P), len(Q))
+    P, Q = P[:T], Q[:T]
+    cost = np.linalg.norm(P[:, :, None] - Q[:, None, :], axis=-1).mean(0)  # (M', M)
+    r, c = linear_sum_assignment(cost)
+    err = np.linalg.norm(P[:, r] - Q[:, c], axis=-1)
+    med = float(np.median(err)) if err.size else None
+    dist = truth["scene"]["distance_m"]
+    lost = float(np.asarray(z["lost"]).mean()) if "lost" in z else None
+    return {"track_err_m": med, "track_err_rel": med / dist if med is not None else None,
+            "bodies_missing": int(Q.shape[1] - len(c)), "lost_share": lost}
+
+
+def _topology_scores(run: Path, truth: dict) -> dict:
+    """topology_ok: same tree (rigid groups, one joint per truth joint) with the same joint types;
+    joints_found: the run's [parent, child, type] triples, for reading failures."""
+    art = json.loads((run / "articulation.json").read_text())
+    found = sorted([j["parent"], j["child"], j["type"]] for j in art["joints"])
+    try:
+        c = compare(SimpleNamespace(joints=art["joints"]), truth)
+    except (KeyError, ValueError):  # a body the truth does not know
+        return {"topology_ok": False, "tree_ok": False, "types_ok": False, "joints_found": found}
+    return {"topology_ok": bool(c["tree_ok"] and c["types_ok"]), "tree_ok": bool(c["tree_ok"]),
+            "types_ok": bool(c["types_ok"]), "joints_found": found}
+
+
+def run_cell(mech: str, seed: int, args) -> dict:
+    """Make one random-scene recording, run the stages, score them."""
+    cell = Path(args.out) / "cells" / f"{mech}_s{seed}"
+    rec, run = cell / "rec", cell / "run"
+    shutil.rmtree(cell, ignore_errors=True)
+    cell.mkdir(parents=True)
+    row = {"mechanism": mech, "seed": seed, "frames": args.frames, "noise": args.noise, "stages": {},
+           "seg_count_ok": False, "seg_shapes_ok": False, "track_err_m": None, "track_err_rel": None,
+           "topology_ok": False}
+    synth = _run(_cli("synth", mech, "--out", str(rec), "--scene", "random", "--seed", str(seed),
+                      "--frames", str(args.frames), "--noise", args.noise), args.timeout)
+    row["synth"] = synth
+    if synth["rc"] != 0:
+        row["tracebacks"] = int(synth["traceback"])
+        return row
+    truth = json.loads((rec / "truth.json").read_text())
+    row["scene"] = truth["scene"]
+    for stage in STAGES:
+        res = _run(_cli("--threads", "1", stage, str(rec), "--out", str(run)), args.timeout)
+        row["stages"][stage] = res
+        if res["rc"] != 0:
+            break
+        try:
+            if stage == "segment":
+                row.update(_segmentation_scores(run, truth))
+            elif stage == "track":
+                row.update(_tracking_scores(rec, run, truth))
+            else:
+                row.update(_topology_scores(run, truth))
+        except Exception as e:  # the artifact is unreadable: the bench says so, it does not stop
+            res["score_error"] = f"{type(e).__name__}: {e}"
+    row["tracebacks"] = sum(int(s["traceback"]) for s in row["stages"].values())
+    if not args.keep and all(row["stages"].get(s, {}).get("rc") == 0 for s in STAGES):
+        shutil.rmtree(cell, ignore_errors=True)
+    return row
+
+
+def _ok(row: dict, stage: str) -> bool:
+    return row["stages"].get(stage, {}).get("rc") == 0
+
+
+def _factor_value(row: dict, f: str) -> str:
+    sc = row.get("scene", {})
+    if f == "mechanism":
+        return row["mechanism"]
+    if f == "size":
+        return "x".join(map(str, sc["size"])) if "size" in sc else "?"
+    if f == "distractors":
+        return "none" if sc.get("distractors", 0) == 0 else "some"
+    return str(sc.get(f, "?"))
+
+
+def _median(x: list) -> float | None:
+    x = [v for v in x if v is not None]
+    return float(np.median(x)) if x else None
+
+
+def summarise(rows: list[dict]) -> dict:
+    """The benchmark's summary of cell rows (see the module docstring)."""
+    def stats(rs: list[dict]) -> dict:
+        n = max(len(rs), 1)
+        return {"cells": len(rs), "segment_ok": sum(_ok(r, "segment") for r in rs) / n,
+                "track_ok": sum(_ok(r, "track") for r in rs) / n,
+                "topology_ok": sum(bool(r["topology_ok"]) for r in rs) / n,
+                "tracebacks": sum(r.get("tracebacks", 0) for r in rs),
+                "track_err_rel_median": _median([r["track_err_rel"] for r in rs])}
+
+    out = stats(rows)
+    n = max(len(rows), 1)
+    out.update(articulate_ok=sum(_ok(r, "articulate") for r in rows) / n,
+               seg_count_ok=sum(bool(r["seg_count_ok"]) for r in rows) / n,
+               seg_shapes_ok=sum(bool(r["seg_shapes_ok"]) for r in rows) / n,
+               synth_failed=sum(r.get("synth", {}).get("rc") != 0 for r in rows))
+    by: dict[str, dict] = {}
+    for f in FACTORS:
+        groups: dict[str, list] = {}
+        for r in rows:
+            groups.setdefault(_factor_value(r, f), []).append(r)
+        by[f] = {v: stats(rs) for v, rs in sorted(groups.items())}
+    out["by_factor"] = by
+    return out
+
+
+def _done(path: Path, args) -> dict[tuple, dict]:
+    rows = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("frames") == args.frames and r.get("noise") == args.noise:
+                rows[(r["mechanism"], r["seed"])] = r
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=40, help="seeds 0..N-1 per mechanism")
+    ap.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS),
+                    help="names, space- or comma-separated (default: every synthetic mechanism)")
+    ap.add_argument("--frames", type=int, default=40)
+    ap.add_argument("--noise", choices=("none", "realistic", "random"), default="random",
+                    help="sensor: none = clean, realistic = RealSense-like, random = each scene's own pick")
+    ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_scenes"), help="folder of cells.jsonl and cell folders")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per command before it counts as failed")
+    ap.add_argument("--keep", action="store_true", help="keep every cell's recording and run (default: failed ones only)")
+    args = ap.parse_args(argv)
+    mechs = [m for s in args.mechanisms for m in s.split(",") if m]
+    unknown = [m for m in mechs if m not in MECHANISMS]
+    if unknown:
+        ap.error(f"unknown mechanism(s) {', '.join(unknown)}; known: {', '.join(MECHANISMS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    jsonl = args.out / "cells.jsonl"
+    done = _done(jsonl, args)
+    todo = [(m, s) for m in mechs for s in range(args.seeds) if (m, s) not in done]
+    rows = [done[(m, s)] for m in mechs for s in range(args.seeds) if (m, s) in done]
+    print(f"{len(rows)} cells already in {jsonl}, {len(todo)} to run", file=sys.stderr)
+    lock = threading.Lock()
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futs = {pool.submit(run_cell, m, s, args): (m, s) for m, s in todo}
+        for i, fut in enumerate(as_completed(futs), 1):
+            row = fut.result()
+            rows.append(row)
+            with lock, open(jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            st = {k: ("ok" if v["rc"] == 0 else ("TRACEBACK" if v["traceback"] else "fail")) for k, v in row["stages"].items()}
+            sc = row.get("scene", {})
+            print(f"[{i}/{len(todo)} {time.time() - t0:.0f}s] {row['mechanism']} s{row['seed']} "
+                  f"{sc.get('renderer')} {sc.get('size')} {sc.get('framing')} {sc.get('background')} "
+                  f"{sc.get('sensor')} d={sc.get('distractors')}: {st} err_rel={row['track_err_rel']} "
+                  f"topo={row['topology_ok']}", file=sys.stderr, flush=True)
+    summary = summarise(rows)
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
