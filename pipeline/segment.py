@@ -115,26 +115,31 @@ def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
            checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0) -> list[Detection]:
     """Instances in one frame with the chosen segmenter, best first. zoom: learned only, the
-    largest upscaling of the network's view of the parts (``predict_zoomed``)."""
+    largest upscaling of the network's view of the parts (``predict_zoomed``); ``min_pixels``
+    counts pixels as the network saw them (magnified s times: min_pixels / s^2 in the frame,
+    at least ``MIN_PIXELS_ZOOMED``)."""
+    scale = 1.0
     if method == "learned":
         net = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT))
         if snap_to_depth:
             from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
-            dets = predict_zoomed(net, normal_img, depth, min(LOW_SCORE, score_threshold), zoom)
+            dets, scale = predict_zoomed(net, normal_img, depth, min(LOW_SCORE, score_threshold), zoom)
             dets = refine_detections(dets, depth, K, score_threshold)
         else:
-            dets = predict_zoomed(net, normal_img, depth, score_threshold, zoom)
+            dets, scale = predict_zoomed(net, normal_img, depth, score_threshold, zoom)
     elif method == "geometric":
         from vid2sim.models.segmenter.geometric import segment_geometric
 
         dets = [d for d in segment_geometric(depth, K, min_pixels) if d.score >= score_threshold]
     else:
         raise ValueError(f"segment: unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    return [d for d in dets if d.mask.sum() >= min_pixels]
+    least = min_pixels if scale == 1.0 else max(min_pixels / scale**2, MIN_PIXELS_ZOOMED)
+    return [d for d in dets if d.mask.sum() >= least]
 
 
 ZOOM_MIN = 1.5  # a region that would be upscaled less than this is seen at full frame
+MIN_PIXELS_ZOOMED = 20  # frame pixels of the smallest part kept from a magnified view
 
 
 def zoom_box(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[int, int, int, int] | None:
@@ -166,9 +171,9 @@ def zoom_box(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[int
 
 
 def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, score_threshold: float,
-                   zoom: float) -> list[Detection]:
+                   zoom: float) -> tuple[list[Detection], float]:
     """The network's detections (class scores mirror-averaged), looking again at the parts
-    magnified where they fill little of the frame.
+    magnified where they fill little of the frame, and the magnification used (1: none).
 
     The network sees frames resized to ``network.INPUT_SIZE`` and proposes nothing much
     narrower than its smallest anchors (16 px at 1/4 aspect): a rod 3-5 px across at 320 x 240
@@ -179,7 +184,7 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
     first = net.predict(normal_img, score_threshold)
     box = zoom_box(first, depth, zoom) if zoom > 1 else None
     if box is None:
-        return net.mirror_average(normal_img, first)
+        return net.mirror_average(normal_img, first), 1.0
     x0, y0, x1, y1 = box
     h, w = normal_img.shape[:2]
     crop = normal_img[y0:y1, x0:x1]
@@ -197,7 +202,7 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
     rest = [d for d in net.mirror_average(normal_img, first) if (d.mask & inside).sum() < 0.5 * d.mask.sum()]
     log.debug("segment: looked again at x %d-%d, y %d-%d magnified %.1f times: %d parts", x0, x1, y0, y1,
               w / (x1 - x0), len(out))
-    return sorted(out + rest, key=lambda d: -d.score)
+    return sorted(out + rest, key=lambda d: -d.score), w / (x1 - x0)
 
 
 def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
