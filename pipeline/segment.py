@@ -4,7 +4,7 @@ Heiden et al. 2022, §4.3.3.1: depth becomes a normal map (finite differences in
 space; for RGB-only recordings a binarised and blurred pseudo-depth), an instance
 segmenter finds the parts and their primitive class, and each part is matched to the
 recording's ``shapes.json`` by class and by the size seen in the depth (back-projected
-extents). A part that fits no library shape is an error naming what was seen.
+extents). A part that fits no library shape is background (below).
 
 Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``learned`` (Mask R-CNN, ``models/segmenter``, trained on synthetic primitives) and
@@ -19,6 +19,10 @@ a small CNN on full-resolution crops of the part's depth (``models/segmenter/sha
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
+Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
+learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
+What fits no library shape (walls, floors, tables, distractors) is background, logged; a
+library shape no part matched is an error naming it (``SegmentConfig.missing``).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 Not here: mesh shapes in the library are never matched (the segmenter knows only
@@ -114,10 +118,11 @@ def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
            checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0) -> list[Detection]:
-    """Instances in one frame with the chosen segmenter, best first. zoom: learned only, the
-    largest upscaling of the network's view of the parts (``predict_zoomed``); ``min_pixels``
-    counts pixels as the network saw them (magnified s times: min_pixels / s^2 in the frame,
-    at least ``MIN_PIXELS_ZOOMED``)."""
+    """Instances in one frame with the chosen segmenter, best first, of at least ``min_pixels``.
+
+    zoom: learned only, the largest upscaling of the network's view of the parts
+    (``predict_zoomed``); a part found magnified s times needs only min_pixels / s^2 frame
+    pixels (at least ``MIN_PIXELS_ZOOMED``)."""
     scale = 1.0
     if method == "learned":
         net = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT))
@@ -146,8 +151,9 @@ def zoom_box(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[int
     """(x0, y0, x1, y1) pixels of the region to look at again, magnified, or None.
 
     The region is the box around the detections (else around the pixels with depth, where
-    they cover less than half the frame), grown by a quarter of its size (and 8 px) on every side, to the
-    frame's aspect; None where that region is more than 1 / ``ZOOM_MIN`` of the frame's width.
+    they cover less than half the frame), grown by a quarter of its size and 8 px on every
+    side, widened to the frame's aspect and to at least 1 / ``zoom`` of its width; None where
+    it is wider than 1 / ``ZOOM_MIN`` of the frame.
     """
     h, w = depth.shape
     if dets:
