@@ -212,11 +212,17 @@ for _spec in runner.STAGES:
 
 def _command_and_target(argv: list[str]) -> tuple[str, str]:
     """The subcommand named in ``argv`` and its first positional argument ("" where absent)."""
-    names = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     for k, a in enumerate(argv):
-        if a in names:
-            rest = [x for x in argv[k + 1:] if not x.startswith("-")]
-            return a, rest[0] if rest else ""
+        if a in commands:
+            takes_value = {o for p in commands[a].params if not getattr(p, "is_flag", True) for o in p.opts}
+            rest = iter(argv[k + 1:])
+            for x in rest:
+                if x in takes_value:
+                    next(rest, None)
+                elif not x.startswith("-"):
+                    return a, x
+            return a, ""
     return "vid2sim", ""
 
 
