@@ -242,3 +242,22 @@ def test_unexpected_exception_in_a_stage_is_one_line(rec, tmp_path, monkeypatch,
         lines = [line for line in err.splitlines() if line.startswith("error:")]
         assert lines == [f"error: track: {rec}: ZeroDivisionError: float division by zero"], err
         assert ("Traceback" in err) == bool(debug), err
+
+
+def test_ctrl_c_is_exit_130_without_a_traceback(rec, tmp_path):
+    """SIGINT while segment runs: exit code 130, no traceback, no error line."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(VID2SIM + ["run", str(rec), "--out", str(tmp_path / "run")], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, "COLUMNS": "400"})
+    seen = []
+    for line in proc.stderr:  # the stage's progress line: segment is running
+        seen.append(line)
+        if "segment" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    assert "Traceback" not in rest and "error:" not in rest, rest
