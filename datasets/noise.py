@@ -100,7 +100,7 @@ def surface_noise(depth: np.ndarray, masks: np.ndarray) -> DepthNoise:
     difference spans an edge) and have depth.
     """
     d = depth.astype(np.float64)
-    masks = masks.reshape(-1, *d.shape[-2:]) if masks.ndim == 3 else masks[None]
+    masks = masks if masks.ndim == 3 else masks[None]
     ratios = []
     for m in masks:
         inner = cv2.erode((m > 0).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
