@@ -159,11 +159,12 @@ def test_library_part_not_in_the_scene_is_named(rec, tmp_path):
     shapes = json.loads((rec / "shapes.json").read_text())
     shapes["spare"] = {"type": "sphere", "radius": 0.04}
     (rec / "shapes.json").write_text(json.dumps(shapes))
-    r = vid2sim("segment", rec, "--out", tmp_path / "run", ok=(2,))
+    one = ["--set", "segment.frames=[0]"]
+    r = vid2sim("segment", rec, "--out", tmp_path / "run", *one, ok=(2,))
     m = error_of(r)
     assert m["stage"] == "segment" and m["file"] == str(rec / "shapes.json"), m.group(0)
     assert "lists 3 part(s), segment found 2: spare is missing" in m["cause"], m.group(0)
-    vid2sim("segment", rec, "--out", tmp_path / "run", "--set", "segment.missing=allow", ok=(0,))
+    vid2sim("segment", rec, "--out", tmp_path / "run", *one, "--set", "segment.missing=allow", ok=(0,))
 
 
 def far_recording(name: str, out: Path, distance: float, size=(320, 240), n: int = 1) -> Path:
