@@ -376,15 +376,23 @@ def _check_missing(cfg: SegmentConfig, shapes: dict[str, Shape], names: list[str
                    shapes_path: Path) -> None:
     """Every library shape segment can find (box, capsule, sphere, cylinder) must have been
     matched by some part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``:
-    an INFO line). Mesh shapes are never looked for."""
+    an INFO line). Mesh shapes are never looked for, nor the shapes of known actuators
+    (``actuation.npz``'s ``shapes``, docs/interfaces.md §1.1: their pixels are no part)."""
     from vid2sim.pipeline.run import StageError
 
-    findable = [n for n, s in shapes.items() if s.type in CLASSES]
+    actuators = set()
+    if (shapes_path.parent / "actuation.npz").is_file():
+        try:
+            with np.load(shapes_path.parent / "actuation.npz") as z:
+                actuators = {str(n) for n in z["shapes"]} if "shapes" in z.files else set()
+        except (OSError, ValueError) as e:
+            raise RecordingError(shapes_path.parent / "actuation.npz", f"cannot be read ({e})") from None
+    findable = [n for n, s in shapes.items() if s.type in CLASSES and n not in actuators]
     absent = [n for n in findable if n not in set(names)]
     if not absent:
         return
     what = ", ".join(absent[:-1]) + " and " + absent[-1] if len(absent) > 1 else absent[0]
-    msg = (f"shapes.json lists {len(findable)} part(s), segment found {len(set(names))}: {what} "
+    msg = (f"shapes.json lists {len(findable)} part(s), segment found {len(set(findable) & set(names))}: {what} "
            f"{'are' if len(absent) > 1 else 'is'} missing in frames {', '.join(map(str, frames))} "
            f"(smaller than segment.min_pixels={cfg.min_pixels} px, hidden, or not in this scene? "
            "segment.missing=allow goes on without them)")

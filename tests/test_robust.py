@@ -167,6 +167,22 @@ def test_library_part_not_in_the_scene_is_named(rec, tmp_path):
     vid2sim("segment", rec, "--out", tmp_path / "run", *one, "--set", "segment.missing=allow", ok=(0,))
 
 
+def test_an_actuators_shape_is_not_a_missing_part(tmp_path):
+    """docs/interfaces.md §1.1: a known actuator's shape (the pusher's tip) is in shapes.json,
+    but it is no part of the mechanism; segment does not ask for it."""
+    from vid2sim.datasets.shapes import Shape
+    from vid2sim.pipeline.run import StageError
+    from vid2sim.pipeline.segment import SegmentConfig, _check_missing
+
+    shapes = {"link": Shape("link", "capsule", radius=0.02, length=0.3),
+              "tip": Shape("tip", "cylinder", radius=0.02, length=0.1)}
+    with pytest.raises(StageError, match="lists 2 part.s., segment found 1: tip is missing"):
+        _check_missing(SegmentConfig(), shapes, ["link"], [0], tmp_path / "shapes.json")
+    np.savez(tmp_path / "actuation.npz", names=np.array(["pusher"]), shapes=np.array(["tip"]),
+             world_from_actuator=np.tile(np.eye(4), (12, 1, 1, 1)))
+    _check_missing(SegmentConfig(), shapes, ["link"], [0], tmp_path / "shapes.json")
+
+
 def far_recording(name: str, out: Path, distance: float, size=(320, 240), n: int = 1) -> Path:
     """``name`` filmed from ``distance`` m (the mechanism covers a few % of the frame), with the
     generator's floor and back wall in view."""
