@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import sys
+import traceback
 import typing
 from pathlib import Path
 from typing import Any, Optional
@@ -19,24 +20,23 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
-from vid2sim.datasets.errors import RecordingError
 from vid2sim.pipeline import run as runner
-from vid2sim.pipeline.artifacts import ArtifactError
-from vid2sim.pipeline.atomic import OutputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Turn a video of a moving mechanism into a simulation of it (a URDF digital twin).")
 err = Console(stderr=True)
-USER_ERRORS = (RecordingError, ArtifactError, OutputError, runner.StageError, FileExistsError, PermissionError,
-               NotImplementedError)
+USER_ERRORS = runner.USER_ERRORS  # their messages name the file and the problem: printed as they are
+_DEBUG = {"on": False}  # set by --debug: show the traceback of a failure as well
 
 
 @app.callback()
 def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+          debug: bool = typer.Option(False, "--debug", help="On failure, print the Python traceback too."),
           threads: int = typer.Option(0, "--threads", min=0,
                                       help="CPU threads for torch (0: its default, every core). Use 1 when "
                                            "several vid2sim processes share the machine: two processes of 2 "
                                            "threads on 2 cores tracked at 5 s/frame instead of 0.1.")) -> None:
+    _DEBUG["on"] = debug
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(console=err, show_path=False, show_time=False)])
     if threads:
@@ -221,16 +221,51 @@ for _spec in runner.STAGES:
     _stage_command(_spec)
 
 
+def _command_and_target(argv: list[str]) -> tuple[str, str]:
+    """The subcommand named in ``argv`` and its first positional argument ("" where absent)."""
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for k, a in enumerate(argv):
+        if a in commands:
+            takes_value = {o for p in commands[a].params if not getattr(p, "is_flag", True) for o in p.opts}
+            rest = iter(argv[k + 1:])
+            for x in rest:
+                if x in takes_value:
+                    next(rest, None)
+                elif not x.startswith("-"):
+                    return a, x
+            return a, ""
+    return "vid2sim", ""
+
+
+def error_line(e: BaseException, argv: list[str]) -> str:
+    """One line for a failure: ``STAGE: FILE: cause``. A user error (bad input, missing
+    artifact...) keeps its own message, which names the file, prefixed with the stage that
+    raised it (``e.stage``, set by the runner) or else the command; anything else is
+    ``COMMAND: TARGET: ExceptionType: message``."""
+    msg = " ".join(str(e).split()) or type(e).__name__
+    command, target = _command_and_target(argv)
+    if isinstance(e, USER_ERRORS):
+        where = getattr(e, "stage", None) or command
+        return msg if msg.startswith(f"{where}:") else f"{where}: {msg}"
+    where = f"{command}: {target}: " if target else f"{command}: "
+    return f"{where}{type(e).__name__}: {msg}"
+
+
 def main() -> None:
+    """Run the CLI. Every failure ends in one ``error:`` line and exit code 2 (``--debug``:
+    with its traceback); Ctrl-C in exit code 130."""
+    argv = sys.argv[1:]
     try:
-        app()
-    except USER_ERRORS as e:
-        # escaped: a message's own brackets ("tuple[int, ...]", "['a', 'b']") are not Rich markup
-        err.print(f"[red]error:[/] {rich.markup.escape(str(e))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        app()  # usage errors, --help and Ctrl-C (exit code 130) are handled by typer itself
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the one place every failure is turned into a line
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        # escaped: a message's own brackets ("tuple[int, ...]", "['a', 'b']") are not Rich markup
+        err.print(f"[red]error:[/] {rich.markup.escape(error_line(e, argv))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

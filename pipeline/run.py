@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording, open_recording
-from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
-from vid2sim.pipeline.atomic import ensure_writable_dir, write_json
+from vid2sim.pipeline.artifacts import Articulation, ArtifactError, JointPositions, PoseTracks, Posterior, Segmentation
+from vid2sim.pipeline.atomic import OutputError, ensure_writable_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,13 @@ MIN_FRAMES = 10
 
 
 class StageError(RuntimeError):
-    """A stage cannot run (missing input, stage not available in this build...)."""
+    """A stage cannot run (missing input, stage not available in this build...), or failed."""
+
+
+# Errors whose message already names the file and the problem; anything else a stage raises
+# is wrapped into a StageError "STAGE: RECORDING: ExceptionType: message".
+USER_ERRORS = (RecordingError, ArtifactError, OutputError, StageError, FileExistsError, PermissionError,
+               NotImplementedError)
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,20 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared
             raise StageError(f"{run_dir / f}: stage '{spec.name}' finished without writing it")
 
 
+def _call_stage_guarded(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any]) -> None:
+    """``_call_stage``, its failures tagged with the stage (``e.stage``) for the one-line error."""
+    try:
+        _call_stage(spec, cfg, rec, run_dir, shared)
+    except USER_ERRORS as e:
+        e.stage = spec.name  # type: ignore[attr-defined]
+        raise
+    except Exception as e:  # noqa: BLE001 - a bug or an input no check foresaw: still one line
+        msg = " ".join(str(e).split())
+        wrapped = StageError(f"{spec.name}: {rec.path}: {type(e).__name__}: {msg}")
+        wrapped.stage = spec.name  # type: ignore[attr-defined]
+        raise wrapped from e
+
+
 def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any] | None = None) -> str:
     h = hashlib.sha256()
     h.update(json.dumps({"stage": spec.name, "config": config_to_json(cfg), "version": _version(),
@@ -244,7 +264,7 @@ def run_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, force: b
         log.info("%s: up to date (cached)", spec.name)
         return False
     t0 = time.perf_counter()
-    _call_stage(spec, cfg, rec, run_dir, shared)
+    _call_stage_guarded(spec, cfg, rec, run_dir, shared)
     outputs = {f: _file_digest(run_dir / f) for f in spec.outputs}
     write_json(run_dir / ".cache" / f"{spec.name}.json",
                {"key": key, "outputs": outputs, "seconds": round(time.perf_counter() - t0, 3)})

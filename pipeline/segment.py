@@ -4,7 +4,7 @@ Heiden et al. 2022, §4.3.3.1: depth becomes a normal map (finite differences in
 space; for RGB-only recordings a binarised and blurred pseudo-depth), an instance
 segmenter finds the parts and their primitive class, and each part is matched to the
 recording's ``shapes.json`` by class and by the size seen in the depth (back-projected
-extents). A part that fits no library shape is an error naming what was seen.
+extents). A part that fits no library shape is background (below).
 
 Two segmenters, chosen with ``SegmentConfig.method`` and never swapped silently:
 ``learned`` (Mask R-CNN, ``models/segmenter``, trained on synthetic primitives) and
@@ -19,6 +19,10 @@ a small CNN on full-resolution crops of the part's depth (``models/segmenter/sha
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
+Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
+learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
+What fits no library shape (walls, floors, tables, distractors) is background, logged; a
+library shape no part matched is an error naming it (``SegmentConfig.missing``).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 Not here: mesh shapes in the library are never matched (the segmenter knows only
@@ -69,7 +73,16 @@ class SegmentConfig:
     snap_to_depth: bool = True
     size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
     min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
-    unmatched: str = "error"  # a part fitting no library shape: "error" (name what was seen) or "ignore" (log, drop)
+    # a part fitting no library shape (a wall, the floor, a table, a distractor): "ignore" = background
+    # (one INFO line each, with its class and size) or "error" (stop, naming what was seen)
+    unmatched: str = "ignore"
+    # a library shape (box, capsule, sphere, cylinder) no part matched: "error" (stop, naming it) or
+    # "allow" (log it and go on: a library that lists shapes this scene may not show)
+    missing: str = "error"
+    # learned: where the candidate frames leave library shapes unexplained, they are looked at again with
+    # the region of the parts (a far camera: a few % of the frame) magnified up to this many times
+    # (1 = never; predict_zoomed)
+    zoom: float = 4.0
     overlay: bool = True  # write segmentation_overlay.png
 
     def __post_init__(self):
@@ -77,6 +90,8 @@ class SegmentConfig:
             raise ValueError(f"segment: unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         if self.unmatched not in ("error", "ignore"):
             raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {self.unmatched!r}")
+        if self.missing not in ("error", "allow"):
+            raise ValueError(f"segment: missing must be 'error' or 'allow', got {self.missing!r}")
 
 
 _SEGMENTERS: dict[str, Segmenter] = {}
@@ -102,24 +117,98 @@ def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
-           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True) -> list[Detection]:
-    """Instances in one frame with the chosen segmenter, best first."""
+           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0) -> list[Detection]:
+    """Instances in one frame with the chosen segmenter, best first, of at least ``min_pixels``.
+
+    zoom: learned only, the largest upscaling of the network's view of the parts
+    (``predict_zoomed``); a part found magnified s times needs only min_pixels / s^2 frame
+    pixels (at least ``MIN_PIXELS_ZOOMED``)."""
+    scale = 1.0
     if method == "learned":
+        net = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT))
         if snap_to_depth:
             from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
-            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, min(LOW_SCORE, score_threshold),
-                                                                     mirror=True)
+            dets, scale = predict_zoomed(net, normal_img, depth, min(LOW_SCORE, score_threshold), zoom)
             dets = refine_detections(dets, depth, K, score_threshold)
         else:
-            dets = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT)).predict(normal_img, score_threshold)
+            dets, scale = predict_zoomed(net, normal_img, depth, score_threshold, zoom)
     elif method == "geometric":
         from vid2sim.models.segmenter.geometric import segment_geometric
 
         dets = [d for d in segment_geometric(depth, K, min_pixels) if d.score >= score_threshold]
     else:
         raise ValueError(f"segment: unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    return [d for d in dets if d.mask.sum() >= min_pixels]
+    least = min_pixels if scale == 1.0 else max(min_pixels / scale**2, MIN_PIXELS_ZOOMED)
+    return [d for d in dets if d.mask.sum() >= least]
+
+
+ZOOM_MIN = 1.5  # a region that would be upscaled less than this is seen at full frame
+MIN_PIXELS_ZOOMED = 20  # frame pixels of the smallest part kept from a magnified view
+
+
+def zoom_box(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[int, int, int, int] | None:
+    """(x0, y0, x1, y1) pixels of the region to look at again, magnified, or None.
+
+    The region is the box around the detections (else around the pixels with depth, where
+    they cover less than half the frame), grown by a quarter of its size and 8 px on every
+    side, widened to the frame's aspect and to at least 1 / ``zoom`` of its width; None where
+    it is wider than 1 / ``ZOOM_MIN`` of the frame.
+    """
+    h, w = depth.shape
+    if dets:
+        mask = np.any([d.mask for d in dets], axis=0)
+    else:
+        mask = depth > 0
+        if mask.mean() > 0.5:
+            return None
+    v, u = np.nonzero(mask)
+    if not len(u):
+        return None
+    cx, cy = 0.5 * (u.min() + u.max() + 1), 0.5 * (v.min() + v.max() + 1)
+    bw, bh = 1.5 * (u.max() + 1 - u.min()) + 16, 1.5 * (v.max() + 1 - v.min()) + 16
+    bw = max(bw, bh * w / h, w / zoom)
+    if w / bw < ZOOM_MIN:
+        return None
+    bh = bw * h / w
+    x0 = int(round(min(max(cx - bw / 2, 0), w - bw)))
+    y0 = int(round(min(max(cy - bh / 2, 0), h - bh)))
+    return x0, y0, min(x0 + int(round(bw)), w), min(y0 + int(round(bh)), h)
+
+
+def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, score_threshold: float,
+                   zoom: float) -> tuple[list[Detection], float]:
+    """The network's detections (class scores mirror-averaged), looking again at the parts
+    magnified where they fill little of the frame, and the magnification used (1: none).
+
+    The network sees frames resized to ``network.INPUT_SIZE`` and proposes nothing much
+    narrower than its smallest anchors (16 px at 1/4 aspect): a rod 3-5 px across at 320 x 240
+    is missed or merged. Where ``zoom_box`` finds a small region, it is cut out, upscaled
+    (nearest neighbour, up to ``zoom`` times) and detected again; its masks, mapped back to
+    the frame, replace the first pass's detections inside it.
+    """
+    first = net.predict(normal_img, score_threshold)
+    box = zoom_box(first, depth, zoom) if zoom > 1 else None
+    if box is None:
+        return net.mirror_average(normal_img, first), 1.0
+    x0, y0, x1, y1 = box
+    h, w = normal_img.shape[:2]
+    crop = normal_img[y0:y1, x0:x1]
+    big = cv2.resize(crop, (w, int(round(w * (y1 - y0) / (x1 - x0)))), interpolation=cv2.INTER_NEAREST)
+    out = []
+    for d in net.predict(big, score_threshold, mirror=True):
+        small = cv2.resize(d.mask.astype(np.float32), (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA) >= 0.5
+        if not small.any():
+            continue
+        m = np.zeros((h, w), bool)
+        m[y0:y1, x0:x1] = small
+        out.append(Detection(m, d.label, d.score, d.class_scores))
+    inside = np.zeros((h, w), bool)
+    inside[y0:y1, x0:x1] = True
+    rest = [d for d in net.mirror_average(normal_img, first) if (d.mask & inside).sum() < 0.5 * d.mask.sum()]
+    log.debug("segment: looked again at x %d-%d, y %d-%d magnified %.1f times: %d parts", x0, x1, y0, y1,
+              w / (x1 - x0), len(out))
+    return sorted(out + rest, key=lambda d: -d.score), w / (x1 - x0)
 
 
 def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
@@ -201,8 +290,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
 
-    A detection no library shape explains raises ``RecordingError`` naming what was seen,
-    or with ``unmatched="ignore"`` gets ``None`` (logged).
+    A detection no library shape explains gets ``None`` (background, one INFO line), or with
+    ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
     cost = np.full((len(dets), len(names)), math.inf)
@@ -224,12 +313,13 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             e = seen[i]
             lib = ", ".join(f"{n} ({s.type} {'x'.join(f'{x:.3g}' for x in s.extents())} m)" if s.type in CLASSES
                             else f"{n} ({s.type})" for n, s in shapes.items())
-            err = RecordingError(where, f"frame {frame}: segment saw a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
-                                        f"{'' if metric else ' (proportions only, RGB-only recording)'} "
-                                        f"(score {d.score:.2f}) that matches no library shape; library: {lib}")
+            seen_as = (f"a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
+                       f"{'' if metric else ' (proportions only, RGB-only recording)'} "
+                       f"(score {d.score:.2f}, {int(d.mask.sum())} px)")
             if unmatched != "ignore":
-                raise err
-            log.warning("segment: ignoring a part: %s", err)
+                raise RecordingError(where, f"frame {frame}: segment saw {seen_as} that matches no library shape; "
+                                            f"library: {lib} (segment.unmatched=ignore takes it for background)")
+            log.info("segment: frame %d: background: %s matches no library shape", frame, seen_as)
     big = 1e6
     c = np.where(np.isfinite(cost), cost, big)
     rows, cols = linear_sum_assignment(c)
@@ -282,6 +372,35 @@ def _overlay(normal_img: np.ndarray, rgb: np.ndarray | None, masks: np.ndarray, 
     return img
 
 
+def _check_missing(cfg: SegmentConfig, shapes: dict[str, Shape], names: list[str], frames: list[int],
+                   shapes_path: Path) -> None:
+    """Every library shape segment can find (box, capsule, sphere, cylinder) must have been
+    matched by some part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``:
+    an INFO line). Mesh shapes are never looked for, nor the shapes of known actuators
+    (``actuation.npz``'s ``shapes``, docs/interfaces.md §1.1: their pixels are no part)."""
+    from vid2sim.pipeline.run import StageError
+
+    actuators = set()
+    if (shapes_path.parent / "actuation.npz").is_file():
+        try:
+            with np.load(shapes_path.parent / "actuation.npz") as z:
+                actuators = {str(n) for n in z["shapes"]} if "shapes" in z.files else set()
+        except (OSError, ValueError) as e:
+            raise RecordingError(shapes_path.parent / "actuation.npz", f"cannot be read ({e})") from None
+    findable = [n for n, s in shapes.items() if s.type in CLASSES and n not in actuators]
+    absent = [n for n in findable if n not in set(names)]
+    if not absent:
+        return
+    what = ", ".join(absent[:-1]) + " and " + absent[-1] if len(absent) > 1 else absent[0]
+    msg = (f"shapes.json lists {len(findable)} part(s), segment found {len(set(findable) & set(names))}: {what} "
+           f"{'are' if len(absent) > 1 else 'is'} missing in frames {', '.join(map(str, frames))} "
+           f"(smaller than segment.min_pixels={cfg.min_pixels} px, hidden, or not in this scene? "
+           "segment.missing=allow goes on without them)")
+    if cfg.missing == "error":
+        raise StageError(f"segment: {shapes_path}: {msg}")
+    log.info("segment: %s", msg)
+
+
 @contextlib.contextmanager
 def logging_disabled():
     previous = log.disabled
@@ -292,20 +411,15 @@ def logging_disabled():
         log.disabled = previous
 
 
-def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
-    """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
-    from vid2sim.pipeline.artifacts import Segmentation
-    from vid2sim.pipeline.atomic import write_bytes
-
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float) -> list[tuple]:
+    """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
+    frame, the detections made with the network's view magnified up to ``zoom`` times."""
     shapes_path = Path(rec.path) / "shapes.json"
-    if not rec.shapes:
-        raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
-    frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     candidates = []
     for i in frames:
         depth, nimg, metric = frame_input(rec, i)
         dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
-                              cfg.min_pixels, cfg.snap_to_depth and metric))
+                              cfg.min_pixels, cfg.snap_to_depth and metric, zoom))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched), then by parts left unexplained, then by parts that repeat a library
@@ -325,9 +439,27 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
                 total = sum(d.score for d in dets)
         named = [n for n in matched if n is not None]
         rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
-        log.info("segment: frame %d: %d parts (%s), %d library shapes, total score %.2f", i, len(dets),
-                 ", ".join(CLASSES[d.label] for d in dets), rank[0], total)
+        log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
+                 f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
+                 rank[0], total)
         candidates.append((rank, i, depth, nimg, metric, dets, seen_i))
+    return candidates
+
+
+def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
+    """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
+    from vid2sim.pipeline.artifacts import Segmentation
+    from vid2sim.pipeline.atomic import write_bytes
+
+    shapes_path = Path(rec.path) / "shapes.json"
+    if not rec.shapes:
+        raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
+    frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
+    candidates = _candidates(cfg, rec, frames, 1.0)
+    findable = sum(s.type in CLASSES for s in rec.shapes.values())
+    if cfg.method == "learned" and cfg.zoom > 1 and max(c[0][0] for c in candidates) < findable:
+        # library shapes unexplained: look again, magnified where the parts fill a small region
+        candidates += _candidates(cfg, rec, frames, cfg.zoom)
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]
     best_total = max(c[0][3] for c in good)
@@ -340,6 +472,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
+    _check_missing(cfg, rec.shapes, names, frames, shapes_path)
     h, w = depth.shape
     masks = np.stack([d.mask for d in dets]).astype(np.uint8) if dets else np.zeros((0, h, w), np.uint8)
     scores = np.array([d.score for d in dets], np.float64)

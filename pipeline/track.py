@@ -492,9 +492,10 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
     if cfg.depth_noise_k is None:
         fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
-        noise = estimate_depth_noise(rec, exclude=fg)
+        noise = estimate_depth_noise(rec, exclude=fg, surface=seg.masks, surface_frame=seg.frame)
         log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; "
-                 "%d static pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k, 1000 * cfg.depth_noise_floor_m, noise.pixels, noise.pairs)
+                 "from %s: %d pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k,
+                 1000 * cfg.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
         cfg = replace(cfg, depth_noise_k=noise.k)
     scene = _Scene(rec, prims, cfg)
     scene.set_background(rec.depth(seg.frame), seg.masks, rec.color(seg.frame) if rec.has_color else None)

@@ -14,6 +14,7 @@ from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.synthetic import MECHANISMS, make_recording
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT
 from vid2sim.pipeline.artifacts import Segmentation
+from vid2sim.pipeline.run import StageError
 from vid2sim.pipeline.segment import OVERLAY_FILE, SegmentConfig, run
 
 MIN_VISIBLE = 40  # a body with fewer visible pixels cannot be asked for
@@ -94,11 +95,19 @@ def test_shape_missing_from_library_is_an_error_naming_what_was_seen(tmp_path):
     shapes["pole"] = {"type": "sphere", "radius": 0.3}  # the library no longer has a capsule
     (rec_path / "shapes.json").write_text(json.dumps(shapes))
     with pytest.raises(RecordingError) as e:
-        run(SegmentConfig(method="geometric", frames=(0,)), open_recording(rec_path), tmp_path)
+        run(SegmentConfig(method="geometric", frames=(0,), unmatched="error"), open_recording(rec_path), tmp_path)
     msg = str(e.value)
     assert "shapes.json" in msg and "matches no library shape" in msg
     assert "capsule" in msg or "cylinder" in msg  # what was seen, by class ...
     assert " m " in msg or " m(" in msg or "m (" in msg  # ... and by size
+    # By default what fits no library shape is background; the library's pole, not found, is the error.
+    with pytest.raises(StageError) as e:
+        run(SegmentConfig(method="geometric", frames=(0,)), open_recording(rec_path), tmp_path)
+    msg = str(e.value)
+    assert msg.startswith(f"segment: {rec_path / 'shapes.json'}: shapes.json lists 2 part(s), segment found 1: "
+                          "pole is missing"), msg
+    seg = run(SegmentConfig(method="geometric", frames=(0,), missing="allow"), open_recording(rec_path), tmp_path)
+    assert seg.shape_names == ["cart"]
 
 
 def test_learned_is_never_replaced_by_geometric(tmp_path):
