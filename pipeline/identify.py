@@ -341,6 +341,8 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     root = floating_setup(cfg, art, jp, poses, shapes, fps)
     if root is None:
         sim = build_simulator(cfg, art, poses, shapes, fps)
+        if not sim.dof_names:
+            return static_posterior(cfg, sim)
         q = joint_trajectory(jp, sim.dof_names, cfg.frames)
         prob = make_problem(cfg, sim, q, fps)
     else:
@@ -369,6 +371,22 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         plot_trajectories(res, prob, sim.dof_names if root is None else root.extra["q_names"], fps,
                           out_dir / "trajectories.png")
     return post
+
+
+def static_posterior(cfg: IdentifyConfig, sim: TwinSimulator) -> Posterior:
+    """The posterior of a mechanism with no joint that moves (every joint fixed): nothing is
+    observable, so each mass is its shape's volume x ``cfg.density_anchor`` (or ``cfg.masses``)."""
+    est = {}
+    for n, lo, hi in zip(sim.names, sim.lower, sim.upper):
+        body = n.rsplit(".", 1)[0]
+        kg = cfg.masses.get(body)
+        vol = lo / cfg.density_min
+        est[n] = float(kg) if kg else float(np.clip(vol * cfg.density_anchor, lo, hi))
+    log.warning("identify: no joint of the articulation moves; nothing to identify (masses at %g kg/m^3)",
+                cfg.density_anchor)
+    return Posterior(list(sim.names), {n: (float(lo), float(hi)) for n, lo, hi in zip(sim.names, sim.lower, sim.upper)},
+                     est, np.array([[est[n] for n in sim.names]]), "none", 0.0,
+                     {"note": "no joint moves: nothing identified", "config": asdict(cfg)})
 
 
 def run_with_holdout(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,

@@ -67,15 +67,16 @@ def frames(rec: Path, sub: str) -> list[Path]:
 
 
 def test_ten_frames_through_forecast(rec, tmp_path):
-    """10 frames, the fewest the pipeline takes, through every stage (forecast has little to
-    observe and predict: it may refuse, in one line)."""
+    """10 frames, the fewest the pipeline takes, through every stage: too few to hold any back
+    (identify needs 10), so the twin is fitted on all of them and forecast says it is not
+    validated instead of failing."""
     for sub in ("depth", "color", "truth_masks"):
         for f in frames(rec, sub)[10:]:
             f.unlink()
-    r = vid2sim("run", rec, "--out", tmp_path / "run", *FAST)
-    assert (tmp_path / "run" / "params.json").exists()  # identify had what it needs
-    if r.returncode:
-        assert error_of(r)["stage"] in ("forecast", "report"), r.stderr[-2000:]
+    vid2sim("run", rec, "--out", tmp_path / "run", *FAST, ok=(0,))
+    fc = json.loads((tmp_path / "run" / "forecast.json").read_text())
+    assert fc["validated"] is False and fc["fitted"] == [0, 9] and fc["metrics"] == {}, fc
+    assert "Not validated" in (tmp_path / "run" / "report.html").read_text()
 
 
 def test_no_background_at_all(rec, tmp_path):
