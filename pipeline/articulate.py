@@ -66,6 +66,10 @@ class ArticulateConfig:
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
     mounted_prior: float = 1.0             # cost per coordinate per frame a mechanism saves by hanging
                                            # from the world by a 0/1-dof joint instead of a planar one
+    max_birge_ratio: float = 1.3           # residuals of the chosen joints above this many times the noise
+                                           # (sqrt of the reduced chi-square) mean the noise was underestimated
+    noise_refits: int = 2                  # times the noise may be raised to the residuals' level and the
+                                           # joints chosen again (0: trust the noise estimate)
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
     max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
@@ -168,45 +172,96 @@ def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Gr
             G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
                        every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    return _reroot_planar(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
+    return _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
 
 
-def _reroot_planar(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
-    """A mechanism hung from the world by a planar joint is re-hung by a 0/1-dof joint
-    where one of its bodies has a fitting fixed, prismatic or revolute joint to the world.
+def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
+    """A part of the forest hung from the world by a joint with coordinates (planar,
+    prismatic, revolute) is re-hung by a joint with fewer coordinates where one fits:
+    a fixed, prismatic or revolute joint of one of its bodies to a body outside that
+    part, or, instead of a planar joint, one of its bodies' own fixed, prismatic or
+    revolute joints to the world. Fewest coordinates first, then cost.
 
-    The spanning tree compares edges one at a time, so a precisely tracked pole sliding
-    in a plane (3 coordinates) can beat the cart's prismatic rail (1 coordinate) although
-    the cart then moves with 4 coordinates instead of 1. Fewest coordinates first, then
-    cost, among the component's bodies. A body qualifies only where model selection
-    prefers the fewer-coordinate joint for its own world motion, with a prior for mounted
-    mechanisms of ``prior`` per saved coordinate per frame (the planar joint's extra
-    coordinates also absorb tracking errors that are not noise): the cart's 1-D motion
-    gains little from a planar joint, while an end link of a chain pushed over a floor,
-    which pivots about one point most of the time but also slides, gains a lot.
+    The spanning tree compares edges one at a time, so a link of a chain whose tracked
+    pose slips along its own axis is cheaper as a planar joint to the world (3
+    coordinates, absorbing the slip) than as a hinge to its neighbour (1), and two static
+    boxes swayed alike by a moving camera can each hang from the world by a slider (2
+    coordinates) rather than one by a slider and the other welded to it (1). A joint to a
+    body outside the part qualifies whenever it fits (enough inlier frames, significant
+    motion): it explains the part's motion with fewer coordinates. A body's own world
+    joint replaces a planar one only where model selection prefers it for that body's
+    world motion with a prior for mounted mechanisms of ``prior`` per saved coordinate
+    per frame (the planar joint's extra coordinates also absorb tracking errors that are
+    not noise): a precisely tracked pole sliding in a plane can beat the cart's prismatic
+    rail in the spanning tree, and the cart's 1-D motion gains little from a planar
+    joint, while an end link of a chain pushed over a floor, which pivots about one point
+    most of the time but also slides, gains a lot.
     """
-    for _, b in [e for e in tree.edges("world") if tree.edges[e]["kind"] == "planar"]:
+    for _, b in [e for e in tree.edges("world") if fit.DOF[tree.edges[e]["kind"]] >= 1]:
+        if not tree.has_edge("world", b):
+            continue
+        kind0, w0 = tree.edges["world", b]["kind"], tree.edges["world", b]["weight"]
         cut = tree.copy()
         cut.remove_edge("world", b)
         comp = nx.node_connected_component(cut, b)
         options = []
         for c in sorted(comp):
-            if not G.has_edge("world", c):
-                continue
-            attr = G.edges["world", c]
-            own_planar = attr["every"].get("planar")
-            for kind, f in attr["every"].items():
-                saved = prior * (fit.DOF["planar"] - fit.DOF[kind]) * frames
-                if kind != "planar" and (own_planar is None or f.cost <= own_planar.cost + saved):
-                    options.append((fit.DOF[kind], f.cost * attr["scale"], c, kind, f))
+            for o in sorted(G.neighbors(c), key=str):
+                if o in comp:
+                    continue
+                attr = G.edges[c, o]
+                for kind, f in attr["every"].items():
+                    saved = prior * (fit.DOF[kind0] - fit.DOF[kind]) * frames
+                    if saved <= 0:
+                        continue
+                    if o == "world":  # only instead of a planar joint (the cart on its rail)
+                        own = attr["every"].get(kind0)
+                        ok = kind0 == "planar" and (own is None or f.cost <= own.cost + saved)
+                    else:
+                        ok = True
+                    if ok:
+                        parent = "world" if o == "world" else attr["parent"]
+                        options.append((fit.DOF[kind], f.cost * attr["scale"], c, o, kind, f, parent))
         if not options:
             continue
-        dof, w, c, kind, f = min(options, key=lambda o: o[:3])
-        log.info("root: %s attached to the world by %s (%d coordinate%s) instead of %s by planar",
-                 c, kind, dof, "" if dof == 1 else "s", b)
+        dof, w, c, o, kind, f, parent = min(options, key=lambda t: t[:2] + (str(t[2]), str(t[3])))
+        log.info("%s attached to %s by %s (%d coordinate%s) instead of %s to the world by %s", c, o, kind, dof,
+                 "" if dof == 1 else "s", b, kind0)
         tree.remove_edge("world", b)
-        tree.add_edge("world", c, weight=w, kind=kind, fit=f, parent="world")
+        tree.add_edge(o, c, weight=w, kind=kind, fit=f, parent=parent)
     return tree
+
+
+def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) -> tuple[float, float]:
+    """Birge ratios (``fit.birge_ratio``) of the chosen joints together, for positions and
+    rotations apart: over every fitted edge of the forest (its inlier frames), the whitened
+    residual's position part (its first 3 components depend on the position residual
+    only) and rotation part, each per frame over its residual degrees of freedom (3 less
+    the joint's translational / rotational coordinates, less the rotations the bodies'
+    shapes cannot show), pooled by their median. 1 where there is nothing to pool."""
+    pooled: tuple[list, list] = ([], [])
+    med = lambda k: k * (1 - 2 / (9 * k)) ** 3  # noqa: E731  median of a chi-square with k dof
+    for u, v, attr in tree.edges(data=True):
+        f = attr["fit"]
+        parent, child = attr["parent"], (v if attr["parent"] == u else u)
+        X = _relative(W, names, parent, child)
+        st = settings(parent, child)
+        Lw = fit.whitening(X, st.sigma_pos, st.sigma_rot, st.parent_noisy, st.child_axes, st.parent_axes)
+        r = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
+        hidden = sum(unseen.get(child, ())) + sum(unseen.get(parent, ()))
+        k_pos = 3 - {"prismatic": 1, "planar": 2}.get(f.kind, 0)
+        k_rot = 3 - {"revolute": 1, "planar": 1}.get(f.kind, 0) - hidden
+        for part, cols, k in ((0, slice(0, 3), k_pos), (1, slice(3, 6), k_rot)):
+            if k > 0 and len(r):
+                pooled[part].append((r[:, cols] ** 2).sum(1) / med(k))
+    return tuple(float(np.sqrt(max(1.0, np.median(np.concatenate(p))))) if p else 1.0 for p in pooled)
+
+
+def _scaled(axes: dict, bp: float, br: float) -> dict:
+    """Per-body axis noise, positions times bp and rotations times br, except the rotations
+    a shape cannot show (``UNSEEN_SIGMA``)."""
+    return {n: (tuple(x * bp for x in pa), tuple(x if x >= UNSEEN_SIGMA else x * br for x in ra))
+            for n, (pa, ra) in axes.items()}
 
 
 def _canonical_axis(a: np.ndarray) -> np.ndarray:
@@ -258,6 +313,18 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
     tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
+    birge = [1.0, 1.0]
+    for _ in range(cfg.noise_refits):
+        bp, br = _tree_birge_ratios(tree, W, valid, names,
+                                    lambda a, b: _settings(cfg, sp, sr, a, b, axes), unseen_axes)
+        if max(bp, br) <= cfg.max_birge_ratio:
+            break
+        birge = [birge[0] * bp, birge[1] * br]
+        sp, sr, axes = sp * bp, sr * br, _scaled(axes, bp, br)
+        log.info("the chosen joints leave residuals %.2f x (positions) and %.2f x (rotations) the stated noise "
+                 "(Birge ratios): noise raised to %.2f mm, %.2f deg and the joints chosen again",
+                 bp, br, sp * 1e3, np.rad2deg(sr))
+        tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
     def comp_order(c: set) -> tuple[int, int]:
@@ -288,7 +355,7 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     costs = {f"{a}|{b}": v for (a, b), v in table.items()}
     write_json(Path(out_dir) / "articulate_costs.json",
                {"noise": {"position_m": sp, "rotation_rad": sr, "estimated_position_m": est_p,
-                          "estimated_rotation_rad": est_r,
+                          "estimated_rotation_rad": est_r, "birge_ratios": birge,
                           "body_axes": {n: {"position_m": list(a[0]), "rotation_rad": list(a[1])} for n, a in axes.items()}},
                 "pairs": costs})
     for j in art.joints:

@@ -269,8 +269,12 @@ def _canonical(kind, s, c, ref):
 
 
 # ----------------------------------------------------------------- RANSAC + selection
-def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator) -> JointFit:
-    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X."""
+def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator,
+              noise_scale: float = 1.0) -> JointFit:
+    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X: enough
+    inlier frames, and (a joint with coordinates) a 5-95 % spread of q of at least
+    ``min_motion_sigma`` times q's noise, that noise scaled by the larger of
+    ``noise_scale`` and the fit's own ``birge_ratio``."""
     Lw = whitening(X, cfg.sigma_pos, cfg.sigma_rot, cfg.parent_noisy, cfg.child_axes, cfg.parent_axes)
     sp, sr = cfg.sigma_pos, cfg.sigma_rot
     if cfg.parent_noisy:  # isotropic stand-ins, only to weight the closed-form q
@@ -322,23 +326,49 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     ratio = inl.sum() / max(n_valid, 1)
     fits, why = ratio >= cfg.min_inlier_ratio, f"inlier ratio {ratio:.2f}"
     if fits and DOF[kind] >= 1:
+        # q's own noise, scaled by the fit's Birge ratio where its residuals exceed the
+        # stated noise (slowly varying tracking errors that third differences miss)
+        b = max(noise_scale, birge_ratio(e[inl], 6 - DOF[kind]))
         qq = q[inl] if q.ndim == 1 else q[inl][:, 2 if kind == "planar" else 0]
         spread = np.percentile(qq, 95) - np.percentile(qq, 5)
-        sq = sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr)
+        sq = b * (sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr))
         if kind == "planar":
             qt = q[inl][:, :2]
-            spread = max(spread / sq, np.ptp(np.percentile(qt, [5, 95], axis=0), axis=0).max() / sp)
+            spread = max(spread / sq, np.ptp(np.percentile(qt, [5, 95], axis=0), axis=0).max() / (b * sp))
             sq = 1.0
         if spread < cfg.min_motion_sigma * sq:
-            fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma)"
+            fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma, Birge ratio {b:.2f})"
     return JointFit(kind, s, c, ref, q, e, inl, float(cost), bool(fits), why)
+
+
+def birge_ratio(e: np.ndarray, k: int) -> float:
+    """max(1, sqrt(reduced chi-square)) of a fit: e (n,) per-frame chi-square of its inlier
+    frames, each with k residual degrees of freedom (6 - the joint's coordinates). Robust:
+    median(e) against the median of a chi-square with k degrees of freedom (Wilson-Hilferty,
+    k (1 - 2 / 9k)^3). 1 when the residuals are no larger than the stated noise says; above
+    1, the factor by which the noise is underestimated, and by which the uncertainty of
+    the joint coordinate is scaled (Birge 1932)."""
+    if len(e) == 0 or k <= 0:
+        return 1.0
+    return float(np.sqrt(max(1.0, np.median(e) / (k * (1 - 2 / (9 * k)) ** 3))))
 
 
 def select(X: np.ndarray, valid: np.ndarray, cfg: FitSettings, kinds=("fixed", "prismatic", "revolute")
            ) -> tuple[JointFit | None, dict[str, JointFit]]:
-    """Fit every kind; the best is the fitting one of lowest cost (None if none fits)."""
+    """Fit every kind; the best is the fitting one of lowest cost (None if none fits).
+
+    Where ``fixed`` fits, its Birge ratio (how far its residuals exceed the stated noise)
+    scales the noise that the other models' motion test holds q against: a relative pose
+    that a weld explains within noise (slowly varying tracking errors included) moves only
+    when a joint coordinate moves clearly beyond that noise."""
     rng = np.random.default_rng(cfg.seed)
-    fits = {k: fit_model(k, X, valid, cfg, rng) for k in kinds}
+    fits: dict[str, JointFit] = {}
+    scale = 1.0
+    for k in sorted(kinds, key=lambda k: k != "fixed"):  # fixed first: its residuals set the scale
+        fits[k] = fit_model(k, X, valid, cfg, rng, scale)
+        if k == "fixed" and fits[k].fits:
+            scale = birge_ratio(fits[k].chi2[fits[k].inliers], 6)
+    fits = {k: fits[k] for k in kinds}
     ok = [f for f in fits.values() if f.fits]
     return (min(ok, key=lambda f: f.cost) if ok else None), fits
 
