@@ -55,6 +55,7 @@ class FitSettings:
     min_inlier_ratio: float = 0.9  # fraction of valid frames that must be inliers
     latent_penalty: float = 2.0    # cost per joint coordinate per frame (AIC-like)
     min_motion_sigma: float = 6.0  # q's 5-95 % spread must exceed this many of its sigmas
+    max_birge_ratio: float = 1.3   # a fit's residuals up to this many times the noise are the noise as stated
     seed: int = 0
     parent_noisy: bool = False     # the parent is a tracked body (False: the world)
     # Per-axis noise in each body's own frame ((pos x, y, z) m, (rot x, y, z) rad), from
@@ -269,12 +270,11 @@ def _canonical(kind, s, c, ref):
 
 
 # ----------------------------------------------------------------- RANSAC + selection
-def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator,
-              noise_scale: float = 1.0) -> JointFit:
-    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X: enough
-    inlier frames, and (a joint with coordinates) a 5-95 % spread of q of at least
-    ``min_motion_sigma`` times q's noise, that noise scaled by the larger of
-    ``noise_scale`` and the fit's own ``birge_ratio``."""
+def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator) -> JointFit:
+    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X: at least
+    ``min_inlier_ratio`` of the valid frames within ``inlier_chi2``, and (a joint with
+    coordinates) a 5-95 % spread of q of at least ``min_motion_sigma`` times q's noise,
+    that noise scaled by the fit's own ``birge_ratio`` where it exceeds ``max_birge_ratio``."""
     Lw = whitening(X, cfg.sigma_pos, cfg.sigma_rot, cfg.parent_noisy, cfg.child_axes, cfg.parent_axes)
     sp, sr = cfg.sigma_pos, cfg.sigma_rot
     if cfg.parent_noisy:  # isotropic stand-ins, only to weight the closed-form q
@@ -328,7 +328,8 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     if fits and DOF[kind] >= 1:
         # q's own noise, scaled by the fit's Birge ratio where its residuals exceed the
         # stated noise (slowly varying tracking errors that third differences miss)
-        b = max(noise_scale, birge_ratio(e[inl], 6 - DOF[kind]))
+        b = birge_ratio(e[inl], 6 - DOF[kind])
+        b = b if b > cfg.max_birge_ratio else 1.0  # within the ratio's own scatter: the noise as stated
         qq = q[inl] if q.ndim == 1 else q[inl][:, 2 if kind == "planar" else 0]
         spread = np.percentile(qq, 95) - np.percentile(qq, 5)
         sq = b * (sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr))
@@ -355,20 +356,9 @@ def birge_ratio(e: np.ndarray, k: int) -> float:
 
 def select(X: np.ndarray, valid: np.ndarray, cfg: FitSettings, kinds=("fixed", "prismatic", "revolute")
            ) -> tuple[JointFit | None, dict[str, JointFit]]:
-    """Fit every kind; the best is the fitting one of lowest cost (None if none fits).
-
-    Where ``fixed`` fits, its Birge ratio (how far its residuals exceed the stated noise)
-    scales the noise that the other models' motion test holds q against: a relative pose
-    that a weld explains within noise (slowly varying tracking errors included) moves only
-    when a joint coordinate moves clearly beyond that noise."""
+    """Fit every kind; the best is the fitting one of lowest cost (None if none fits)."""
     rng = np.random.default_rng(cfg.seed)
-    fits: dict[str, JointFit] = {}
-    scale = 1.0
-    for k in sorted(kinds, key=lambda k: k != "fixed"):  # fixed first: its residuals set the scale
-        fits[k] = fit_model(k, X, valid, cfg, rng, scale)
-        if k == "fixed" and fits[k].fits:
-            scale = birge_ratio(fits[k].chi2[fits[k].inliers], 6)
-    fits = {k: fits[k] for k in kinds}
+    fits = {k: fit_model(k, X, valid, cfg, rng) for k in kinds}
     ok = [f for f in fits.values() if f.fits]
     return (min(ok, key=lambda f: f.cost) if ok else None), fits
 
