@@ -271,6 +271,31 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     return tree
 
 
+def _settings_for(cfg: ArticulateConfig, sp: float, sr: float, axes: dict):
+    """(parent, child) -> ``fit.FitSettings`` of that pair for this noise."""
+    return lambda parent, child: _settings(cfg, sp, sr, parent, child, axes)
+
+
+def _choose(cfg, W, valid, names, sp, sr, axes, unseen):
+    """The forest (``_forest``) for noise (sp, sr, per-body axes), chosen again with the
+    noise raised by the chosen joints' Birge ratios while they exceed ``max_birge_ratio``
+    (at most ``noise_refits`` times). -> (tree, table, sp, sr, axes, [position, rotation]
+    factors the noise was raised by)."""
+    tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen)
+    birge = [1.0, 1.0]
+    for _ in range(cfg.noise_refits):
+        bp, br = _tree_birge_ratios(tree, W, valid, names, _settings_for(cfg, sp, sr, axes), unseen)
+        if max(bp, br) <= cfg.max_birge_ratio:
+            break
+        birge = [birge[0] * bp, birge[1] * br]
+        sp, sr, axes = sp * bp, sr * br, _scaled(axes, bp, br)
+        log.info("the chosen joints leave residuals %.2f x (positions) and %.2f x (rotations) the stated noise "
+                 "(Birge ratios): noise raised to %.2f mm, %.2f deg and the joints chosen again",
+                 bp, br, sp * 1e3, np.rad2deg(sr))
+        tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen)
+    return tree, table, sp, sr, axes, birge
+
+
 def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) -> tuple[float, float]:
     """Birge ratios (``fit.birge_ratio``) of the chosen joints together, for positions and
     rotations apart: over every fitted edge of the forest (its inlier frames; its pair's
@@ -281,7 +306,6 @@ def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) 
     the joint's translational / rotational coordinates, less the rotations the bodies'
     shapes cannot show), pooled by their median. 1 where there is nothing to pool."""
     pooled: tuple[list, list] = ([], [])
-    med = lambda k: k * (1 - 2 / (9 * k)) ** 3  # noqa: E731  median of a chi-square with k dof
     for u, v, attr in tree.edges(data=True):
         f = attr["every"].get("fixed", attr["fit"])  # a weld that fits says more about the noise
         parent, child = attr["parent"], (v if attr["parent"] == u else u)
@@ -294,7 +318,7 @@ def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) 
         k_rot = 3 - {"revolute": 1, "planar": 1}.get(f.kind, 0) - hidden
         for part, cols, k in ((0, slice(0, 3), k_pos), (1, slice(3, 6), k_rot)):
             if k > 0 and len(r):
-                pooled[part].append((r[:, cols] ** 2).sum(1) / med(k))
+                pooled[part].append((r[:, cols] ** 2).sum(1) / fit.chi2_median(k))
     return tuple(float(np.sqrt(max(1.0, np.median(np.concatenate(p))))) if p else 1.0 for p in pooled)
 
 
@@ -355,19 +379,7 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
-    tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
-    birge = [1.0, 1.0]
-    for _ in range(cfg.noise_refits):
-        bp, br = _tree_birge_ratios(tree, W, valid, names,
-                                    lambda a, b: _settings(cfg, sp, sr, a, b, axes), unseen_axes)
-        if max(bp, br) <= cfg.max_birge_ratio:
-            break
-        birge = [birge[0] * bp, birge[1] * br]
-        sp, sr, axes = sp * bp, sr * br, _scaled(axes, bp, br)
-        log.info("the chosen joints leave residuals %.2f x (positions) and %.2f x (rotations) the stated noise "
-                 "(Birge ratios): noise raised to %.2f mm, %.2f deg and the joints chosen again",
-                 bp, br, sp * 1e3, np.rad2deg(sr))
-        tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
+    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
     def comp_order(c: set) -> tuple[int, int]:

@@ -9,7 +9,6 @@ import logging
 import numpy as np
 import pytest
 from scipy.ndimage import gaussian_filter1d
-
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.models.joints import se3
 from vid2sim.models.joints.evaluate import add_noise, compare

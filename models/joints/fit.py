@@ -21,11 +21,16 @@ closed form (variable projection: for given geometry the best q of each frame is
 
 Model selection (Sturm et al. 2011, BIC-like): cost = sum over frames of the
 truncated chi-square + ``latent_penalty`` per joint coordinate per frame +
-log(#observations) per geometric parameter. A model only *fits* when enough frames
-are inliers and its joint coordinate moves significantly beyond its own noise (so a
-body at rest is ``fixed``, never a revolute joint that happens to absorb noise). The
-caller compares costs of fitting models; ``free`` (6 coordinates a frame, zero
-residual) is the pipeline's fallback for roots and is not fitted here.
+log(#observations) per geometric parameter. A model only *fits* when at least
+``min_inlier_ratio`` of the frames are inliers and its joint coordinate moves
+significantly beyond its own noise: a 5-95 % spread of q of ``min_motion_sigma``
+sigmas, q's sigma from the stated noise (Fisher information), times the fit's Birge
+ratio (``birge_ratio``: sqrt of the reduced chi-square) where its residuals exceed the
+stated noise by more than ``max_birge_ratio`` (slowly varying tracking errors, which
+a coordinate can follow). So a body at rest is ``fixed``, never a revolute joint that
+happens to absorb noise. The caller compares costs of fitting models; ``free`` (6
+coordinates a frame, zero residual) is the pipeline's fallback for roots and is not
+fitted here.
 
 Not here: which pairs to fit, the spanning forest, frames in world coordinates
 (``vid2sim.pipeline.articulate``), forward kinematics (``kinematics``).
@@ -345,13 +350,18 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
 def birge_ratio(e: np.ndarray, k: int) -> float:
     """max(1, sqrt(reduced chi-square)) of a fit: e (n,) per-frame chi-square of its inlier
     frames, each with k residual degrees of freedom (6 - the joint's coordinates). Robust:
-    median(e) against the median of a chi-square with k degrees of freedom (Wilson-Hilferty,
-    k (1 - 2 / 9k)^3). 1 when the residuals are no larger than the stated noise says; above
+    median(e) against the median of a chi-square with k degrees of freedom
+    (``chi2_median``). 1 when the residuals are no larger than the stated noise says; above
     1, the factor by which the noise is underestimated, and by which the uncertainty of
     the joint coordinate is scaled (Birge 1932)."""
     if len(e) == 0 or k <= 0:
         return 1.0
-    return float(np.sqrt(max(1.0, np.median(e) / (k * (1 - 2 / (9 * k)) ** 3))))
+    return float(np.sqrt(max(1.0, np.median(e) / chi2_median(k))))
+
+
+def chi2_median(k: int) -> float:
+    """Median of a chi-square with k degrees of freedom (Wilson-Hilferty)."""
+    return k * (1 - 2 / (9 * k)) ** 3
 
 
 def select(X: np.ndarray, valid: np.ndarray, cfg: FitSettings, kinds=("fixed", "prismatic", "revolute")
