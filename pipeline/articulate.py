@@ -19,14 +19,14 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    body attached to the world gets the joint RANSAC found for its world motion;
    components without the world are rooted at their best-connected body, attached
    with a ``planar`` joint if one fits its world motion, else ``free``. Then fewest
-   coordinates (``_rehang``): a part hung from the world by a joint with coordinates is
-   re-hung by a joint with fewer that explains it, to a body outside the part (a chain
-   link by its hinge to its neighbour instead of a planar joint to the world; a box
-   welded to another instead of its own slider) or, instead of a planar joint, by its
-   own world joint where model selection with a prior for mounted mechanisms prefers
-   it (a cartpole's cart on its rail, not its pole). So a planar or free world joint
-   remains only where no fixed, prismatic or revolute joint, to the world or to
-   another body, explains the motion;
+   coordinates (``_rehang``): a part hung (from the world or a body) by a joint with
+   coordinates is re-hung by a joint with fewer that explains it, to a body across that
+   joint (a chain link by its hinge to its neighbour instead of a planar joint to the
+   world; a box welded to another instead of its own slider) or, instead of a planar
+   joint, by its own world joint where model selection with a prior for mounted
+   mechanisms prefers it (a cartpole's cart on its rail, not its pole). So a planar
+   or free world joint remains only where no fixed, prismatic or revolute joint, to
+   the world or to another body, explains the motion;
 4. the noise checked against the chosen joints: where their residuals exceed it by
    more than ``max_birge_ratio`` (Birge ratio, sqrt of the reduced chi-square;
    positions and rotations apart), which slowly varying tracking errors do (third
@@ -43,7 +43,7 @@ they are welded together (fixed joints), and the group hangs from the world by o
 joint, the one the evidence supports for its apparent motion (fixed if that stays
 within the noise; a prismatic or revolute joint if the camera slid or panned about
 one axis; else planar or free). The stage cannot tell camera motion from a mechanism
-carried as a whole, so it keeps that joint and logs a warning naming the group.
+carried as a whole, so it keeps that joint and logs a warning.
 
 Joint coordinates follow the convention in ``vid2sim.models.joints.kinematics``
 (frame 0 is q = 0; export realises it with ``urdf_frames``). Joint names are
@@ -94,8 +94,9 @@ class ArticulateConfig:
     complexity_penalty: float = 2.0        # cost per joint coordinate per frame (AIC-like; + log(n) per parameter)
     min_motion_sigma: float = 6.0          # a joint must move more than this many sigmas of q, else it is fixed
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
-    mounted_prior: float = 1.0             # cost per coordinate per frame a mechanism saves by hanging
-                                           # from the world by a 0/1-dof joint instead of a planar one
+    mounted_prior: float = 1.0             # cost per saved coordinate per frame that a joint with fewer
+                                           # coordinates may exceed the one it replaces by (_rehang: a mechanism
+                                           # hung from the world by a 0/1-dof joint instead of a planar one)
     max_birge_ratio: float = 1.3           # residuals of the chosen joints above this many times the noise
                                            # (sqrt of the reduced chi-square) mean the noise was underestimated
     noise_refits: int = 2                  # times the noise may be raised to the residuals' level and the
