@@ -5,8 +5,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 1. noise of the tracks (``fit.estimate_noise`` unless given; a body axis clearly
    noisier than that keeps its own estimate: ``body_noise``; when the shapes are
    given, a rotation the body's shape cannot show, a rod's spin or a ball's turn, gets
-   ``UNSEEN_SIGMA``, and a rod's position along its own axis, fixed only by its end
-   caps, at least ``rod_axial_noise_m``), propagated to each pair's relative pose;
+   ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
+   at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
+   between frames: ``rods_without_flips``), propagated to each pair's relative pose;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
@@ -124,6 +125,24 @@ def unseen_rotations(poses: PoseTracks, shapes: dict | None) -> dict[str, tuple[
         elif kind == "sphere":
             out[body] = (True, True, True)
     return out
+
+
+def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with each rod's (capsule's, cylinder's) frame kept
+    continuous: a rod looks the same turned end over end, and a tracker may switch
+    between the two frames (double_pendulum, realistic depth: link2's frame turned 180
+    deg about its x axis from frame 36 on), which no joint explains. Where a rod's z axis
+    points against its previous valid frame's, its frame is turned 180 deg about its own
+    x axis (same shape in the same place). Other bodies are returned as they are."""
+    flip = np.diag([1.0, -1.0, -1.0])  # 180 deg about x: z -> -z
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        prev = None
+        for t in np.flatnonzero(valid[:, m]):
+            if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
+            prev = t
+    return W
 
 
 @dataclass(frozen=True)
@@ -364,6 +383,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                             f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
                             f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
                             f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
+    unseen_axes = unseen_rotations(poses, shapes)
+    W = rods_without_flips(W, valid, names, [n for n, u in unseen_axes.items() if u == (False, False, True)])
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
@@ -371,7 +392,6 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
              sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
 
     axes = body_noise(cfg, W, valid, names, sp, sr)
-    unseen_axes = unseen_rotations(poses, shapes)
     for name, unseen in unseen_axes.items():
         pa, ra = axes.get(name, ((sp,) * 3, (sr,) * 3))
         if unseen == (False, False, True):  # a rod: only its end caps fix it along its axis
