@@ -3,24 +3,48 @@
 Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 
 1. noise of the tracks (``fit.estimate_noise`` unless given; a body axis clearly
-   noisier than that, e.g. a rod located along its own axis only by its end caps,
-   keeps its own estimate: ``body_noise``; a rotation the body's shape cannot show, a
-   rod's spin or a ball's turn, gets ``UNSEEN_SIGMA`` when the shapes are given),
-   propagated to each pair's relative pose;
+   noisier than that keeps its own estimate: ``body_noise``; when the shapes are
+   given, a rotation the body's shape cannot show, a rod's spin or a ball's turn, gets
+   ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
+   at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
+   between frames: ``rods_without_flips``), propagated to each pair's relative pose;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
-   the cheapest fitting model is the pair's cost (no edge when none fits);
+   the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
+   truncated chi-square + ``complexity_penalty`` per joint coordinate per frame +
+   log(#observations) per geometric parameter (BIC-like); a model fits when at least
+   ``min_inlier_ratio`` of the frames are inliers and, for a joint with coordinates,
+   q moves by more than ``min_motion_sigma`` of its own noise, so a pair whose
+   relative pose stays within the noise is ``fixed``;
 3. a minimum spanning forest (Prim, networkx) over the bodies *and the world*, so a
    body attached to the world gets the joint RANSAC found for its world motion;
    components without the world are rooted at their best-connected body, attached
-   with a ``planar`` joint if one fits its world motion, else ``free``; a component
-   hung from the world by a planar joint is re-hung by its body with the fewest-
-   coordinate world joint that model selection, with a prior for mounted mechanisms,
-   prefers for that body (a cartpole's cart on its rail, not its pole);
-4. edges oriented away from the root and refitted in that direction; axes and
+   with a ``planar`` joint if one fits its world motion, else ``free``. Then fewest
+   coordinates (``_rehang``): a part hung (from the world or a body) by a joint with
+   coordinates is re-hung by a joint with fewer that explains it, to a body across that
+   joint (a chain link by its hinge to its neighbour instead of a planar joint to the
+   world; a box welded to another instead of its own slider) or, instead of a planar
+   joint, by its own world joint where model selection with a prior for mounted
+   mechanisms prefers it (a cartpole's cart on its rail, not its pole). So a planar
+   or free world joint remains only where no fixed, prismatic or revolute joint, to
+   the world or to another body, explains the motion;
+4. the noise checked against the chosen joints: where their residuals exceed it by
+   more than ``max_birge_ratio`` (Birge ratio, sqrt of the reduced chi-square;
+   positions and rotations apart), which slowly varying tracking errors do (third
+   differences do not see them), the noise is raised by that ratio and steps 2-3 are
+   repeated (at most ``noise_refits`` times);
+5. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that
    ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks.
+
+A moving camera (the recording's contract is a static one, camera.json) makes every
+static body appear to move alike: their relative poses stay within the noise, so
+they are welded together (fixed joints), and the group hangs from the world by one
+joint, the one the evidence supports for its apparent motion (fixed if that stays
+within the noise; a prismatic or revolute joint if the camera slid or panned about
+one axis; else planar or free). The stage cannot tell camera motion from a mechanism
+carried as a whole, so it keeps that joint and logs a warning.
 
 Joint coordinates follow the convention in ``vid2sim.models.joints.kinematics``
 (frame 0 is q = 0; export realises it with ``urdf_frames``). Joint names are
@@ -58,14 +82,26 @@ class ArticulateConfig:
                                            # frame-to-frame jitter, not the slow bias of a partly occluded
                                            # part (the cartpole's cart on realistic depth: 0.1 deg estimated,
                                            # 2-5 mm / ~1 deg actual; with 0.5 mm / 0.2 deg its rail was missed)
+    rod_axial_noise_m: float = 0.01        # floor for the position noise of a capsule or cylinder along its own
+                                           # axis (m; used when the shapes are given): only its end caps fix it
+                                           # there, and in a chain they are hidden at the joints (pendulum3,
+                                           # realistic depth: slow slips of 6-28 mm std that third differences
+                                           # put at 2-3 mm)
     ransac_iterations: int = 100           # hypotheses per joint model and body pair
     inlier_chi2: float = 45.0              # per-frame chi-square (6 noise-normalised components) of an inlier
-    min_inlier_ratio: float = 0.9          # a model fits a pair if this fraction of frames are inliers
+    min_inlier_ratio: float = 0.85         # a model fits a pair if this fraction of frames are inliers (the
+                                           # tracker may be off for a while: pendulum3's middle link, realistic
+                                           # depth, its first 15 of 120 frames)
     complexity_penalty: float = 2.0        # cost per joint coordinate per frame (AIC-like; + log(n) per parameter)
     min_motion_sigma: float = 6.0          # a joint must move more than this many sigmas of q, else it is fixed
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
-    mounted_prior: float = 1.0             # cost per coordinate per frame a mechanism saves by hanging
-                                           # from the world by a 0/1-dof joint instead of a planar one
+    mounted_prior: float = 1.0             # cost per saved coordinate per frame that a joint with fewer
+                                           # coordinates may exceed the one it replaces by (_rehang: a mechanism
+                                           # hung from the world by a 0/1-dof joint instead of a planar one)
+    max_birge_ratio: float = 1.3           # residuals of the chosen joints above this many times the noise
+                                           # (sqrt of the reduced chi-square) mean the noise was underestimated
+    noise_refits: int = 2                  # times the noise may be raised to the residuals' level and the
+                                           # joints chosen again (0: trust the noise estimate)
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
     max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
@@ -91,6 +127,24 @@ def unseen_rotations(poses: PoseTracks, shapes: dict | None) -> dict[str, tuple[
     return out
 
 
+def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with each rod's (capsule's, cylinder's) frame kept
+    continuous: a rod looks the same turned end over end, and a tracker may switch
+    between the two frames (double_pendulum, realistic depth: link2's frame turned 180
+    deg about its x axis from frame 36 on), which no joint explains. Where a rod's z axis
+    points against its previous valid frame's, its frame is turned 180 deg about its own
+    x axis (same shape in the same place). Other bodies are returned as they are."""
+    flip = np.diag([1.0, -1.0, -1.0])  # 180 deg about x: z -> -z
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        prev = None
+        for t in np.flatnonzero(valid[:, m]):
+            if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
+            prev = t
+    return W
+
+
 @dataclass(frozen=True)
 class _Edge:
     parent: str
@@ -102,7 +156,8 @@ def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str, child: s
               axes: dict | None = None) -> fit.FitSettings:
     axes = axes or {}
     return fit.FitSettings(sp, sr, cfg.ransac_iterations, cfg.inlier_chi2, cfg.min_inlier_ratio,
-                           cfg.complexity_penalty, cfg.min_motion_sigma, cfg.seed, parent_noisy=parent != "world",
+                           cfg.complexity_penalty, cfg.min_motion_sigma, cfg.max_birge_ratio, cfg.seed,
+                           parent_noisy=parent != "world",
                            child_axes=axes.get(child), parent_axes=axes.get(parent))
 
 
@@ -168,45 +223,130 @@ def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Gr
             G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
                        every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    return _reroot_planar(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
+    return _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
 
 
-def _reroot_planar(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
-    """A mechanism hung from the world by a planar joint is re-hung by a 0/1-dof joint
-    where one of its bodies has a fitting fixed, prismatic or revolute joint to the world.
+def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
+    """A part of the forest hung (from the world or from a body) by a joint with
+    coordinates (planar, prismatic, revolute) is re-hung by a joint with fewer
+    coordinates where one fits: a fixed, prismatic or revolute joint of one of its bodies
+    to a body on the other side of that joint, or, instead of a planar joint, one of its
+    bodies' own fixed, prismatic or revolute joints to the world. Fewest coordinates
+    first, then cost.
 
-    The spanning tree compares edges one at a time, so a precisely tracked pole sliding
-    in a plane (3 coordinates) can beat the cart's prismatic rail (1 coordinate) although
-    the cart then moves with 4 coordinates instead of 1. Fewest coordinates first, then
-    cost, among the component's bodies. A body qualifies only where model selection
-    prefers the fewer-coordinate joint for its own world motion, with a prior for mounted
-    mechanisms of ``prior`` per saved coordinate per frame (the planar joint's extra
-    coordinates also absorb tracking errors that are not noise): the cart's 1-D motion
-    gains little from a planar joint, while an end link of a chain pushed over a floor,
-    which pivots about one point most of the time but also slides, gains a lot.
+    The spanning tree compares edges one at a time, so a link of a chain whose tracked
+    pose slips along its own axis is cheaper as a planar joint to the world (3
+    coordinates, absorbing the slip) than as a hinge to its neighbour (1), and two static
+    boxes swayed alike by a moving camera can each hang from the world by a slider (2
+    coordinates) rather than one by a slider and the other welded to it (1). A joint to a
+    body outside the part qualifies where it is that pair's own choice (the cheapest
+    model that fits it: a weld that merely fits beside a cheaper slider of the same pair
+    does not), instead of a planar joint always (it explains the part's motion with
+    fewer coordinates), instead of a 1-dof joint where its cost is at most that joint's
+    plus the prior (a door's hinge to the world is not traded for the weld of a drawer,
+    moving within the noise of 10 mm tracks, to the carcass). A body's own world
+    joint replaces a planar one only where model selection prefers it for that body's
+    world motion with a prior for mounted mechanisms of ``prior`` per saved coordinate
+    per frame (the planar joint's extra coordinates also absorb tracking errors that are
+    not noise): a precisely tracked pole sliding in a plane can beat the cart's prismatic
+    rail in the spanning tree, and the cart's 1-D motion gains little from a planar
+    joint, while an end link of a chain pushed over a floor, which pivots about one point
+    most of the time but also slides, gains a lot.
     """
-    for _, b in [e for e in tree.edges("world") if tree.edges[e]["kind"] == "planar"]:
+    moving = [(a, b) if tree.edges[a, b]["parent"] == a else (b, a) for a, b in tree.edges
+              if fit.DOF[tree.edges[a, b]["kind"]] >= 1]
+    for a, b in sorted(moving, key=lambda e: (e[0] != "world", str(e[0]), str(e[1]))):
+        if not tree.has_edge(a, b):
+            continue
+        kind0, w0 = tree.edges[a, b]["kind"], tree.edges[a, b]["weight"]
         cut = tree.copy()
-        cut.remove_edge("world", b)
-        comp = nx.node_connected_component(cut, b)
+        cut.remove_edge(a, b)
+        comp = nx.node_connected_component(cut, b)  # the part hung by this joint
+        rest = nx.node_connected_component(cut, a)
+        if "world" in comp:
+            comp, rest = rest, comp
         options = []
-        for c in sorted(comp):
-            if not G.has_edge("world", c):
-                continue
-            attr = G.edges["world", c]
-            own_planar = attr["every"].get("planar")
-            for kind, f in attr["every"].items():
-                saved = prior * (fit.DOF["planar"] - fit.DOF[kind]) * frames
-                if kind != "planar" and (own_planar is None or f.cost <= own_planar.cost + saved):
-                    options.append((fit.DOF[kind], f.cost * attr["scale"], c, kind, f))
+        for c in sorted(comp, key=str):
+            for o in sorted((n for n in G.neighbors(c) if n in rest), key=str):
+                attr = G.edges[c, o]
+                for kind, f in attr["every"].items():
+                    saved = prior * (fit.DOF[kind0] - fit.DOF[kind]) * frames
+                    if saved <= 0:
+                        continue
+                    if o == "world":  # only instead of a planar joint (the cart on its rail)
+                        own = attr["every"].get(kind0)
+                        ok = kind0 == "planar" and (own is None or f.cost <= own.cost + saved)
+                    else:  # the pair's own choice; instead of a 1-dof joint, within the prior of its cost
+                        ok = kind == attr["kind"] and (kind0 == "planar" or f.cost * attr["scale"] <= w0 + saved)
+                    if ok:
+                        parent = "world" if o == "world" else attr["parent"]
+                        options.append((fit.DOF[kind], f.cost * attr["scale"], c, o, kind, f, parent))
         if not options:
             continue
-        dof, w, c, kind, f = min(options, key=lambda o: o[:3])
-        log.info("root: %s attached to the world by %s (%d coordinate%s) instead of %s by planar",
-                 c, kind, dof, "" if dof == 1 else "s", b)
-        tree.remove_edge("world", b)
-        tree.add_edge("world", c, weight=w, kind=kind, fit=f, parent="world")
+        dof, w, c, o, kind, f, parent = min(options, key=lambda t: t[:2] + (str(t[2]), str(t[3])))
+        log.info("%s attached to %s by %s (%d coordinate%s) instead of %s to %s by %s", c, o, kind, dof,
+                 "" if dof == 1 else "s", b, a, kind0)
+        tree.remove_edge(a, b)
+        tree.add_edge(o, c, weight=w, kind=kind, fit=f, parent=parent, every=G.edges[c, o]["every"])
     return tree
+
+
+def _settings_for(cfg: ArticulateConfig, sp: float, sr: float, axes: dict):
+    """(parent, child) -> ``fit.FitSettings`` of that pair for this noise."""
+    return lambda parent, child: _settings(cfg, sp, sr, parent, child, axes)
+
+
+def _choose(cfg, W, valid, names, sp, sr, axes, unseen):
+    """The forest (``_forest``) for noise (sp, sr, per-body axes), chosen again with the
+    noise raised by the chosen joints' Birge ratios while they exceed ``max_birge_ratio``
+    (at most ``noise_refits`` times). -> (tree, table, sp, sr, axes, [position, rotation]
+    factors the noise was raised by)."""
+    tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen)
+    birge = [1.0, 1.0]
+    for _ in range(cfg.noise_refits):
+        bp, br = _tree_birge_ratios(tree, W, valid, names, _settings_for(cfg, sp, sr, axes), unseen)
+        if max(bp, br) <= cfg.max_birge_ratio:
+            break
+        birge = [birge[0] * bp, birge[1] * br]
+        sp, sr, axes = sp * bp, sr * br, _scaled(axes, bp, br)
+        log.info("the chosen joints leave residuals %.2f x (positions) and %.2f x (rotations) the stated noise "
+                 "(Birge ratios): noise raised to %.2f mm, %.2f deg and the joints chosen again",
+                 bp, br, sp * 1e3, np.rad2deg(sr))
+        tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen)
+    return tree, table, sp, sr, axes, birge
+
+
+def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) -> tuple[float, float]:
+    """Birge ratios (``fit.birge_ratio``) of the chosen joints together, for positions and
+    rotations apart: over every fitted edge of the forest (its inlier frames; its pair's
+    fixed joint where that fits too, since a joint with coordinates can absorb the
+    largest part of slowly varying errors and hide them), the whitened
+    residual's position part (its first 3 components depend on the position residual
+    only) and rotation part, each per frame over its residual degrees of freedom (3 less
+    the joint's translational / rotational coordinates, less the rotations the bodies'
+    shapes cannot show), pooled by their median. 1 where there is nothing to pool."""
+    pooled: tuple[list, list] = ([], [])
+    for u, v, attr in tree.edges(data=True):
+        f = attr["every"].get("fixed", attr["fit"])  # a weld that fits says more about the noise
+        parent, child = attr["parent"], (v if attr["parent"] == u else u)
+        X = _relative(W, names, parent, child)
+        st = settings(parent, child)
+        Lw = fit.whitening(X, st.sigma_pos, st.sigma_rot, st.parent_noisy, st.child_axes, st.parent_axes)
+        r = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
+        hidden = sum(unseen.get(child, ())) + sum(unseen.get(parent, ()))
+        k_pos = 3 - {"prismatic": 1, "planar": 2}.get(f.kind, 0)
+        k_rot = 3 - {"revolute": 1, "planar": 1}.get(f.kind, 0) - hidden
+        for part, cols, k in ((0, slice(0, 3), k_pos), (1, slice(3, 6), k_rot)):
+            if k > 0 and len(r):
+                pooled[part].append((r[:, cols] ** 2).sum(1) / fit.chi2_median(k))
+    return tuple(float(np.sqrt(max(1.0, np.median(np.concatenate(p))))) if p else 1.0 for p in pooled)
+
+
+def _scaled(axes: dict, bp: float, br: float) -> dict:
+    """Per-body axis noise, positions times bp and rotations times br, except the rotations
+    a shape cannot show (``UNSEEN_SIGMA``)."""
+    return {n: (tuple(x * bp for x in pa), tuple(x if x >= UNSEEN_SIGMA else x * br for x in ra))
+            for n, (pa, ra) in axes.items()}
 
 
 def _canonical_axis(a: np.ndarray) -> np.ndarray:
@@ -243,6 +383,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                             f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
                             f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
                             f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
+    unseen_axes = unseen_rotations(poses, shapes)
+    W = rods_without_flips(W, valid, names, [n for n, u in unseen_axes.items() if u == (False, False, True)])
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
@@ -250,14 +392,15 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
              sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
 
     axes = body_noise(cfg, W, valid, names, sp, sr)
-    unseen_axes = unseen_rotations(poses, shapes)
     for name, unseen in unseen_axes.items():
         pa, ra = axes.get(name, ((sp,) * 3, (sr,) * 3))
+        if unseen == (False, False, True):  # a rod: only its end caps fix it along its axis
+            pa = (pa[0], pa[1], max(pa[2], cfg.rod_axial_noise_m))
         axes[name] = (tuple(pa), tuple(UNSEEN_SIGMA if u else r for u, r in zip(unseen, ra)))
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
-    tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen_axes)
+    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[_Edge] = []
     roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
     def comp_order(c: set) -> tuple[int, int]:
@@ -282,19 +425,32 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                 f = fit.fit_model(kind, _relative(W, names, parent, child), _valid(valid, names, parent, child),
                                   _settings(cfg, sp, sr, parent, child, axes), np.random.default_rng(cfg.seed))
             edges.append(_Edge(parent, child, f))
+    _warn_if_one_moving_group(edges, roots, names)
     art, jp = _world_frame(W, valid, names, edges, roots, sp, sr)
     if cfg.plots:
         _plots(art, jp, W[0], names, poses.fps, Path(out_dir))
     costs = {f"{a}|{b}": v for (a, b), v in table.items()}
     write_json(Path(out_dir) / "articulate_costs.json",
                {"noise": {"position_m": sp, "rotation_rad": sr, "estimated_position_m": est_p,
-                          "estimated_rotation_rad": est_r,
+                          "estimated_rotation_rad": est_r, "birge_ratios": birge,
                           "body_axes": {n: {"position_m": list(a[0]), "rotation_rad": list(a[1])} for n, a in axes.items()}},
                 "pairs": costs})
     for j in art.joints:
         log.info("joint %s: %s %s -> %s axis %s pivot %s", j.name, j.type, j.parent, j.child,
                  np.round(j.axis, 3).tolist(), np.round(j.pivot, 3).tolist())
     return art, jp
+
+
+def _warn_if_one_moving_group(edges: list[_Edge], roots: list, names: list[str]) -> None:
+    """Log a warning when several bodies are all welded together and their group moves
+    relative to the world (by one joint with coordinates): what static objects filmed by
+    a moving camera look like."""
+    if len(names) < 2 or any(e.fit.kind != "fixed" for e in edges if e.parent != "world"):
+        return
+    world = [e.fit.kind for e in edges if e.parent == "world"] + [kind for _, kind, _ in roots]
+    if len(world) == 1 and world[0] != "fixed":
+        log.warning("all %d bodies move as one rigid group (%s joint to the world): if they are static "
+                    "objects, the camera moved (the recording must come from a static camera)", len(names), world[0])
 
 
 def _world_frame(W, valid, names, edges, roots, sp, sr) -> tuple[Articulation, JointPositions]:

@@ -33,7 +33,7 @@ def _relative_motion(T_parent: np.ndarray, T_child: np.ndarray) -> np.ndarray:
 
 
 def test_mechanism_list():
-    assert MECHANISMS == ("cartpole", "double_pendulum", "rott", "tree5", "cabinet", "thrown", "pushed")
+    assert MECHANISMS == ("cartpole", "double_pendulum", "rott", "tree5", "cabinet", "thrown", "pushed", "pendulum3")
 
 
 def test_recording_files(recording):

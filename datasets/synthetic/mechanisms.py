@@ -330,6 +330,29 @@ def pushed() -> Mechanism:
                      tip_factory=tip, view=(-15.0, 50.0))
 
 
+def pendulum3() -> Mechanism:
+    """Three capsules (radius 0.025 m, length 0.33 m) hanging in a chain from a fixed
+    pivot at (0, 0, 1.2) m, hinged about world y (planar, like ``double_pendulum``); each
+    link hangs 5.5 cm in front of (-y) the one above it. Started with a sizeable swing."""
+    L, r, dy, top = 0.33, 0.025, -0.055, 1.2
+    pivots = [np.array([0.0, i * dy, top - i * L]) for i in range(3)]
+    bodies = tuple(BodySpec(f"link{i}", _capsule(f"link{i}", r, L), 0.25, PALETTE[i], pose(pivots[i] - [0, 0, L / 2]))
+                   for i in range(3))
+    joints = (
+        JointSpec("hinge0", "revolute", "world", "link0", (0, 1, 0), tuple(pivots[0]), damping=0.003),
+        JointSpec("hinge1", "revolute", "link0", "link1", (0, 1, 0), tuple(pivots[1]), damping=0.002),
+        JointSpec("hinge2", "revolute", "link1", "link2", (0, 1, 0), tuple(pivots[2]), damping=0.002),
+    )
+
+    def initial(rng):
+        return InitialState(q={"hinge0": _u(rng, 0.6, 1.2, True), "hinge1": _u(rng, -0.8, 0.8),
+                               "hinge2": _u(rng, -0.8, 0.8)},
+                            qd={"hinge0": _u(rng, -1.0, 1.0), "hinge1": _u(rng, -1.5, 1.5),
+                                "hinge2": _u(rng, -1.5, 1.5)})
+
+    return Mechanism("pendulum3", bodies, joints, initial, view=(-20.0, 12.0))
+
+
 FACTORIES: dict[str, Callable[[], Mechanism]] = {
     "cartpole": cartpole,
     "double_pendulum": double_pendulum,
@@ -338,4 +361,5 @@ FACTORIES: dict[str, Callable[[], Mechanism]] = {
     "cabinet": cabinet,
     "thrown": thrown,
     "pushed": pushed,
+    "pendulum3": pendulum3,
 }

@@ -21,11 +21,16 @@ closed form (variable projection: for given geometry the best q of each frame is
 
 Model selection (Sturm et al. 2011, BIC-like): cost = sum over frames of the
 truncated chi-square + ``latent_penalty`` per joint coordinate per frame +
-log(#observations) per geometric parameter. A model only *fits* when enough frames
-are inliers and its joint coordinate moves significantly beyond its own noise (so a
-body at rest is ``fixed``, never a revolute joint that happens to absorb noise). The
-caller compares costs of fitting models; ``free`` (6 coordinates a frame, zero
-residual) is the pipeline's fallback for roots and is not fitted here.
+log(#observations) per geometric parameter. A model only *fits* when at least
+``min_inlier_ratio`` of the frames are inliers and its joint coordinate moves
+significantly beyond its own noise: a 5-95 % spread of q of ``min_motion_sigma``
+sigmas, q's sigma from the stated noise (Fisher information), times the fit's Birge
+ratio (``birge_ratio``: sqrt of the reduced chi-square) where its residuals exceed the
+stated noise by more than ``max_birge_ratio`` (slowly varying tracking errors, which
+a coordinate can follow). So a body at rest is ``fixed``, never a revolute joint that
+happens to absorb noise. The caller compares costs of fitting models; ``free`` (6
+coordinates a frame, zero residual) is the pipeline's fallback for roots and is not
+fitted here.
 
 Not here: which pairs to fit, the spanning forest, frames in world coordinates
 (``vid2sim.pipeline.articulate``), forward kinematics (``kinematics``).
@@ -55,6 +60,7 @@ class FitSettings:
     min_inlier_ratio: float = 0.9  # fraction of valid frames that must be inliers
     latent_penalty: float = 2.0    # cost per joint coordinate per frame (AIC-like)
     min_motion_sigma: float = 6.0  # q's 5-95 % spread must exceed this many of its sigmas
+    max_birge_ratio: float = 1.3   # a fit's residuals up to this many times the noise are the noise as stated
     seed: int = 0
     parent_noisy: bool = False     # the parent is a tracked body (False: the world)
     # Per-axis noise in each body's own frame ((pos x, y, z) m, (rot x, y, z) rad), from
@@ -270,7 +276,10 @@ def _canonical(kind, s, c, ref):
 
 # ----------------------------------------------------------------- RANSAC + selection
 def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng: np.random.Generator) -> JointFit:
-    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X."""
+    """RANSAC + refinement of one model kind; ``fits`` says whether it explains X: at least
+    ``min_inlier_ratio`` of the valid frames within ``inlier_chi2``, and (a joint with
+    coordinates) a 5-95 % spread of q of at least ``min_motion_sigma`` times q's noise,
+    that noise scaled by the fit's own ``birge_ratio`` where it exceeds ``max_birge_ratio``."""
     Lw = whitening(X, cfg.sigma_pos, cfg.sigma_rot, cfg.parent_noisy, cfg.child_axes, cfg.parent_axes)
     sp, sr = cfg.sigma_pos, cfg.sigma_rot
     if cfg.parent_noisy:  # isotropic stand-ins, only to weight the closed-form q
@@ -322,16 +331,37 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     ratio = inl.sum() / max(n_valid, 1)
     fits, why = ratio >= cfg.min_inlier_ratio, f"inlier ratio {ratio:.2f}"
     if fits and DOF[kind] >= 1:
+        # q's own noise, scaled by the fit's Birge ratio where its residuals exceed the
+        # stated noise (slowly varying tracking errors that third differences miss)
+        b = birge_ratio(e[inl], 6 - DOF[kind])
+        b = b if b > cfg.max_birge_ratio else 1.0  # within the ratio's own scatter: the noise as stated
         qq = q[inl] if q.ndim == 1 else q[inl][:, 2 if kind == "planar" else 0]
         spread = np.percentile(qq, 95) - np.percentile(qq, 5)
-        sq = sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr)
+        sq = b * (sr if kind == "planar" else q_sigma(kind, s, c, ref, sp, sr))
         if kind == "planar":
             qt = q[inl][:, :2]
-            spread = max(spread / sq, np.ptp(np.percentile(qt, [5, 95], axis=0), axis=0).max() / sp)
+            spread = max(spread / sq, np.ptp(np.percentile(qt, [5, 95], axis=0), axis=0).max() / (b * sp))
             sq = 1.0
         if spread < cfg.min_motion_sigma * sq:
-            fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma)"
+            fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma, Birge ratio {b:.2f})"
     return JointFit(kind, s, c, ref, q, e, inl, float(cost), bool(fits), why)
+
+
+def birge_ratio(e: np.ndarray, k: int) -> float:
+    """max(1, sqrt(reduced chi-square)) of a fit: e (n,) per-frame chi-square of its inlier
+    frames, each with k residual degrees of freedom (6 - the joint's coordinates). Robust:
+    median(e) against the median of a chi-square with k degrees of freedom
+    (``chi2_median``). 1 when the residuals are no larger than the stated noise says; above
+    1, the factor by which the noise is underestimated, and by which the uncertainty of
+    the joint coordinate is scaled (Birge 1932)."""
+    if len(e) == 0 or k <= 0:
+        return 1.0
+    return float(np.sqrt(max(1.0, np.median(e) / chi2_median(k))))
+
+
+def chi2_median(k: int) -> float:
+    """Median of a chi-square with k degrees of freedom (Wilson-Hilferty)."""
+    return k * (1 - 2 / (9 * k)) ** 3
 
 
 def select(X: np.ndarray, valid: np.ndarray, cfg: FitSettings, kinds=("fixed", "prismatic", "revolute")
