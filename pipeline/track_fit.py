@@ -69,7 +69,7 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
         res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
         r = res.point_res[torch.isfinite(res.point_res)]
         cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
-            res.freespace.sum()) / max(len(r), 1)
-        if cost < best[0]:
-            best = (cost, T[0])
+            res.freespace.sum()) / max(len(r), 1) if len(r) else float("inf")
+        if best[1] is None or cost < best[0]:  # no finite cost at all: the first hypothesis, cost inf
+            best = (cost if np.isfinite(cost) else float("inf"), T[0])
     return best
