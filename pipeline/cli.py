@@ -62,7 +62,7 @@ def parse_sets(sets: list[str] | None) -> dict[str, dict]:
 
 
 @app.command()
-def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, rott, tree5, cabinet, thrown, pushed."),
+def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, pendulum3, rott, tree5, cabinet, thrown, pushed."),
           out: Path = typer.Option(..., "--out", help="Recording folder to write."),
           seed: int = typer.Option(0, help="Random seed (initial state, noise; with --scene random also the scene)."),
           frames: int = typer.Option(120, help="Number of frames."),
