@@ -330,16 +330,14 @@ def cmaes(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
           polish: float = 0.1) -> InferenceResult:
     """CMA-ES (Hansen) with population ``particles``; the final population is the particle set.
 
-    polish: fraction of the rollout budget kept for a Levenberg-Marquardt refinement of the
-    best individual (``_least_squares_polish``); CMA-ES gets the generations that remain.
-    CMA-ES alone often ends its budget still climbing on long clips: on the realistic
-    150-frame cartpole video (``bench_identify --input video --noise realistic --frames 150``)
-    its best log-likelihood was 560 and still rising (Adam: 1020), on the 300-frame truth clip
-    1349 for particle seed 1 (seeds 0 and 2: 2196 and 2204). With ``polish=0.1`` every one of
-    those ends at the same maximum (1038.6 on the video for seeds 0/1/2; 2204.3 on the truth
-    clip), and the 60-frame bench is unchanged (434.9). A larger initial step (``sigma0`` 0.5)
-    fixed the video but broke the 300-frame clip, and a horizon growing from 2 s fixed some
-    runs and broke others (ll 282 on seed 2). 0 turns the refinement off.
+    Searches the parameters in the unit cube (box bounds [0, 1]) together with the start
+    state, by single shooting over the whole clip; ``sigma0`` is the initial step in those
+    units. ``iterations`` counts batches of ``particles`` rollouts.
+
+    polish: fraction in [0, 1) of the rollout budget kept for a Levenberg-Marquardt
+    refinement of the best individual (``_least_squares_polish``); CMA-ES gets the
+    generations that remain. CMA-ES alone can end its budget still climbing on long clips;
+    the refinement takes the best individual to the nearby maximum. 0 turns it off.
     """
     import cma
 
