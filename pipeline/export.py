@@ -67,7 +67,7 @@ from scipy.spatial.transform import Rotation
 from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
-from vid2sim.pipeline.atomic import write_text
+from vid2sim.datasets.atomic import write_text
 
 log = logging.getLogger(__name__)
 

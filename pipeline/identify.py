@@ -42,7 +42,7 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.models.inference import METHODS, InferenceResult, Problem, Shooting, infer
 from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
-from vid2sim.pipeline.atomic import write_bytes, write_json
+from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
 
 log = logging.getLogger(__name__)

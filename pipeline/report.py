@@ -27,7 +27,7 @@ import numpy as np
 
 from vid2sim.datasets.recording import Recording
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
-from vid2sim.pipeline.atomic import write_text
+from vid2sim.datasets.atomic import write_text
 from vid2sim.pipeline.plots import limit_bins
 
 log = logging.getLogger(__name__)

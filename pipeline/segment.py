@@ -445,7 +445,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
-    from vid2sim.pipeline.atomic import write_bytes
+    from vid2sim.datasets.atomic import write_bytes
 
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:

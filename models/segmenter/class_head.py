@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from vid2sim.models.segmenter.shape_net import ShapeClassifier, load_chunks
-    from vid2sim.pipeline.atomic import write_text
+    from vid2sim.datasets.atomic import write_text
 
     data = load_chunks(args.data, ("ends", "whole", "desc", "y", "head", "sample"))
     clf = ShapeClassifier()

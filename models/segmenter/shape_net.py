@@ -477,7 +477,7 @@ def load_chunks(paths, keys: tuple[str, ...], optional: tuple[str, ...] = ()) ->
 
 
 def save(net: ShapeNet, path: Path, meta: dict) -> None:
-    from vid2sim.pipeline.atomic import atomic_path
+    from vid2sim.datasets.atomic import atomic_path
 
     state = {k: v.half() if k not in ("desc_mean", "desc_std") else v for k, v in net.state_dict().items()}
     with atomic_path(path) as tmp:
@@ -526,7 +526,7 @@ def main(argv=None) -> None:
         parts = [make(first + c * size, min(size, args.frames - c * size)) for c in chunks]
         data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     if args.save_data is not None:
-        from vid2sim.pipeline.atomic import write_npz
+        from vid2sim.datasets.atomic import write_npz
 
         args.save_data.parent.mkdir(parents=True, exist_ok=True)
         write_npz(args.save_data, **data)
