@@ -5,12 +5,15 @@ kernels for the later steps (integrate._CompiledStep); these tests check that th
 is taken and changes no number beyond float64 rounding.
 """
 import numpy as np
+import pytest
 import torch
 
 from vid2sim.models.dynamics import Control, State, model_from_urdf, rollout
 from vid2sim.models.dynamics import integrate
 
 from test_dynamics_grad import DP
+
+pytestmark = pytest.mark.slow  # torch.compile: tens of seconds per compiled shape
 
 STEPS = 30
 

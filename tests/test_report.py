@@ -75,6 +75,7 @@ def test_report_tolerates_missing_stages(tmp_path):
     assert "params.json unreadable" in page
 
 
+@pytest.mark.slow  # headless Chromium in a subprocess
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
 def test_report_renders_in_chromium_without_console_errors(full_run, tmp_path):
     rec, run = full_run
