@@ -151,8 +151,7 @@ def test_shapes_json_missing(rec, tmp_path):
 
 
 @pytest.mark.slow  # runs the vid2sim CLI in a subprocess
-def test_truncated_bag(tmp_path):
-    from test_realsense_ros1 import realsense_ros1_bag
+def test_truncated_bag(realsense_ros1_bag, tmp_path):
 
     rng = np.random.default_rng(0)
     depth = [rng.integers(400, 2000, (24, 32)).astype(np.uint16) for _ in range(4)]
