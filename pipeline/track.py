@@ -25,14 +25,15 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
   no longer supported by the depth is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
-  counts a lost body at the full gate.
+  counts a lost body at the full gate. With ``reacquire`` a lost body is looked for
+  again, each frame, among the depth points no body explains near its last pose.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The mask fits are in ``track_fit.py``, the overlay video in ``track_overlay.py``.
 
 Deliberately not here: RGB-only recordings (need an initial depth from the masks;
 raises a clear error, though the silhouette residuals and planar mode are ready for
-it), meshes (need a rasteriser backend), re-acquiring a body after it was lost.
+it), meshes (need a rasteriser backend).
 """
 from __future__ import annotations
 
