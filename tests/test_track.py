@@ -61,6 +61,7 @@ def test_tracks_noise_free_cartpole(cartpole, tmp_path):
     assert np.allclose(back.world_from_body, poses.world_from_body) and np.array_equal(back.lost, poses.lost)
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_fail(tmp_path):
     """Seeded at frame 12 of the swinging cartpole (the pole turns 13-19 deg per frame and
     there is no velocity history there). With the pose steps capped at 8 per frame
@@ -176,6 +177,7 @@ def test_depth_noise_is_measured_from_the_recording(tmp_path):
         estimate_depth_noise(open_recording(one))
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_cabinet_drawer_is_tracked_on_clean_depth_from_the_learned_masks(tmp_path):
     """The clean cabinet as ``vid2sim run`` sees it: segmented by the learned segmenter (its
     drawer mask spills onto the carcass, so the drawer's colour is a mix), first 24 frames of
@@ -187,6 +189,7 @@ def test_cabinet_drawer_is_tracked_on_clean_depth_from_the_learned_masks(tmp_pat
     assert err.max() < 0.002, err
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_start_far_off_is_found_from_the_coarse_start(tmp_path):
     """On clean depth the segmentation frame is also fitted from a coarse pass (k = 0.004) and
     each body keeps the better start. The cabinet's carcass, fitted to its learned mask, is
@@ -217,6 +220,7 @@ def _learned_track_error(name: str, body: str, tmp_path: Path, seg_frames: tuple
     return np.linalg.norm(est[:, :3, 3] - t[:, :3, 3], axis=-1)
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_path):
     """thrown's body_b lands at frame 34-36, from 40-90 mm per frame to rest. The constant-
     velocity prediction overshoots; with the stop check off (``stop_check_m=0``) the track
