@@ -192,14 +192,13 @@ class _CompiledStep:
     All compiled steps of a rollout call the same graph on inputs of the same shapes, dtypes,
     strides and requires_grad (``rollout`` sees to it), so once Dynamo (guards) and AOTAutograd
     (runtime wrappers) have run it for the first of them, the later steps call its compiled
-    kernels directly (``replay``): those wrappers cost more than the kernels, ~100 us of the
-    ~265 us per cartpole step forward and backward (64 x 200 value+grad in
-    scripts/bench_simulate.py: 60 -> 44 ms vs the previous torch.compile-only loop in one run).
+    kernels directly (``replay``): those wrappers cost more than the kernels (~100 us of the
+    ~265 us per cartpole step forward and backward).
     The backend records, per compiled graph, Dynamo's input sources and the Inductor forward
     and backward (compiled eagerly at the first call instead of at the first backward). A graph
     is replayed only if that first call ran exactly one graph, from inputs that its sources
     find in the call's arguments, to the step's outputs; otherwise every step goes through
-    Dynamo as before.
+    Dynamo.
     """
 
     def __init__(self):
