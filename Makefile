@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO ?= demo
 
-.PHONY: demo test install system-deps clean
+.PHONY: demo test test-fast install system-deps clean
 
 $(STAMP): pyproject.toml setup.py
 	@bash scripts/system_deps.sh
@@ -24,9 +24,14 @@ demo: $(STAMP)
 	$(BIN)/vid2sim synth cartpole --out $(DEMO)/cartpole --frames 90 --size 320x240 --noise none --overwrite
 	$(BIN)/vid2sim run $(DEMO)/cartpole --out $(DEMO)/run
 
+# The whole suite (end-to-end runs, CLI subprocesses, torch.compile, Ray included).
 test: $(STAMP)
 	@bash scripts/test_deps.sh
 	$(BIN)/python -m pytest -q tests
+
+# Everything but the tests marked slow: a few minutes, for the edit-test loop.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 clean:
 	rm -rf $(DEMO) .pytest_cache

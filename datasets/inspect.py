@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vid2sim.datasets.recording import Recording, open_recording
-from vid2sim.pipeline.atomic import atomic_path
+from vid2sim.datasets.atomic import atomic_path
 
 PERCENTILES = (1, 5, 50, 95, 99)
 DARK_MEAN = 10.0  # a colour frame whose mean grey level is below this is called dark

@@ -66,7 +66,7 @@ import numpy as np
 from vid2sim.models.joints import fit, se3
 from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, topological
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, Joint, JointPositions, PoseTracks
-from vid2sim.pipeline.atomic import atomic_path, write_json
+from vid2sim.datasets.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vid2sim.pipeline.atomic import write_json, write_npz
+from vid2sim.datasets.atomic import write_json, write_npz
 
 JOINT_TYPES = ("revolute", "prismatic", "fixed", "free", "planar")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vid2sim.pipeline.atomic import write_text
+from vid2sim.datasets.atomic import write_text
 
 SUMMARY_COLUMNS = ("recording", "run", "status", "error", "seconds", "frames", "bodies", "joints", "mse", "ssim")
 

@@ -9,7 +9,10 @@ import dataclasses
 import inspect
 import json
 import logging
+import io
 import sys
+import textwrap
+import tokenize
 import traceback
 import typing
 from pathlib import Path
@@ -179,6 +182,55 @@ def run_cmd(rec: Path = typer.Argument(..., help="Recording (folder, bag or vide
         err.print(f"[yellow]stopped before {', '.join(missing)}: not implemented in this build (see README)[/]")
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """Each dataclass field's ``#`` comment in the source of ``cls``, joined into one line.
+
+    A field's comment is the block of comment lines directly above it (at the field's own
+    indentation, no blank line between), then its trailing comment and the comment-only lines
+    below it that are indented further than the field (continuation lines). Fields with no
+    comment are absent. The comments in the stage modules are the one home of this text.
+    """
+    src = textwrap.dedent(inspect.getsource(cls))
+    lines: dict[int, dict] = {}  # line number -> {"comment": (col, text), "code": [tokens]}
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            continue
+        row = lines.setdefault(tok.start[0], {"comment": None, "code": []})
+        if tok.type == tokenize.COMMENT:
+            row["comment"] = (tok.start[1], tok.string.lstrip("#").strip())
+        else:
+            row["code"].append(tok)
+    names = {f.name for f in dataclasses.fields(cls)}
+    head = min(n for n, r in lines.items() if r["code"] and r["code"][0].string == "class")
+    body_col = min((r["code"][0].start[1] for n, r in lines.items() if n > head and r["code"]), default=4)
+    docs: dict[str, list[str]] = {}
+    above: list[str] = []  # comment lines waiting for the field below them
+    last: str | None = None  # the field whose continuation lines may follow
+    for n in range(head + 1, len(src.splitlines()) + 1):
+        row = lines.get(n)
+        if row is None:  # blank line
+            above, last = [], None
+            continue
+        code, comment = row["code"], row["comment"]
+        if not code:
+            col, text = comment
+            if col > body_col and last is not None:
+                docs[last].append(text)
+            else:
+                above.append(text)
+                last = None
+            continue
+        first = code[0]
+        if (first.start[1] == body_col and first.type == tokenize.NAME and first.string in names
+                and len(code) > 1 and code[1].string == ":"):
+            docs[first.string] = above + ([comment[1]] if comment else [])
+            last = first.string
+        elif first.start[1] == body_col:
+            last = None  # another statement of the class body (docstring, method)
+        above = []
+    return {k: " ".join(v) for k, v in docs.items() if v}
+
+
 def _stage_command(spec: runner.StageSpec) -> None:
     """Register ``vid2sim <stage> REC --out RUN --<setting> ...`` built from the stage's Config."""
 
@@ -204,6 +256,7 @@ def _stage_command(spec: runner.StageSpec) -> None:
         mod = spec.module()
         cls = getattr(mod, spec.config_class)
         hints = typing.get_type_hints(cls)
+        docs = field_docs(cls)
         doc = (mod.__doc__ or doc).strip().splitlines()[0]
         for f in dataclasses.fields(cls):
             t = hints.get(f.name)
@@ -211,7 +264,7 @@ def _stage_command(spec: runner.StageSpec) -> None:
                 continue  # tuples and the like go through --set
             params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[t],
                                             default=typer.Option(None, f"--{f.name.replace('_', '-')}",
-                                                                 help=f"(default {getattr(cls(), f.name)!r})")))
+                                                                 help=f"{docs.get(f.name, '')} (default {getattr(cls(), f.name)!r})".lstrip())))
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__ = doc
     app.command(spec.name, help=doc)(command)

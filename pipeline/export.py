@@ -67,7 +67,7 @@ from scipy.spatial.transform import Rotation
 from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
-from vid2sim.pipeline.atomic import write_text
+from vid2sim.datasets.atomic import write_text
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class ExportConfig:
     free_prismatic_range_m: float = 10.0  # prismatic limit this far (m) beyond the observed extreme on a side with no stop seen
     stop_window: int = 5  # frames looked at on each side of a candidate impact (>= 3; less: never see a stop)
     stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration on either side explains
-    stop_noise_sigmas: float = 3.0  # ... and this many standard deviations of that change under the track noise
+    stop_noise_sigmas: float = 3.0  # a stop's velocity change also exceeds this many standard deviations of that change under the track noise
     stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range (or 3 noise sigmas)
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>

@@ -51,7 +51,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
-from vid2sim.pipeline.atomic import atomic_path, write_json, write_npz
+from vid2sim.datasets.atomic import atomic_path, write_json, write_npz
 from vid2sim.pipeline.holdout import fit_frames
 from vid2sim.models.bullet import Floor, add_floor
 from vid2sim.models.render.depth import DepthRenderer, background_from, composite

@@ -42,7 +42,7 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.models.inference import METHODS, InferenceResult, Problem, Shooting, infer
 from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
-from vid2sim.pipeline.atomic import write_bytes, write_json
+from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
 
 log = logging.getLogger(__name__)
@@ -55,37 +55,23 @@ SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
 class IdentifyConfig:
     """Settings of the identify stage."""
 
-    method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc. CMA-ES fits best here: cartpole from the
-                                   # pipeline's tracks (140 frames, sigma 0.01) log-likelihood 1024 vs CSVGD 1012 (4
-                                   # windows), forecast MSE 0.0020 vs 0.0036, 23-31 s vs 77 s; with the per-joint sigma
-                                   # (10-100x smaller on clean tracks) CSVGD fell to 0.0063 (CMA-ES 0.00085), on
-                                   # realistic noise 0.0034 (CMA-ES 0.0037); its particles are the final
-                                   # population, not a posterior sample: use csvgd for a posterior
-                                   # (scripts/bench_identify.py, bench_forecast.py)
+    method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc (models/inference/methods.py); cmaes's
+                                   # particles are its final population, not a posterior sample: use csvgd
+                                   # (or svgd, mcmc) for a posterior
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
-    windows: int = 4               # shooting windows (csvgd only; 1 = single shooting). With the MDMM in
-                                   # observation units (methods.csvgd) on the 140-frame clip above: 4 windows
-                                   # log-likelihood 1012, forecast MSE 0.0036, 77 s; 1 window 924, 0.0061, 185 s
-    polish: float = 0.7            # csvgd with windows > 1: fraction of the iterations spent last on single
-                                   # shooting from each particle's first-window state (methods.csvgd); the
-                                   # shooting windows bring the particles near the maximum, the last phase's
-                                   # Gauss-Newton steps converge along its valleys (bench_identify, cartpole:
-                                   # NMAE 0.0013 / 0.0008 / 0.0009 on 3 seeds at 0.7, 0.0024 / 0.0046 / 0.0009 at
-                                   # 0.5, 0.005 / 0.0015 / 0.0021 at 0.85; 0: 0.075 / 0.060 / 0.004). On a chaotic
-                                   # clip single shooting stalls: bench_twin's double pendulum (4 s) with csvgd,
-                                   # polish 0.7: ll -14863, twin IoU 0.59; 0.3: -11089, 0.49; 0 (multiple shooting
-                                   # throughout): -4719, 0.73 (CMA-ES: 0.68). Set 0 for such clips
+    windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting)
+    polish: float = 0.7            # csvgd with windows > 1, in [0, 1]: fraction of the iterations spent last on
+                                   # single shooting from each particle's first-window state (methods.csvgd);
+                                   # 0: multiple shooting throughout (better on chaotic clips, where single
+                                   # shooting stalls)
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
-    cmaes_polish: float = 0.1      # cmaes: budget fraction for a last Levenberg-Marquardt refinement of the best
-                                   # individual (methods.cmaes); without it CMA-ES ended its budget still climbing on
-                                   # long clips (150-frame realistic video: ll 560 vs 1038.6 with it). 0: off
+    cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
+                                   # of the best individual (methods.cmaes); 0: off
     seed: int = 0                  # Sobol scrambling / sampler seed
     observation: str = "joints"    # joints: tracked joint positions; video: rendered vs observed depth (identify_video.py)
-    sigma: float = 0.0             # observation noise std, joint units (rad or m); 0: per joint from the tracks
-                                   # (track_noise). 0.01 for every joint weighed the cart's metres like the
-                                   # pole's radians, though the pole's track is 2-4x noisier: bench_forecast
-                                   # twin MSE 0.0020 -> 0.00085 (clean), 0.0095 -> 0.0037 (realistic noise)
+    sigma: float = 0.0             # observation noise std in joint units (rad or m), the same for every joint;
+                                   # 0: estimated per joint from the tracks (track_noise)
     sigma_floor: float = 1e-4      # sigma=0: lower bound of each joint's estimate
     pixel_sigma: float = 0.02      # observation=video: depth noise std (m) per pixel
     pixels: int = 1000             # observation=video: pixels compared per frame (drawn around the mechanism)
@@ -95,10 +81,8 @@ class IdentifyConfig:
     refit: bool = True             # with frames held back (forecast.holdout): after the fit on the first part,
                                    # fit again on every frame for params.json / the exported twin (params_train.json
                                    # keeps the first fit, which forecast validates)
-    substeps: int = 0              # simulator steps per video frame (semi-implicit Euler); 0: ceil(480 Hz / fps).
-                                   # 4 at 30 fps biased the cartpole: at the true start state and parameters
-                                   # its 140-frame log-likelihood was -732 against 1016 at 16 (PyBullet truth,
-                                   # 960 Hz); RK4 at 4 gave 895
+    substeps: int = 0              # simulator steps per video frame (semi-implicit Euler), >= 0;
+                                   # 0: ceil(480 Hz / fps)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: a floating root's mass (not observable) = volume x this, unless
@@ -123,13 +107,12 @@ class IdentifyConfig:
     augment_window: int = 10       # frames per training window
     augment_holdout: float = 0.25  # last fraction of the clip kept out of training (held-out error)
     augment_iterations: int = 200  # Adam steps (each for the analytical-only and the augmented fit)
-    augment_lr: float = 0.02
+    augment_lr: float = 0.02       # Adam learning rate of the augmented fit
     augment_lasso: float = 0.2     # group-lasso weight per input (proximal steps)
     augment_hidden: int = 5        # units per hidden layer (TDS: 5)
-    compile: bool | str = "auto"   # torch.compile the simulator step: ~15 s to compile per batch size
-                                   # shape, then ~5x faster per rollout; pays off for long clips and many
-                                   # iterations (2-s cartpole, 50 iterations: 12 s eager, 48 s compiled).
-                                   # auto: when a rollout's steps x iterations >= COMPILE_STEPS (same results)
+    compile: bool | str = "auto"   # torch.compile the simulator step (same results): True | False | "auto";
+                                   # compiling costs seconds per batch size, then each rollout is faster;
+                                   # auto: on when a rollout's steps x iterations >= COMPILE_STEPS
 
     def __post_init__(self):
         """Choices and ranges, checked when the settings are read (a typo in ``--set`` stops the

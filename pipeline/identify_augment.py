@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from vid2sim.pipeline.atomic import write_bytes
+from vid2sim.datasets.atomic import write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from vid2sim.datasets.recording import Recording
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior, Segmentation
-from vid2sim.pipeline.atomic import write_text
+from vid2sim.datasets.atomic import write_text
 from vid2sim.pipeline.plots import limit_bins
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class ReportConfig:
     track_frames: int = 4  # frames shown in the tracking overlay strip
     forecast_frames: int = 5  # frames shown in the forecast strip
     max_params_scatter: int = 5  # pairwise posterior scatter for at most this many parameters
-    title: str = "vid2sim report"
+    title: str = "vid2sim report"  # heading and <title> of report.html
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording, open_recording
 from vid2sim.pipeline.artifacts import Articulation, ArtifactError, JointPositions, PoseTracks, Posterior, Segmentation
-from vid2sim.pipeline.atomic import OutputError, ensure_writable_dir, write_json
+from vid2sim.datasets.atomic import OutputError, ensure_writable_dir, write_json
 
 log = logging.getLogger(__name__)
 

@@ -56,31 +56,27 @@ METHODS = ("learned", "geometric")
 class SegmentConfig:
     """Settings of the segment stage."""
 
-    # "learned" (Mask R-CNN + depth refinement) or "geometric" (training-free). Learned is the
-    # default: it finds every body of every synthetic mechanism like geometric does on clean
-    # depth, and on realistic depth noise it is the only one that finds the cartpole's cart and
-    # pole (bench_segment mean IoU clean / noisy: learned 0.866 / 0.794, geometric 0.84 / 0.49).
-    # Its class accuracy (0.914) is still below the issue-3 target of 0.95.
+    # "learned" (Mask R-CNN + depth refinement, models/segmenter) or "geometric" (training-free
+    # depth-edge regions, models/segmenter/geometric.py)
     method: str = "learned"
     frames: tuple[int, ...] = (0, 3, 6, 9, 12)  # candidate frames; the one explaining most library shapes (then most confident) is used
-    score_threshold: float = 0.5  # parts scored below this are dropped
-    checkpoint: str = ""  # learned segmenter weights; "" = the shipped models/segmenter/segmenter.pt
-    # learned: class scores averaged over a mirrored pass, then the detections checked and completed
+    score_threshold: float = 0.5  # in [0, 1]: parts scored below this are dropped
+    checkpoint: str = ""  # learned segmenter weights (.pt); "" = the shipped models/segmenter/segmenter.pt
+    # learned: average the class scores over a mirrored pass, then check and complete the detections
     # with the depth (models/segmenter/refine.py: masks snapped to depth-edge regions, merged masks split
-    # into the geometric segmenter's parts,
-    # depth-confirmed low-score detections kept, class from network scores + shape_net crops + geometric cues);
-    # False = the network alone
+    # into the geometric segmenter's parts, depth-confirmed low-score detections kept, class from network
+    # scores + shape_net crops + geometric cues); False = the network's detections alone
     snap_to_depth: bool = True
-    size_tolerance: float = 1.6  # a part may look at most this many times larger than its library shape
-    min_pixels: int = 100  # smaller parts are ignored (noise, slivers between parts)
+    size_tolerance: float = 1.6  # >= 1: a part may look at most this many times larger than its library shape
+    min_pixels: int = 100  # px: smaller parts are ignored (noise, slivers between parts)
     # a part fitting no library shape (a wall, the floor, a table, a distractor): "ignore" = background
     # (one INFO line each, with its class and size) or "error" (stop, naming what was seen)
     unmatched: str = "ignore"
     # a library shape (box, capsule, sphere, cylinder) no part matched: "error" (stop, naming it) or
     # "allow" (log it and go on: a library that lists shapes this scene may not show)
     missing: str = "error"
-    # learned: where the candidate frames leave library shapes unexplained, they are looked at again with
-    # the region of the parts (a far camera: a few % of the frame) magnified up to this many times
+    # learned, >= 1: where the candidate frames leave library shapes unexplained, look at them again
+    # with the region of the parts (a far camera: a few % of the frame) magnified up to this many times
     # (1 = never; predict_zoomed)
     zoom: float = 4.0
     overlay: bool = True  # write segmentation_overlay.png
@@ -449,7 +445,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
-    from vid2sim.pipeline.atomic import write_bytes
+    from vid2sim.datasets.atomic import write_bytes
 
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:

@@ -25,14 +25,15 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
   no longer supported by the depth is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
-  counts a lost body at the full gate.
+  counts a lost body at the full gate. With ``reacquire`` a lost body is looked for
+  again, each frame, among the depth points no body explains near its last pose.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The mask fits are in ``track_fit.py``, the overlay video in ``track_overlay.py``.
 
 Deliberately not here: RGB-only recordings (need an initial depth from the masks;
 raises a clear error, though the silhouette residuals and planar mode are ready for
-it), meshes (need a rasteriser backend), re-acquiring a body after it was lost.
+it), meshes (need a rasteriser backend).
 """
 from __future__ import annotations
 
@@ -64,57 +65,53 @@ log = logging.getLogger(__name__)
 class TrackConfig:
     """Settings of the track stage (lengths in metres)."""
 
-    iterations: int = 8  # Gauss-Newton steps per frame (stops earlier once converged)
-    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis
-    gate_m: float = 0.03  # a depth point farther than this from every body is not used (1st step)
-    gate_final_m: float = 0.012  # ... shrinking to this by the last step
-    gate_max_m: float = 0.15  # a body that finds too few points widens its gate up to this
+    iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
+    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
+    gate_m: float = 0.03  # m: on the first step of a frame, depth points farther than this from every body are not used
+    gate_final_m: float = 0.012  # m: the gate shrinks linearly from gate_m to this by the frame's last step
+    gate_max_m: float = 0.15  # m: a body that finds too few points widens its gate up to this
     search_iterations: int = 4  # extra steps allowed while some body widens its gate
     travel_iterations: int = 8  # extra steps allowed while some body still moves more than travel_step per step
-    travel_step: float = 1e-3  # (m or rad)
-    huber_m: float = 0.004  # residual scale (m) where no depth noise applies (RGB silhouettes)
-    # Depth noise sigma = k z^2 (Keselman et al. 2017; RealSense about 0.004): weights, gates and
-    # "seen through" tests. None: measured from the recording's static pixels (datasets/noise.py).
+    travel_step: float = 1e-3  # m or rad: per-step motion above which travel_iterations extend a frame
+    huber_m: float = 0.004  # m: Huber residual scale where no depth noise applies (RGB silhouettes)
+    # Depth noise model sigma = k z^2 (Keselman et al. 2017; RealSense D4xx about 0.004), used for the
+    # residual weights, gates and "seen through" tests; None: k measured from the recording's static
+    # pixels (datasets/noise.py)
     depth_noise_k: float | None = None
-    depth_noise_floor_m: float = 0.001  # ... but never below this (quantisation)
-    start_noise_k: float = 0.004  # cleaner depth than this: the first frame also starts from a coarse pass at it
-    freespace_tol_m: float = 0.02  # observed this far behind a rendered surface = "seen through it"
-    w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals
-    w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals
-    w_color: float = 1.0  # 0: ignore colour; else colour silhouettes (chromaticity labels) join in
+    depth_noise_floor_m: float = 0.001  # m: lower bound of the depth noise sigma (quantisation)
+    start_noise_k: float = 0.004  # depth noise k below which the first frame also starts from a coarse pass at this k
+    freespace_tol_m: float = 0.02  # m: an observation this far behind a rendered surface is "seen through it"
+    w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals, >= 0
+    w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
+    w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
-    damping: float = 1e-3  # Levenberg-Marquardt damping (relative to the diagonal)
-    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last
-    relax: float = 1.0  # step fraction from step ``relax_after`` on (< 1 damps two-pose cycles; 0.5 measured worse)
-    relax_after: int = 2
-    converged_step: float = 2e-5  # stop when no pose parameter moves more than this (m or rad)
-    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only
-    velocity_smoothing: float = 0.5  # velocity = this * previous velocity + (1 - this) * last frame's motion
-    # Std of the constant-velocity prediction's error per frame, position and rotation (0 = no
-    # motion prior): about the motion's own deviation from constant velocity (acceleration x
-    # dt^2: 0.03 rad for a pendulum swinging at 27 rad/s^2, 30 fps). A tighter prior drags
-    # accelerating parts toward the prediction: 0.01 gave the clean cartpole's pole an angle
-    # error of 1.35e-3 rad RMS, 90 % of it proportional to the angular acceleration; 0.03 gives 1.7e-4.
+    damping: float = 1e-3  # Levenberg-Marquardt damping, relative to the normal matrix's diagonal
+    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last one
+    relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
+    relax_after: int = 2  # first step of a frame (0-based) that relax applies to
+    converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
+    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only recordings
+    velocity_smoothing: float = 0.5  # in [0, 1): velocity = this * previous velocity + (1 - this) * last frame's motion
+    # m: std of the constant-velocity prediction's position error per frame (0: no motion prior); about
+    # the motion's own deviation from constant velocity, acceleration x dt^2
     prior_m: float = 0.03
-    prior_rad: float = 0.03
-    roi_pad_px: int = 10  # region of interest: projected bounding sphere plus this margin
+    prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
+    roi_pad_px: int = 10  # px: region of interest = projected bounding sphere plus this margin
     stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
-    max_rays: int = 20000  # ... coarser where the region of interest holds more pixels than this
-    reach_m: float = 0.05  # rays/points farther than this from the predicted bodies are dropped
-    background_tol_m: float = 0.02  # within this of the background depth = background
-    inlier_m: float = 0.01  # a depth point this close to its body supports it
-    lost_min_pixels: int = 20  # fewer visible rendered pixels than this: body lost
-    lost_min_support: float = 0.3  # fewer supporting points than this fraction of them: lost
-    # A body predicted to move faster than this per frame (m, rad) is also tried at rest, and kept
-    # there if that explains the frame better (0: off): thrown's body_b, landing from 40-90 mm per
-    # frame to rest within 2 frames, was carried 150 mm past where it lay by the prediction (clean
-    # thrown 38 -> 1.2 mm; realistic noise: double pendulum 1.14 -> 1.37 mm, the rest unchanged).
+    max_rays: int = 20000  # rays per frame at most: a larger region of interest is sampled more coarsely
+    reach_m: float = 0.05  # m: rays/points farther than this from the predicted bodies are dropped
+    background_tol_m: float = 0.02  # m: depth within this of the background depth is background
+    inlier_m: float = 0.01  # m: a depth point this close to its body supports it
+    lost_min_pixels: int = 20  # a body with fewer visible rendered pixels than this is lost
+    lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
+    # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
+    # that explains the frame better (a part landing and stopping within a frame or two); 0: off
     stop_check_m: float = 0.01
-    stop_check_rad: float = 0.1
+    stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
-    reacquire_reach: float = 2.5  # ... within this many bounding radii of it
+    reacquire_reach: float = 2.5  # reacquire searches within this many bounding radii of the last pose
     overlay: bool = True  # write the side-by-side overlay video
-    max_overlay_frames: int = 600
+    max_overlay_frames: int = 600  # frames rendered into the overlay video at most
 
     def __post_init__(self):
         if self.planar not in ("on", "off", "auto"):   # anything else once meant "off" on depth recordings

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 
 from vid2sim.datasets.recording import Recording
-from vid2sim.pipeline.atomic import atomic_path, write_bytes
+from vid2sim.datasets.atomic import atomic_path, write_bytes
 
 log = logging.getLogger("vid2sim.pipeline.track")   # the stage's logger: its messages are the track stage's
 OVERLAY_FILE = "track_overlay.mp4"

@@ -14,34 +14,10 @@ by the rod's radius in pixels) and, per error with a visible end, ``shape_net``'
 class head's probabilities. It changes nothing and measures no new metric:
 bench_segment's class accuracy stays the number of record.
 
-With ``shape_net`` fine-tuned on eight chunks of the detector's instances (12 epochs) and
-the class head refitted (this revision's weights; 200 frames, clean, 317 matched rods): 0
-visible ends 12 errors of 30 rods, 1 visible end 11 of 109, 2 visible ends 6 of 178; rods
-of 8 px radius or more with one end hidden right 0.90 of the time. Fine-tuned for 16
-epochs on four chunks: 12, 17 and 8 errors, 0.89. With ``shape_net`` weights trained with
-``--end-weight`` it also scores their end head on each matched rod's two end crops
-(``end_head`` in the JSON; the shipped weights' end head is untrained and is skipped).
-With 8 epochs and the previous head:
-15, 17 and 7 errors, 0.87; with those, on training-stream samples 300000-300249 the whole
-classifier was right 0.956 / 0.901 of the time (clean / noisy). Not kept: averaging in ``shape_net``'s probabilities of the mask eroded
-and dilated by a pixel (training-stream samples 300000-300249, the whole classifier's
-class accuracy 0.945 with it vs 0.956 without on clean depth, 0.901 vs 0.901 noisy).
-Before the fine-tuning, trained on ground-truth masks only (200 frames, clean; 317
-matched rods): 0 visible ends 16 errors of 30 rods, 1 visible end 23 of 109, 2 visible
-ends 7 of 178. Rods of 8 px
-radius or more are still right only 0.83 of the time with one end hidden (0.98 with
-both seen): the hidden end misleads the classifier even where the seen one is large.
-Fresh training-stream frames (seed 0, samples 300000-300199, the refined detector's
-masks) agree: class accuracy 0.50 / 0.82 / 0.97 for 0 / 1 / 2 visible ends clean,
-0.59 / 0.75 / 0.90 noisy. Tried there and not kept (clean / noisy class accuracy, those weights
-0.926 / 0.888): both end crops showing the end that is not cut, at inference only
-(0.927 / 0.881); shape_net retrained on the same 4400 samples with the outside of the
-image as an occluder in front in the crops plus counts of ends cut by the border or by
-a nearer part in its descriptor, class head refitted (0.919 / 0.885; 12 fixed, 16 broken);
-two such nets averaged (0.921 / 0.881); the same with a learned per-end weight in place
-of the end features' sum (0.909 / 0.876). All of them fit the ground-truth-mask training
-set better (final loss 0.149; 0.170-0.174 in the earlier runs' logs) without that
-carrying over to the detector's masks.
+With ``shape_net`` weights trained with ``--end-weight`` it also scores their end head on
+each matched rod's two end crops (``end_head`` in the JSON; the shipped weights' end head
+is untrained and is skipped). What it found is in docs/decisions.md ("Settings and their
+measured reasons", segment: rods with hidden ends).
 """
 from __future__ import annotations
 

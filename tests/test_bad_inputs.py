@@ -52,6 +52,7 @@ def set_camera(rec, **kv):
     (rec / "camera.json").write_text(json.dumps({**camera(rec), **kv}))
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_missing_camera_json(rec, tmp_path):
     (rec / "camera.json").unlink()
     fails(["run", rec, "--out", tmp_path / "run"], "camera.json", "missing")
@@ -61,23 +62,27 @@ def test_missing_camera_json(rec, tmp_path):
 @pytest.mark.parametrize("key,value,problem", [("fx", float("nan"), "fx must be a finite number"),
                                                ("fy", -300.0, "fy must be > 0"),
                                                ("cx", float("inf"), "cx must be a finite number")])
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_bad_intrinsics(rec, tmp_path, key, value, problem):
     set_camera(rec, **{key: value})
     fails(["run", rec, "--out", tmp_path / "run"], "camera.json", problem)
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_colour_and_depth_of_different_sizes(rec, tmp_path):
     for f in (rec / "color").iterdir():
         cv2.imwrite(str(f), cv2.resize(cv2.imread(str(f)), (160, 120)))
     fails(["run", rec, "--out", tmp_path / "run"], "color/000000.png", "image is 160x120 but camera.json says 320x240")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_gap_in_frame_numbering(rec, tmp_path):
     (rec / "depth" / "000005.png").unlink()
     (rec / "color" / "000005.png").unlink()
     fails(["run", rec, "--out", tmp_path / "run"], "000005.png", "frame 5 is missing")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_corrupt_png_mid_recording_keeps_what_was_written(rec, tmp_path):
     run = tmp_path / "run"
     (rec / "depth" / "000015.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
@@ -86,6 +91,7 @@ def test_corrupt_png_mid_recording_keeps_what_was_written(rec, tmp_path):
     assert not (run / "poses.npz").exists()
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_8bit_depth_png(rec, tmp_path):
     for f in (rec / "depth").iterdir():
         d = cv2.imread(str(f), cv2.IMREAD_UNCHANGED)
@@ -93,12 +99,14 @@ def test_8bit_depth_png(rec, tmp_path):
     fails(["run", rec, "--out", tmp_path / "run"], "depth/000000.png", "depth must be a 16-bit PNG")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_all_zero_depth(rec, tmp_path):
     for f in (rec / "depth").iterdir():
         cv2.imwrite(str(f), np.zeros((240, 320), np.uint16))
     fails(["run", rec, "--out", tmp_path / "run"], "depth/000000.png", "no valid reading")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_one_frame(rec, tmp_path):
     for sub in ("depth", "color", "truth_masks"):
         for f in (rec / sub).iterdir():
@@ -107,6 +115,7 @@ def test_one_frame(rec, tmp_path):
     fails(["run", rec, "--out", tmp_path / "run"], str(rec), "has 1 frame(s)", "at least 10")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_mechanism_leaves_the_view(rec, tmp_path):
     """The camera pans away: from frame 8 on the picture slides sideways off the parts."""
     run = tmp_path / "run"
@@ -126,6 +135,7 @@ def test_mechanism_leaves_the_view(rec, tmp_path):
     assert not (run / "articulation.json").exists()
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_unknown_shape_type(rec, tmp_path):
     shapes = json.loads((rec / "shapes.json").read_text())
     shapes["pole"]["type"] = "torus"
@@ -133,14 +143,15 @@ def test_unknown_shape_type(rec, tmp_path):
     fails(["run", rec, "--out", tmp_path / "run"], "shapes.json", "unknown type 'torus'")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_shapes_json_missing(rec, tmp_path):
     (rec / "shapes.json").unlink()
     fails(["run", rec, "--out", tmp_path / "run"], "shapes.json", "missing")
     assert not (tmp_path / "run" / "segmentation.npz").exists()
 
 
-def test_truncated_bag(tmp_path):
-    from test_realsense_ros1 import realsense_ros1_bag
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
+def test_truncated_bag(realsense_ros1_bag, tmp_path):
 
     rng = np.random.default_rng(0)
     depth = [rng.integers(400, 2000, (24, 32)).astype(np.uint16) for _ in range(4)]
@@ -151,11 +162,13 @@ def test_truncated_bag(tmp_path):
     fails(["run", bag, "--out", tmp_path / "run"], "cap.bag")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_depth_in_the_wrong_unit(rec, tmp_path):
     set_camera(rec, depth_scale=1.0)  # millimetre PNGs declared as metres
     fails(["run", rec, "--out", tmp_path / "run"], "depth/000000.png", "implausible", "depth_scale")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_video_with_no_frames(tmp_path):
     path = tmp_path / "empty.mp4"
     w = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30, (64, 48))
@@ -163,6 +176,7 @@ def test_video_with_no_frames(tmp_path):
     fails(["run", path, "--out", tmp_path / "run"], "empty.mp4")
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_output_folder_not_writable(rec, tmp_path):
     blocker = tmp_path / "ro"
     blocker.write_text("a file where the run folder's parent should be")
@@ -173,6 +187,7 @@ def test_output_folder_not_writable(rec, tmp_path):
         fails(["run", rec, "--out", ro / "run"], str(ro / "run"))
 
 
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -196,6 +211,7 @@ def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
     ("track.planar=yes", "track.planar must be one of on, off, auto; got 'yes'"),
     ("segment.method=mask_rcnn", "segment: unknown method 'mask_rcnn'; choose one of learned, geometric"),
 ])
+@pytest.mark.slow  # runs the vid2sim CLI in a subprocess
 def test_setting_of_the_wrong_type(rec, tmp_path, setting, needle):
     """A mistyped --set value stops before any stage runs, naming the setting and its type (a
     string for a float once went through to the tracker's arithmetic) or its allowed values (an

@@ -3,8 +3,12 @@ table, and a failed recording that does not stop the others."""
 import csv
 import shutil
 
+import pytest
+
 from vid2sim.datasets.synthetic import make_recording
 from vid2sim.pipeline.batch import run_batch
+
+pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
 
 def test_batch_on_local_ray_with_one_bad_recording(tmp_path):

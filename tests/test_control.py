@@ -15,11 +15,10 @@ from vid2sim.datasets.synthetic import simulate  # noqa: E402
 from vid2sim.models import control  # noqa: E402
 from vid2sim.pipeline import export  # noqa: E402
 
-from test_export import truth_inputs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def urdfs(tmp_path_factory):
+def urdfs(truth_inputs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("control")
     st = simulate("cartpole", seed=0, frames=60)
     true = tmp / "true.urdf"

@@ -4,13 +4,12 @@ Pinocchio builds its own model from the same URDF text (``buildModelFromXML``, w
 ``JointModelFreeFlyer`` root for floating trees), so the URDF loader is checked too.
 """
 import numpy as np
+import pinocchio as pin
 import pytest
 import torch
 
 from vid2sim.models.dynamics import (Control, State, forward_dynamics, forward_kinematics, inverse_dynamics,
                                      mass_matrix, model_from_urdf, model_to_urdf, rollout, step)
-
-pin = pytest.importorskip("pinocchio")
 
 
 def random_tree_urdf(rng: np.random.Generator, n_bodies: int, floating: bool) -> str:

@@ -5,18 +5,19 @@ kernels for the later steps (integrate._CompiledStep); these tests check that th
 is taken and changes no number beyond float64 rounding.
 """
 import numpy as np
+import pytest
 import torch
 
 from vid2sim.models.dynamics import Control, State, model_from_urdf, rollout
 from vid2sim.models.dynamics import integrate
 
-from test_dynamics_grad import DP
+pytestmark = pytest.mark.slow  # torch.compile: tens of seconds per compiled shape
 
 STEPS = 30
 
 
-def _problem():
-    base = model_from_urdf(DP, batch=3)
+def _problem(urdf: str):
+    base = model_from_urdf(urdf, batch=3)
     g = torch.Generator().manual_seed(1)
     mass = base.mass * (0.8 + 0.4 * torch.rand(base.mass.shape, generator=g, dtype=torch.float64))
     damping = 0.05 + 0.1 * torch.rand(3, 2, generator=g, dtype=torch.float64)
@@ -38,8 +39,8 @@ def _count_replays(monkeypatch):
     return calls
 
 
-def test_compiled_rollout_value_and_gradients_equal_eager(monkeypatch):
-    base, mass, damping, q0, qd0, tau = _problem()
+def test_compiled_rollout_value_and_gradients_equal_eager(double_pendulum_urdf, monkeypatch):
+    base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
 
     def run(compile, q0_grad=True):
         m, d, q = (t.clone().requires_grad_() for t in (mass, damping, q0))
@@ -66,8 +67,8 @@ def test_compiled_rollout_value_and_gradients_equal_eager(monkeypatch):
     assert compiled[4] is None
 
 
-def test_compiled_rollout_without_grad_equals_eager(monkeypatch):
-    base, mass, damping, q0, qd0, tau = _problem()
+def test_compiled_rollout_without_grad_equals_eager(double_pendulum_urdf, monkeypatch):
+    base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
     model = base.replace(mass=mass, damping=damping)
     calls = _count_replays(monkeypatch)
     with torch.no_grad():
@@ -78,13 +79,13 @@ def test_compiled_rollout_without_grad_equals_eager(monkeypatch):
     np.testing.assert_allclose(compiled.qd.numpy(), eager.qd.numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_more_compiled_graphs_than_dynamos_default_limit_in_one_process():
+def test_more_compiled_graphs_than_dynamos_default_limit_in_one_process(double_pendulum_urdf):
     """One graph per model structure and batch size: a process identifying several mechanisms
     (scripts/bench_twin.py: the double pendulum after five others) passed Dynamo's default
     recompile limit of 8 and failed with "Recompilation triggered with skip_guard_eval_unsafe
     stance" (reproduced here with integrate.RECOMPILE_LIMIT = 8 at batch 9 or earlier)."""
     for b in range(1, 11):
-        m = model_from_urdf(DP, batch=b)
+        m = model_from_urdf(double_pendulum_urdf, batch=b)
         s = State(torch.full((b, 2), 0.3, dtype=torch.float64), torch.zeros(b, 2, dtype=torch.float64))
         with torch.no_grad():
             compiled, eager = rollout(m, s, 4, dt=0.01, compile=True), rollout(m, s, 4, dt=0.01)

@@ -6,16 +6,6 @@ from torch.autograd import gradcheck
 
 from vid2sim.models.dynamics import Control, State, model_from_urdf, rollout, step
 
-DP = """<robot name="dp"><link name="world"/>
-<link name="l1"><inertial><origin xyz="0.02 0 -0.25"/><mass value="1.0"/>
- <inertia ixx="0.02" iyy="0.021" izz="0.004" ixy="0.001" ixz="0" iyz="0"/></inertial></link>
-<link name="l2"><inertial><origin xyz="0 0.01 -0.2"/><mass value="0.6"/>
- <inertia ixx="0.01" iyy="0.011" izz="0.003" ixy="0" ixz="0.0005" iyz="0"/></inertial></link>
-<joint name="j0" type="revolute"><parent link="world"/><child link="l1"/><origin xyz="0 0 1"/><axis xyz="0 1 0"/>
- <limit lower="-3" upper="3" effort="1" velocity="1"/></joint>
-<joint name="j1" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0 0 -0.5" rpy="0.2 0 0"/>
- <axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint></robot>"""
-
 BOX = """<robot name="box"><link name="box"><inertial><mass value="1.0"/>
  <inertia ixx="0.01" iyy="0.02" izz="0.025" ixy="0" ixz="0" iyz="0"/></inertial>
  <collision><geometry><box size="0.3 0.2 0.1"/></geometry></collision></link></robot>"""
@@ -27,8 +17,8 @@ def _unpack(model, names, tensors):
 
 @pytest.mark.parametrize("algorithm", ["jsim", "aba"])
 @pytest.mark.parametrize("integrator", ["euler", "rk4"])
-def test_gradcheck_step_wrt_all_joint_and_body_parameters(algorithm, integrator):
-    base = model_from_urdf(DP, batch=2)
+def test_gradcheck_step_wrt_all_joint_and_body_parameters(double_pendulum_urdf, algorithm, integrator):
+    base = model_from_urdf(double_pendulum_urdf, batch=2)
     g = torch.Generator().manual_seed(0)
     names = ["mass", "com", "inertia", "damping", "friction", "stiffness", "rest", "gravity"]
     params = [getattr(base, n).clone() + 0.1 * torch.rand(getattr(base, n).shape, generator=g, dtype=torch.float64)
@@ -67,8 +57,8 @@ def test_gradcheck_step_with_ground_contact_parameters():
     assert gradcheck(f, inputs, eps=1e-7, atol=1e-6, rtol=1e-5)
 
 
-def test_gradcheck_fifty_step_rollout_wrt_parameters_and_initial_state():
-    base = model_from_urdf(DP, batch=1)
+def test_gradcheck_fifty_step_rollout_wrt_parameters_and_initial_state(double_pendulum_urdf):
+    base = model_from_urdf(double_pendulum_urdf, batch=1)
     mass = base.mass.clone()
     damping = torch.tensor([[0.1, 0.05]], dtype=torch.float64)
     q0 = torch.tensor([[0.4, -0.3]], dtype=torch.float64)
@@ -82,9 +72,9 @@ def test_gradcheck_fifty_step_rollout_wrt_parameters_and_initial_state():
     assert gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
-def test_rollout_gradient_matches_central_differences_on_batch():
+def test_rollout_gradient_matches_central_differences_on_batch(double_pendulum_urdf):
     """Per-particle parameters: d(loss_b)/d(mass_b) from one backward equals finite differences."""
-    base = model_from_urdf(DP, batch=3)
+    base = model_from_urdf(double_pendulum_urdf, batch=3)
     mass = (base.mass * torch.tensor([[1.0], [1.3], [0.7]], dtype=torch.float64)).requires_grad_()
     s0 = State(torch.tensor([[0.5, 0.1]] * 3, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64))
 

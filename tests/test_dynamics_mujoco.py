@@ -3,6 +3,7 @@
 MuJoCo gets an MJCF written from our Model by ``dynamics.mjcf`` (bodies nested, joint
 frames as body poses, full inertias; planar joints as slide-slide-hinge).
 """
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -11,8 +12,6 @@ from scipy.spatial.transform import Rotation
 from vid2sim.models.dynamics import State, model_from_urdf, rollout
 from vid2sim.models.dynamics.model import make_model
 from vid2sim.models.dynamics.mjcf import model_to_mjcf, to_mujoco_state
-
-mujoco = pytest.importorskip("mujoco")
 
 
 def chain(n, rng, planar_root=False):

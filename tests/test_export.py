@@ -20,24 +20,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from vid2sim.datasets.synthetic import MECHANISMS, make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export  # noqa: E402
-from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, PoseTracks  # noqa: E402
 
 FPS = 30.0
 
 
-def truth_inputs(st, fps: float = FPS):
-    """(art, poses, jp, post) from a SyntheticTruth: truth joints, poses and parameters."""
-    tr = st.truth
-    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, st.world_from_body, fps)
-    names, q = export.joint_coordinates(art, poses)
-    jp = JointPositions(q, names, export.root_poses(art, poses))
-    p = tr["params"]
-    post = Posterior(list(p), {k: (v, v) for k, v in p.items()}, dict(p), np.array([[p[k] for k in p]]), "truth", 0.0)
-    return art, poses, jp, post
-
-
 @pytest.fixture(scope="module", params=MECHANISMS)
-def exported(request, tmp_path_factory):
+def exported(truth_inputs, request, tmp_path_factory):
     st = simulate(request.param, seed=0, frames=60, fps=FPS)
     art, poses, jp, post = truth_inputs(st)
     out = tmp_path_factory.mktemp(request.param)
@@ -215,7 +204,7 @@ def test_limits_follow_the_evidence(exported):
             assert kind == "continuous", (name, j.get("name"), kind)
 
 
-def _truth_twin(st, frames: int, tmp_path):
+def _truth_twin(truth_inputs, st, frames: int, tmp_path):
     """model.urdf exported from the truth's first ``frames`` tracked frames and its parameters."""
     art, poses, jp, post = truth_inputs(st)
     seen = PoseTracks(poses.world_from_body[:frames], poses.body_names, poses.shape_names, poses.residual[:frames], FPS)
@@ -233,7 +222,7 @@ def _twin_q(path, art, seen: PoseTracks, steps: int) -> np.ndarray:
     return export.joint_coordinates(art, both)[1][len(seen.world_from_body):]
 
 
-def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
+def test_cartpole_twin_predicts_past_its_observed_range(truth_inputs, tmp_path):
     """The twin exported from the first 0.8 s of a cartpole clip (the pole falling through
     4.3 rad, the cart recoiling 0.10 m; no stop), restarted there, follows the truth's next
     1.5 s out of what was seen: the cart runs on to -0.32 m, the pole on to 5.16 rad. The
@@ -241,7 +230,7 @@ def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
     within 0.12 m of its start and the pole below 4.76 rad: 0.33 m and 2.5 rad from the truth."""
     seen_n, steps = 24, 45
     st = simulate("cartpole", seed=0, frames=seen_n + steps, fps=FPS)
-    path, art, seen, post = _truth_twin(st, seen_n, tmp_path)
+    path, art, seen, post = _truth_twin(truth_inputs, st, seen_n, tmp_path)
     names, q_true = export.joint_coordinates(art, PoseTracks.from_truth(st.truth, st.world_from_body, FPS))
     seen_q, later = q_true[:seen_n], q_true[seen_n:]
     s, h = names.index("slider"), names.index("hinge")
@@ -266,7 +255,7 @@ def test_cartpole_twin_predicts_past_its_observed_range(tmp_path):
     assert np.abs(q_old[:, s] - later[:, s]).max() > 0.25 and np.abs(q_old[:, h] - later[:, h]).max() > 2.0
 
 
-def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
+def test_cabinet_drawer_stops_at_its_end(truth_inputs, tmp_path, monkeypatch):
     """A cabinet whose drawer is pushed hard enough to reach its end (0.6 m/s against the
     synthetic cabinet's 0.15-0.28 m/s, which damping stops 4-18 cm short of it; it hits
     at frame 21 and creeps back 16 mm by frame 44): the twin exported from 1.5 s gets an
@@ -285,7 +274,7 @@ def test_cabinet_drawer_stops_at_its_end(tmp_path, monkeypatch):
     true_lim = {j.get("name"): (float(j.find("limit").get("lower")), float(j.find("limit").get("upper")))
                 for j in ET.fromstring(st.urdf).findall("joint") if j.find("limit") is not None}
     assert true_lim["slide"] == (0.0, 0.3)
-    path, art, seen, post = _truth_twin(st, 45, tmp_path)
+    path, art, seen, post = _truth_twin(truth_inputs, st, 45, tmp_path)
     names, q = export.joint_coordinates(art, seen)
     kind, lo, hi = _limit(path, "slide")  # export's q is measured from frame 0
     assert kind == "prismatic" and abs(hi - (true_lim["slide"][1] - q0["slide"])) < 0.003
@@ -366,7 +355,7 @@ def _restart_truth(st, at: int, steps: int, tip) -> np.ndarray:
         twin.close()
 
 
-def silhouette_iou(name: str, tmp_path) -> np.ndarray:
+def silhouette_iou(truth_inputs, name: str, tmp_path) -> np.ndarray:
     """Per-frame IoU of the simulated twin's silhouette against the recording's body masks
     over the 2 s after frame AT."""
     from vid2sim.pipeline import forecast
@@ -381,8 +370,8 @@ def silhouette_iou(name: str, tmp_path) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", ("cartpole", "cabinet", "pushed"))
-def test_twin_reproduces_next_two_seconds(name, tmp_path):
-    iou = silhouette_iou(name, tmp_path)
+def test_twin_reproduces_next_two_seconds(truth_inputs, name, tmp_path):
+    iou = silhouette_iou(truth_inputs, name, tmp_path)
     assert iou.mean() >= 0.85, (name, iou.mean(), iou.min())
 
 

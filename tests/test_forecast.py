@@ -13,7 +13,6 @@ from vid2sim.datasets.recording import open_recording  # noqa: E402
 from vid2sim.datasets.synthetic import make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 
-from test_export import truth_inputs  # noqa: E402
 
 
 def test_ssim_properties():
@@ -48,7 +47,7 @@ def test_forecast_roundtrip(tmp_path):
     assert d["mse"] == 0.1 and d["ssim"] == 0.9  # top-level keys per docs/interfaces.md
 
 
-def test_shooting_state_estimate_reproduces_two_seconds(tmp_path):
+def test_shooting_state_estimate_reproduces_two_seconds(truth_inputs, tmp_path):
     st = simulate("cartpole", seed=1, frames=90)
     art, poses, jp, post = truth_inputs(st)
     path = export.run(export.ExportConfig(), art, post, st.shapes, poses, tmp_path)
@@ -60,7 +59,7 @@ def test_shooting_state_estimate_reproduces_two_seconds(tmp_path):
     assert np.abs(W2[:, :, :3, 3] - st.world_from_body[21:81, :, :3, 3]).max() > 2 * err
 
 
-def test_twin_beats_baselines_on_clean_cartpole(tmp_path):
+def test_twin_beats_baselines_on_clean_cartpole(truth_inputs, tmp_path):
     rec = open_recording(make_recording("cartpole", tmp_path / "rec", frames=70, size=(160, 120)))
     st = simulate("cartpole", frames=70)
     art, poses, jp, post = truth_inputs(st)

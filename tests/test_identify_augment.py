@@ -40,6 +40,7 @@ def friction_data():
     return art, JointPositions(q, list(s.joint_names)), poses, s.shapes
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_augmentation_beats_analytical_on_held_out_frames_and_keeps_only_velocities(friction_data, tmp_path):
     art, jp, poses, shapes = friction_data
     # noise-free tracks: the likelihood's noise is set (its calibration), not estimated from them.

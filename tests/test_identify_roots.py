@@ -48,6 +48,7 @@ def test_floor_rule_and_restitution():
     assert e[1:] == pytest.approx([1 - 2 / 3 * 0.01, 1 - 2 / 3 * 0.005], abs=1e-3)
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_thrown_flight_predicts_held_out_frames():
     """True tracks of ``thrown`` before it lands: fitted on frames 0-14, the simulation
     predicts frames 15-19; the mass ratio and damping/mass of the truth are recovered."""
@@ -179,6 +180,7 @@ def test_planar_box_slides_to_rest():
     assert np.linalg.norm(q[7, :2] + 12 * (q[7, :2] - q[6, :2]) - q[-1, :2]) * 1e3 > 150
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_thrown_landing_fits_the_floor_contact():
     """True tracks of ``thrown`` through its first landing (frames 0-25): the floor is found
     at z = 0 and first touched at frame 20, the flight's mass ratio is held in the contact

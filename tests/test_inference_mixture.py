@@ -1,6 +1,7 @@
 """App. A.1.2: a trajectory set from two link-length settings stays bimodal under the mixture likelihood."""
 import math
 
+import pytest
 import torch
 
 from vid2sim.models.inference import Problem, infer
@@ -29,6 +30,7 @@ def near(theta, mode, tol=0.03):
     return int(((theta - mode).abs() < tol).all(1).sum())
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_mixture_keeps_two_modes_product_does_not():
     torch.manual_seed(0)
     mix = infer("csvgd", two_mode_problem("mixture"), particles=16, iterations=80, seed=0, windows=1,

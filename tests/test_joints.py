@@ -3,6 +3,7 @@ convention checked against PyBullet loading a URDF built from ``urdf_frames``.""
 from __future__ import annotations
 
 import numpy as np
+import pybullet as pb
 import pytest
 from scipy.spatial.transform import Rotation
 
@@ -178,7 +179,6 @@ def _urdf(art, W0, floating=None):
 
 
 def _pybullet_poses(urdf_text, art, fr, q, names, tmp_path, root_pose=None):
-    pb = pytest.importorskip("pybullet")
     path = tmp_path / "m.urdf"
     path.write_text(urdf_text)
     cid = pb.connect(pb.DIRECT)

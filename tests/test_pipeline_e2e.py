@@ -16,6 +16,8 @@ from vid2sim.datasets.synthetic import make_recording
 from vid2sim.pipeline import run as runner
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
 
+pytestmark = pytest.mark.slow  # end to end: every stage, and the CLI in subprocesses
+
 FAST = {"identify": {"iterations": 25, "particles": 4}, "forecast": {"particles": 2, "video": False},
         "track": {"overlay": False}}
 VID2SIM = [sys.executable, "-m", "vid2sim.pipeline.cli"]

@@ -1,4 +1,4 @@
-"""RealSense .db3 round trips: write with rs.software_device + rs.recorder, read back.
+"""RealSense .db3 round trips: written by conftest.write_bag (rs.software_device + rs.recorder), read back.
 
 No camera is needed: the software device plays the role of the sensor, and
 rs.recorder writes what it streams (pyrealsense2 2.59 writes ROS2 .db3 only).
@@ -6,120 +6,19 @@ rs.recorder writes what it streams (pyrealsense2 2.59 writes ROS2 .db3 only).
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-rs = pytest.importorskip("pyrealsense2")
-
-from vid2sim.datasets.errors import RecordingError  # noqa: E402
-from vid2sim.datasets.realsense import BagRecording, pair_by_timestamp  # noqa: E402
-from vid2sim.datasets.recording import open_recording  # noqa: E402
-from vid2sim.datasets.video import T_WORLD_CAMERA_LEVEL  # noqa: E402
-
-
-def _intrinsics(w, h, fx, fy, cx, cy):
-    i = rs.intrinsics()
-    i.width, i.height, i.fx, i.fy, i.ppx, i.ppy = w, h, fx, fy, cx, cy
-    i.model, i.coeffs = rs.distortion.none, [0.0] * 5
-    return i
-
-
-def _stream(kind, uid, intr, fmt, bpp, fps):
-    s = rs.video_stream()
-    s.type, s.index, s.uid = kind, 0, uid
-    s.width, s.height, s.fps, s.bpp, s.fmt, s.intrinsics = intr.width, intr.height, fps, bpp, fmt, intr
-    return s
-
-
-def write_bag(path: Path, depth: list[np.ndarray | None], color: list[np.ndarray | None], *,
-              depth_k=(50.0, 51.0, 31.5, 23.25), color_k=None, color_size=None,
-              t_depth_color=(0.0, 0.0, 0.0), depth_units=0.001, fps=30, color_fmt="rgb8",
-              accel: list[tuple[float, float, float]] | None = None) -> Path:
-    """Record frames through a software device. depth[i] / color[i] None = no frame at tick i.
-
-    depth: (H, W) uint16; color: (Hc, Wc, 3) uint8 in ``color_fmt``. Frame i gets
-    timestamp i / fps on both streams.
-    """
-    h, w = next(d for d in depth if d is not None).shape if any(d is not None for d in depth) else (0, 0)
-    c0 = next((c for c in color if c is not None), None)
-    dev = rs.software_device()
-    sensors, profiles = [], []
-    if h:
-        ds = dev.add_sensor("Depth")
-        dp = ds.add_video_stream(_stream(rs.stream.depth, 0, _intrinsics(w, h, *depth_k), rs.format.z16, 2, fps))
-        ds.add_read_only_option(rs.option.depth_units, depth_units)
-        sensors.append(ds), profiles.append(dp)
-    if c0 is not None:
-        hc, wc = c0.shape[:2]
-        cs = dev.add_sensor("Color")
-        fmt = getattr(rs.format, color_fmt)
-        cp = cs.add_video_stream(_stream(rs.stream.color, 1, _intrinsics(wc, hc, *(color_k or depth_k)), fmt, 3, fps))
-        sensors.append(cs), profiles.append(cp)
-    if len(profiles) == 2:
-        ex = rs.extrinsics()
-        ex.rotation, ex.translation = [1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0], list(t_depth_color)
-        profiles[0].register_extrinsics_to(profiles[1], ex)
-    if accel is not None:  # one accelerometer sample (m/s^2, IMU axes = camera axes) per tick
-        ms = dev.add_sensor("Motion Module")
-        m = rs.motion_stream()
-        m.type, m.index, m.uid, m.fps, m.fmt = rs.stream.accel, 0, 2, fps, rs.format.motion_xyz32f
-        m.intrinsics = rs.motion_device_intrinsic()
-        mp = ms.add_motion_stream(m)
-    dev.create_matcher(rs.matchers.default)
-    recorder = rs.recorder(str(path), dev)
-    if accel is not None:
-        ms.open(mp)
-        ms.start(lambda f: None)
-    for s, p in zip(sensors, profiles):
-        s.open(p)
-        s.start(lambda f: None)
-    keep = []  # the device reads the numpy buffers asynchronously
-    streams = ([(sensors[0], profiles[0], depth, 2)] if h else []) + \
-              ([(sensors[-1], profiles[-1], color, 3)] if c0 is not None else [])
-    for i in range(max(len(depth), len(color))):
-        for s, p, frames, bpp in streams:
-            img = frames[i] if i < len(frames) else None
-            if img is None:
-                continue
-            img = np.ascontiguousarray(img)
-            keep.append(img)
-            f = rs.software_video_frame()
-            f.pixels, f.stride, f.bpp = img, img.shape[1] * bpp, bpp
-            f.timestamp, f.domain, f.frame_number = i * 1000.0 / fps, rs.timestamp_domain.hardware_clock, i
-            f.profile = p.as_video_stream_profile()
-            s.on_video_frame(f)
-        if accel is not None and i < len(accel):
-            v = rs.vector()
-            v.x, v.y, v.z = accel[i]
-            keep.append(v)
-            f = rs.software_motion_frame()
-            f.data, f.timestamp, f.domain, f.frame_number = v, i * 1000.0 / fps, rs.timestamp_domain.hardware_clock, i
-            f.profile = mp.as_motion_stream_profile()
-            ms.on_motion_frame(f)
-    for s in sensors + ([ms] if accel is not None else []):
-        s.stop()
-        s.close()
-    del recorder, dev
-    return path
-
-
-def _frames(n=6, h=48, w=64, seed=0):
-    rng = np.random.default_rng(seed)
-    depth, color = [], []
-    for i in range(n):
-        d = rng.integers(300, 3000, (h, w)).astype(np.uint16)
-        d[:3, :5] = 0  # holes survive the round trip
-        d[-1, -1] = 1000 + i  # frame tag
-        depth.append(d)
-        color.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-    return depth, color
+from vid2sim.datasets.errors import RecordingError
+from vid2sim.datasets.realsense import BagRecording, pair_by_timestamp
+from vid2sim.datasets.recording import open_recording
+from vid2sim.datasets.video import T_WORLD_CAMERA_LEVEL
 
 
 @pytest.fixture(scope="module")
-def bag(tmp_path_factory):
-    depth, color = _frames()
+def bag(write_bag, realsense_frames, tmp_path_factory):
+    depth, color = realsense_frames()
     path = write_bag(tmp_path_factory.mktemp("rs") / "rec.db3", depth, color)
     return path, depth, color
 
@@ -159,11 +58,11 @@ def test_world_z_points_up():
     assert np.linalg.det(R) == pytest.approx(1.0)
 
 
-def test_world_up_from_accelerometer(tmp_path):
+def test_world_up_from_accelerometer(write_bag, realsense_frames, tmp_path):
     """Camera pitched 20 degrees down: the accelerometer's up fixes world z."""
     th = np.radians(20.0)
     up_cam = np.array([0.0, -np.cos(th), -np.sin(th)])
-    depth, color = _frames(n=4)
+    depth, color = realsense_frames(n=4)
     path = write_bag(tmp_path / "imu.db3", depth, color, accel=[tuple(9.81 * up_cam)] * 4)
     with BagRecording(path) as rec:
         R = rec.camera.world_from_camera[:3, :3]
@@ -173,8 +72,8 @@ def test_world_up_from_accelerometer(tmp_path):
         np.testing.assert_array_equal(rec.depth_raw(3), depth[3])
 
 
-def test_shaking_accelerometer_falls_back_to_level(tmp_path, caplog):
-    depth, color = _frames(n=4)
+def test_shaking_accelerometer_falls_back_to_level(write_bag, realsense_frames, tmp_path, caplog):
+    depth, color = realsense_frames(n=4)
     shaky = [(0.0, -9.81, 0.0), (5.0, -3.0, 4.0), (-4.0, -14.0, 1.0), (0.0, -2.0, -6.0)]
     path = write_bag(tmp_path / "shaky.db3", depth, color, accel=shaky)
     with caplog.at_level("WARNING", logger="vid2sim.datasets.realsense"), BagRecording(path) as rec:
@@ -182,8 +81,8 @@ def test_shaking_accelerometer_falls_back_to_level(tmp_path, caplog):
     assert "camera not still; assuming a level camera" in caplog.text
 
 
-def test_bgr_colour_and_sidecar_pose(tmp_path):
-    depth, color = _frames(n=2)
+def test_bgr_colour_and_sidecar_pose(write_bag, realsense_frames, tmp_path):
+    depth, color = realsense_frames(n=2)
     bgr = [c[..., ::-1] for c in color]
     path = write_bag(tmp_path / "bgr.db3", depth, bgr, color_fmt="bgr8")
     T = np.eye(4)
@@ -194,9 +93,9 @@ def test_bgr_colour_and_sidecar_pose(tmp_path):
         np.testing.assert_array_equal(rec.camera.world_from_camera, T)
 
 
-def test_unpaired_frames_are_skipped(tmp_path):
+def test_unpaired_frames_are_skipped(write_bag, realsense_frames, tmp_path):
     """Depth starts two ticks before colour and drops tick 4: frames are the 4 complete ticks."""
-    depth, color = _frames(n=7)
+    depth, color = realsense_frames(n=7)
     depth = [d if i != 4 else None for i, d in enumerate(depth)]
     color = [c if i >= 2 else None for i, c in enumerate(color)]
     path = write_bag(tmp_path / "gaps.db3", depth, color)
@@ -207,8 +106,8 @@ def test_unpaired_frames_are_skipped(tmp_path):
             np.testing.assert_array_equal(rec.color(i), color[tick])
 
 
-def test_depth_only_recording(tmp_path):
-    depth, _ = _frames(n=3)
+def test_depth_only_recording(write_bag, realsense_frames, tmp_path):
+    depth, _ = realsense_frames(n=3)
     path = write_bag(tmp_path / "d.db3", depth, [], depth_units=0.0001)
     with BagRecording(path) as rec:
         assert rec.has_depth and not rec.has_color and rec.num_frames == 3
@@ -218,7 +117,7 @@ def test_depth_only_recording(tmp_path):
             rec.color(0)
 
 
-def test_depth_aligned_to_colour_geometry(tmp_path):
+def test_depth_aligned_to_colour_geometry(write_bag, tmp_path):
     """Depth 64x48 and colour 80x60 with other intrinsics and a 2 cm baseline.
 
     A fronto-parallel plane at 1 m stays a plane at 1 m after alignment, so the
@@ -246,11 +145,11 @@ def test_pair_by_timestamp_mutual_nearest():
     assert pair_by_timestamp(td, np.array([]), 16.7) == []
 
 
-def test_damaged_image_in_db3_ends_that_stream_with_a_warning(tmp_path, caplog):
+def test_damaged_image_in_db3_ends_that_stream_with_a_warning(write_bag, realsense_frames, tmp_path, caplog):
     """librealsense silently stops a stream at a frame it cannot decode: we say so."""
     import sqlite3
 
-    depth, color = _frames(n=12)
+    depth, color = realsense_frames(n=12)
     path = write_bag(tmp_path / "damaged.db3", depth, color)
     with sqlite3.connect(path) as db:
         (mid, data), = db.execute("SELECT m.id, m.data FROM messages m JOIN topics t ON m.topic_id = t.id "

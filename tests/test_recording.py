@@ -207,7 +207,6 @@ def test_missing_recording_and_unknown_type(tmp_path):
 def test_truncated_bag_and_empty_video_fail_clearly(tmp_path):
     """Files that are not what their suffix says: errors name the file (details in
     test_realsense.py / test_video.py)."""
-    pytest.importorskip("pyrealsense2")
     bag = tmp_path / "cut.db3"
     bag.write_bytes(b"SQLite format 3\x00" + bytes(200))
     with pytest.raises(RecordingError, match=r"cut\.db3: cannot be read as a RealSense recording \(truncated or corrupt\?\)"):

@@ -83,8 +83,7 @@ def test_convert_folder_keeps_extra_files(tmp_path):
         convert(src, src, overwrite=True, progress=False)
 
 
-def test_convert_video_to_folder(tmp_path):
-    from test_video import write_mp4
+def test_convert_video_to_folder(write_mp4, tmp_path):
 
     vid = write_mp4(tmp_path / "clip.mp4", n=5)
     dst = convert(vid, tmp_path / "clip", progress=False)
@@ -95,11 +94,9 @@ def test_convert_video_to_folder(tmp_path):
         np.testing.assert_array_equal(rec.color(i), src.color(i))  # the decoded video frames, losslessly
 
 
-def test_convert_db3_to_folder_exact(tmp_path):
-    pytest.importorskip("pyrealsense2")
-    from test_realsense import _frames, write_bag
+def test_convert_db3_to_folder_exact(write_bag, realsense_frames, tmp_path):
 
-    depth, color = _frames(n=4)
+    depth, color = realsense_frames(n=4)
     bag = write_bag(tmp_path / "rec.db3", depth, color)
     dst = convert(bag, tmp_path / "rec", progress=False)
     rec = open_recording(dst)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import open3d as o3d
 import pytest
 import torch
 
@@ -75,7 +76,6 @@ def test_silhouette_gradcheck_at_edges(kind):
 @pytest.mark.parametrize("kind", ["box", "sphere", "cylinder"])
 def test_depth_matches_open3d_raycasting(kind):
     """Independent reference: Open3D's RaycastingScene on the tessellated shape (exact for a box)."""
-    o3d = pytest.importorskip("open3d")
     s = SHAPES[kind]
     if kind == "box":
         mesh = o3d.geometry.TriangleMesh.create_box(*s.size).translate(-0.5 * np.array(s.size))

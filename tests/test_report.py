@@ -17,13 +17,12 @@ from vid2sim.datasets.synthetic import make_recording, simulate  # noqa: E402
 from vid2sim.pipeline import export, forecast, report  # noqa: E402
 from vid2sim.pipeline.artifacts import Segmentation  # noqa: E402
 
-from test_export import truth_inputs  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run(truth_inputs, tmp_path_factory):
     """A cartpole run folder with every stage file (truth poses/joints/params stand in for
     track/articulate/identify; the segmentation is the truth masks of frame 0)."""
     tmp = tmp_path_factory.mktemp("report")
@@ -75,6 +74,7 @@ def test_report_tolerates_missing_stages(tmp_path):
     assert "params.json unreadable" in page
 
 
+@pytest.mark.slow  # headless Chromium in a subprocess
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
 def test_report_renders_in_chromium_without_console_errors(full_run, tmp_path):
     rec, run = full_run

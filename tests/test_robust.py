@@ -21,6 +21,8 @@ from vid2sim.datasets.recording import RecordingWriter
 from vid2sim.datasets.synthetic import make_recording, mechanism, renderer_for, simulate
 from vid2sim.datasets.synthetic.render import camera_looking_at
 
+pytestmark = pytest.mark.slow  # end to end through every stage, the CLI in subprocesses
+
 VID2SIM = [sys.executable, "-m", "vid2sim.pipeline.cli", "--threads", "1"]
 FAST = ["--set", "identify.iterations=10", "--set", "identify.particles=4", "--set", "forecast.horizon=10",
         "--set", "forecast.particles=2", "--set", "forecast.video=false", "--set", "track.overlay=false"]

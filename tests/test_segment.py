@@ -77,6 +77,7 @@ def test_segment_finds_each_body_once(mechanism, method, tmp_path, request):
     assert overlay is not None and overlay.shape[:2] == seg.masks.shape[1:]
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_learned_finds_cart_and_pole_in_realistic_depth(tmp_path):
     """The realistic sensor model (sigma = 4 mm z^2: 25 mm at the cartpole's 2.5 m). The
     learned pole mask also covers some of the cart and its points spread along the line

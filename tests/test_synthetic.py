@@ -6,6 +6,7 @@ import json
 import cv2
 import numpy as np
 import pytest
+import yourdfpy
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.recording import FolderRecording
@@ -181,7 +182,6 @@ def test_truth_urdf_reproduces_poses():
     """Round trip: truth.urdf read by another library (yourdfpy) with q[t] gives the poses."""
     import io
 
-    yourdfpy = pytest.importorskip("yourdfpy")
     for name in MECHANISMS:
         st = simulate(name, seed=2, frames=60)
         u = yourdfpy.URDF.load(io.StringIO(st.urdf), load_meshes=False, build_collision_scene_graph=False,

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from vid2sim.datasets.recording import Camera, RecordingWriter, open_recording
+from vid2sim.datasets import synthetic
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import make_renderer
 from vid2sim.pipeline import track
@@ -39,7 +40,6 @@ def _errors(est: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 @pytest.fixture(scope="module")
 def cartpole(tmp_path_factory) -> Path:
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     out = tmp_path_factory.mktemp("track") / "cartpole"
     return synthetic.make_recording("cartpole", out, seed=0, frames=8, size=(160, 120), noise="none")
 
@@ -61,6 +61,7 @@ def test_tracks_noise_free_cartpole(cartpole, tmp_path):
     assert np.allclose(back.world_from_body, poses.world_from_body) and np.array_equal(back.lost, poses.lost)
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_fail(tmp_path):
     """Seeded at frame 12 of the swinging cartpole (the pole turns 13-19 deg per frame and
     there is no velocity history there). With the pose steps capped at 8 per frame
@@ -70,7 +71,6 @@ def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_f
     lost for a while: those frames are flagged, and the re-acquisition search, which finds
     no shape fit in some of them, must say "not found" rather than fail. With the defaults
     the pole is followed through every frame."""
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(160, 120), noise="none")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
     rec, seg = open_recording(path), _seg_from_truth(path, 12)
@@ -147,7 +147,6 @@ def test_noisy_cartpole_cart_tilt_is_pinned_by_its_grazing_top_face(tmp_path):
     """With realistic depth noise the cart's top face is seen almost edge-on (|cos| < 0.3):
     its points must still constrain the pose (point-to-surface, noise across the surface);
     when they were dropped the cart's rotation error was ~1 deg on this clip."""
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(320, 240), noise="realistic")
     poses = track.run(track.TrackConfig(overlay=False), open_recording(path), _seg_from_truth(path), tmp_path / "run")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
@@ -168,7 +167,6 @@ def test_depth_noise_is_measured_from_the_recording(tmp_path):
     """k of sigma = k z^2 from frame-to-frame differences of static pixels: the synthetic
     sensor's 0.004 on realistic noise, none (only the 1 mm quantisation) on a clean render;
     one frame cannot tell and says so."""
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     from vid2sim.datasets.noise import estimate_depth_noise
     for noise, lo, hi in (("realistic", 0.0038, 0.0042), ("none", 0.0, 1e-5)):
         path = synthetic.make_recording("cartpole", tmp_path / noise, seed=0, frames=6, size=(160, 120), noise=noise)
@@ -179,6 +177,7 @@ def test_depth_noise_is_measured_from_the_recording(tmp_path):
         estimate_depth_noise(open_recording(one))
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_cabinet_drawer_is_tracked_on_clean_depth_from_the_learned_masks(tmp_path):
     """The clean cabinet as ``vid2sim run`` sees it: segmented by the learned segmenter (its
     drawer mask spills onto the carcass, so the drawer's colour is a mix), first 24 frames of
@@ -190,6 +189,7 @@ def test_cabinet_drawer_is_tracked_on_clean_depth_from_the_learned_masks(tmp_pat
     assert err.max() < 0.002, err
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_start_far_off_is_found_from_the_coarse_start(tmp_path):
     """On clean depth the segmentation frame is also fitted from a coarse pass (k = 0.004) and
     each body keeps the better start. The cabinet's carcass, fitted to its learned mask, is
@@ -208,7 +208,6 @@ def test_a_start_far_off_is_found_from_the_coarse_start(tmp_path):
 def _learned_track_error(name: str, body: str, tmp_path: Path, seg_frames: tuple, **cfg) -> np.ndarray:
     """(24,) position error (m) of ``body`` tracked over the first 24 frames of the clean
     120-frame clip (the camera frames the whole clip's motion), segmented by the learned segmenter."""
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     from vid2sim.pipeline import segment
     full = synthetic.make_recording(name, tmp_path / "full", seed=0, frames=120, noise="none")
     path = _first_frames(full, tmp_path / "rec", 24)
@@ -221,12 +220,12 @@ def _learned_track_error(name: str, body: str, tmp_path: Path, seg_frames: tuple
     return np.linalg.norm(est[:, :3, 3] - t[:, :3, 3], axis=-1)
 
 
+@pytest.mark.slow  # over 10 s on the shared 2-core machine
 def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_path):
     """thrown's body_b lands at frame 34-36, from 40-90 mm per frame to rest. The constant-
     velocity prediction overshoots; with the stop check off (``stop_check_m=0``) the track
     drifted off the resting body, 139 mm at frame 50 (recovering over ~80 frames); with it,
     the body is tried at rest where it is predicted fast, and is back within a few mm by frame 42."""
-    synthetic = pytest.importorskip("vid2sim.datasets.synthetic")
     path = synthetic.make_recording("thrown", tmp_path / "rec", seed=0, frames=120, noise="none")
     short = _first_frames(path, tmp_path / "short", 51)
     truth = np.load(path / "truth_poses.npz")

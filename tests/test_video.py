@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -16,30 +15,12 @@ from vid2sim.datasets.video import T_WORLD_CAMERA_LEVEL, VideoRecording
 RBO = real_data_dir() / "rbo_videos"
 
 
-def _frame(i: int, w: int = 96, h: int = 64) -> np.ndarray:
-    """RGB frame with large flat patches (survives mp4v compression) tagged by i."""
-    rgb = np.zeros((h, w, 3), np.uint8)
-    rgb[..., 0] = 40 + 10 * i
-    rgb[: h // 2, : w // 2, 1] = 200
-    rgb[h // 2:, w // 2:, 2] = 150
-    return rgb
-
-
-def write_mp4(path: Path, n: int, fps: float = 25.0, w: int = 96, h: int = 64) -> Path:
-    vw = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-    assert vw.isOpened()
-    for i in range(n):
-        vw.write(cv2.cvtColor(_frame(i, w, h), cv2.COLOR_RGB2BGR))
-    vw.release()
-    return path
-
-
 @pytest.fixture(scope="module")
-def mp4(tmp_path_factory):
+def mp4(write_mp4, tmp_path_factory):
     return write_mp4(tmp_path_factory.mktemp("video") / "clip.mp4", n=12)
 
 
-def test_mp4_round_trip(mp4):
+def test_mp4_round_trip(mp4_frame, mp4):
     rec = open_recording(mp4)
     assert isinstance(rec, VideoRecording)
     assert rec.num_frames == 12 and rec.has_color and not rec.has_depth
@@ -52,7 +33,7 @@ def test_mp4_round_trip(mp4):
     for i, d, rgb in rec.frames():
         assert d is None and rgb.shape == (64, 48 * 2, 3) and rgb.dtype == np.uint8
         # mp4v is lossy: flat patches come back within a few grey levels.
-        err = np.abs(rgb.astype(int) - _frame(i).astype(int))
+        err = np.abs(rgb.astype(int) - mp4_frame(i).astype(int))
         assert np.median(err) <= 2 and np.percentile(err, 90) <= 8, (i, np.median(err))
 
 
@@ -68,7 +49,7 @@ def test_random_access_matches_sequential(mp4):
     rec.close()
 
 
-def test_sidecar_camera(tmp_path):
+def test_sidecar_camera(write_mp4, tmp_path):
     path = write_mp4(tmp_path / "clip.mp4", n=3)
     side = {"width": 96, "height": 64, "fx": 80.0, "fy": 81.0, "cx": 48.0, "cy": 30.0}
     (tmp_path / "clip.mp4.camera.json").write_text(json.dumps(side))

@@ -6,14 +6,9 @@ judged against pixels it did not make. Rays go through pixel centres (OpenCV
 convention: pixel (u, v) looks along ((u - cx)/fx, (v - cy)/fy, 1)); with that
 unnormalised direction the hit distance *is* the z-depth.
 
-PyBullet's TinyRenderer (``ER_TINY_RENDERER``, view/projection built from the same
-intrinsics) was measured as the alternative on 320x240 frames of the same scenes
-(2 shared cores, load ~8): 12-16 ms/frame against 18-27 ms here (this includes the
-floor, wall and shading), body-mask IoU 0.91-0.99 and median |dz| 1.1-1.9 mm between
-the two (its nonlinear 24-bit depth buffer and its pixel-centre convention). Ray
-casting was kept: its depth is exact up to the tessellation (< 0.5 mm for these
-sizes) and its pixel geometry is exactly ``Camera.project``'s, which the
-ground-truth checks rely on.
+Ray casting gives depth exact up to the tessellation (< 0.5 mm for these sizes) and pixel
+geometry exactly ``Camera.project``'s, which the ground-truth checks rely on (why not
+PyBullet's TinyRenderer: docs/decisions.md, "Settings and their measured reasons").
 
 A floor (checkerboard) and a back wall give every pixel a background reading, as
 in a room; they are intersected analytically. Shading is Lambertian with a light

@@ -9,8 +9,7 @@ backward; the rollout itself stays a Python loop so compile time does not grow w
 the number of steps, and after the first step it calls the compiled kernels directly
 (``_CompiledStep``) instead of going through torch.compile's per-call machinery.
 Not done here: compiling several steps per call or the whole loop (``scan``): compile
-time grows with the graph (2 steps: 24 s, 4 steps: 66 s cold vs 10 s for one) and
-Inductor's while-loop lowering of ``scan`` ran slower (133 ms vs 95 ms, 45 s cold).
+time grows with the graph, and Inductor's while-loop lowering of ``scan`` ran slower.
 """
 from __future__ import annotations
 
@@ -116,21 +115,14 @@ def _step_impl(prep, q, qd, control, dt: float, integrator: str):
     raise ValueError(f"unknown integrator {integrator!r} (euler, rk4)")
 
 
-# Inductor options for the compiled step. Scalar (non-SIMD) C++ kernels: the tensors are tiny,
-# so SIMD code buys nothing at run time (measured 0.35 s vs 0.47 s per 64x200 cartpole
-# value+grad) but costs most of Inductor's code generation time; one compile thread avoids
-# starting a worker pool. No pattern-matcher passes: they cost ~2 s of a cold compile and bought
-# nothing measurable on these graphs (bench_simulate, cartpole: 12 s vs 14 s cold, same run
-# time). No scheduler reordering passes (loop order after fusion, peak memory, locality, index
-# inversion): ~0.5-1 s of a cold compile, run time unchanged or better (cartpole 12.5/13.4 s vs
-# 12.9/14.5 s cold, 42 vs 44-46 ms, alternating runs). No size/stride asserts in the generated
-# wrapper: ~25 checks per step forward and backward, and a replayed graph (below) only ever
-# sees the inputs it was compiled for.
-# Fewer inlined recomputations: a buffer read by more than 2 consumers, or whose expression has
-# more than 20 ops, is materialised once instead of being re-expanded into every consumer
-# (Inductor's defaults: 4 and 50). Cartpole step kernels (64 particles, alternating runs, 4
-# each): backward 53-67 us vs 62-84 us, forward 23-29 us vs 24-30 us; cold first call unchanged
-# (15.6-16.3 s vs 15.6-20.5 s under the load of a parallel test run).
+# Inductor options for the compiled step, chosen for many tiny tensors and short compiles:
+# scalar (non-SIMD) C++ kernels (SIMD gains nothing on tiny tensors and costs code generation
+# time); one compile thread (no worker pool); no pattern-matcher or scheduler reordering passes
+# (compile time, no run-time gain on these graphs); no size/stride/alignment asserts in the
+# generated wrapper (a replayed graph only ever sees the inputs it was compiled for); fewer
+# inlined recomputations: a buffer read by more than 2 consumers, or whose expression has more
+# than 20 ops, is materialised once (Inductor's defaults: 4 and 50). Measurements:
+# docs/decisions.md, "Settings and their measured reasons".
 _INDUCTOR_OPTIONS = {"cpp.vec_isa_ok": False, "compile_threads": 1, "pattern_matcher": False,
                      "loop_ordering_after_fusion": False, "reorder_for_peak_memory": False,
                      "reorder_for_locality": False, "loop_index_inversion_in_fusion": False,
@@ -200,14 +192,13 @@ class _CompiledStep:
     All compiled steps of a rollout call the same graph on inputs of the same shapes, dtypes,
     strides and requires_grad (``rollout`` sees to it), so once Dynamo (guards) and AOTAutograd
     (runtime wrappers) have run it for the first of them, the later steps call its compiled
-    kernels directly (``replay``): those wrappers cost more than the kernels, ~100 us of the
-    ~265 us per cartpole step forward and backward (64 x 200 value+grad in
-    scripts/bench_simulate.py: 60 -> 44 ms vs the previous torch.compile-only loop in one run).
+    kernels directly (``replay``): those wrappers cost more than the kernels (~100 us of the
+    ~265 us per cartpole step forward and backward).
     The backend records, per compiled graph, Dynamo's input sources and the Inductor forward
     and backward (compiled eagerly at the first call instead of at the first backward). A graph
     is replayed only if that first call ran exactly one graph, from inputs that its sources
     find in the call's arguments, to the step's outputs; otherwise every step goes through
-    Dynamo as before.
+    Dynamo.
     """
 
     def __init__(self):

@@ -244,22 +244,7 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     a cart-position one), instead of one scalar (``"scale"``: defects in units of the state
     spread, weighed like the observations x 1e-2); ``dual="adam"`` moves the multipliers by
     their own Adam at ``lr_multiplier`` x the particles' step size and schedule, instead of
-    ``lambda += lr_multiplier * g`` (``"sgd"``; the earlier default rate 0.01 barely moved
-    them in 150 iterations, rate 1 oscillated). ``c`` is the penalty stiffness in those units.
-    Measured with scripts/bench_identify.py --input truth (cartpole, 16 particles x 150
-    iterations; NMAE / best single-shooting log-likelihood / max |defect| at the end), seeds
-    0, 1, 2 of the particles on the seed-0 clip:
-      60 frames, 4 windows:   earlier (scale, sgd 0.01, c=1) 0.070 / 0.062 / 0.083, ll -944 / -1552 / -462,
-                              defects 0.19; c=10 (default) 0.075 / 0.060 / 0.004, ll 421 / 394 / 419,
-                              defects 0.15-0.17; c=3 0.010 / 0.008 / 0.013, ll 426 / 423 / 424,
-                              defects 0.33-0.43 (Adam 0.010 / 0.009 / 0.017, ll ~433; CMA-ES 0.0005).
-      300 frames, 10 windows: earlier 0.017 / 0.030, ll -89530 / -9969; c=10 0.003 / 0.005, ll 339 / 376,
-                              defects 0.18 / 0.29; c=3 0.045 / 0.054, ll -5300 / -9265 (seed 0:
-                              Adam 0.008, ll 1673; CMA-ES 0.001, ll 2196; SVGD 0.017, ll 417).
-    The 60-frame NMAE is dominated by the slider damping, which trades against the start
-    velocity along a flat valley (ll 426 at 0.59 vs 435 at the truth 0.3), so it moves by
-    several hundredths between nearby settings; c=10 is the default because its likelihood is
-    the best of the settings tried on both clips (on 300 frames still far below CMA-ES's).
+    ``lambda += lr_multiplier * g`` (``"sgd"``). ``c`` is the penalty stiffness in those units.
 
     ``ramp``: fraction of the iterations over which the constraint weight grows from 1 %
     to 100 % (see ``run_svgd``). ``polish``: fraction of the iterations (same budget)
@@ -270,18 +255,9 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     Gauss-Newton metric with Levenberg-Marquardt damping (``svgd_newton.py``; the metrics by
     finite differences every ``refresh`` iterations, N (D + 1) rollouts each, paid from the
     phase's budget); ``"none"``: Adam-scheduled SVGD steps. With a single window the
-    Gauss-Newton phase takes the whole budget. Measured with the defaults (polish 0.7, 4
-    windows) on the 60-frame clip above, particle seeds 0 / 1 / 2: NMAE 0.0013 / 0.0008 / 0.0009,
-    log-likelihood 434.95 (CMA-ES 434.9, NMAE 0.0005); single shooting throughout (windows=1)
-    0.014, Adam steps throughout 0.039 (windows=1) and 0.075 (4 windows, polish 0).
-    Earlier, with Adam steps (precondition="none"), measured on the
-    synthetic cartpole's depth video with the pixel likelihood (scripts/bench_identify.py
-    --input video --observation video --iterations 100 --windows 4): polish 0.25 raised the best
-    particle's single-shooting log-likelihood from -864k to -147k (seed 0) and from -1.07M to
-    -91k (seed 1), CMA-ES reaching -59k / -62k; NMAE went 0.028 -> 0.171 and 0.082 -> 0.064
-    (the slider damping is weakly identified there; measured with the earlier scale/sgd
-    multipliers). On a chaotic clip the single-shooting phase stalls: use ``polish=0`` there
-    (``pipeline/identify.py``, ``IdentifyConfig.polish``: the double pendulum's twin)."""
+    Gauss-Newton phase takes the whole budget. On a chaotic clip the single-shooting phase
+    stalls: use ``polish=0`` there. The measurements behind these defaults are in
+    docs/decisions.md ("Settings and their measured reasons")."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
                             lr_final, ramp, polish, dual, defect_units, precondition, refresh)
 
@@ -330,16 +306,14 @@ def cmaes(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
           polish: float = 0.1) -> InferenceResult:
     """CMA-ES (Hansen) with population ``particles``; the final population is the particle set.
 
-    polish: fraction of the rollout budget kept for a Levenberg-Marquardt refinement of the
-    best individual (``_least_squares_polish``); CMA-ES gets the generations that remain.
-    CMA-ES alone often ends its budget still climbing on long clips: on the realistic
-    150-frame cartpole video (``bench_identify --input video --noise realistic --frames 150``)
-    its best log-likelihood was 560 and still rising (Adam: 1020), on the 300-frame truth clip
-    1349 for particle seed 1 (seeds 0 and 2: 2196 and 2204). With ``polish=0.1`` every one of
-    those ends at the same maximum (1038.6 on the video for seeds 0/1/2; 2204.3 on the truth
-    clip), and the 60-frame bench is unchanged (434.9). A larger initial step (``sigma0`` 0.5)
-    fixed the video but broke the 300-frame clip, and a horizon growing from 2 s fixed some
-    runs and broke others (ll 282 on seed 2). 0 turns the refinement off.
+    Searches the parameters in the unit cube (box bounds [0, 1]) together with the start
+    state, by single shooting over the whole clip; ``sigma0`` is the initial step in those
+    units. ``iterations`` counts batches of ``particles`` rollouts.
+
+    polish: fraction in [0, 1) of the rollout budget kept for a Levenberg-Marquardt
+    refinement of the best individual (``_least_squares_polish``); CMA-ES gets the
+    generations that remain. CMA-ES alone can end its budget still climbing on long clips;
+    the refinement takes the best individual to the nearby maximum. 0 turns it off.
     """
     import cma
 

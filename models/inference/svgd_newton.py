@@ -1,11 +1,9 @@
 """Particle refinement by Gauss-Newton preconditioned Stein steps (CSVGD's last phase).
 
 ``svgd.run_svgd`` moves particles by Adam along the SVGD direction. On trajectory
-likelihoods that is slow wherever two quantities trade against each other: on the
+likelihoods that is slow wherever two quantities trade against each other (on the
 synthetic cartpole the slider damping trades against the start velocity along a valley
-hundreds of times longer than wide, and 16 particles x 150 Adam iterations ended with the
-best particle's damping at 0.73 for the truth 0.30 (NMAE 0.075; 600 iterations: 0.45,
-NMAE 0.026; ``scripts/bench_identify.py --methods csvgd``).
+hundreds of times longer than wide); a Gauss-Newton metric follows such valleys.
 
 Here each particle i steps by ``dx_i = M_i^-1 phi_i``, with its own Gauss-Newton metric
 ``M_i = J_r^T J_r + c J_g^T W J_g`` (residuals r of the log density ``-|r|^2 / 2``,
@@ -22,12 +20,11 @@ Liu 2019, SVGD with matrix-valued kernels), bandwidth by the median heuristic. A
 particle so takes a Levenberg-Marquardt step (Detommaso et al. 2018, "A Stein variational
 Newton method", for the Newton scaling of Stein steps).
 
-Two departures from SVGD, both measured on that cartpole clip (16 particles, 150 iterations,
-the last 70 % of them here):
+Two departures from SVGD (measurements: docs/decisions.md, "Settings and their measured
+reasons"):
 - The drive is each particle's own gradient, not SVGD's kernel-weighted mean of every
   particle's gradient: with the median-heuristic bandwidth a particle is pulled by particles
-  thousands of nats below it, and under a Newton metric that pull is a huge step (NMAE 0.030
-  with the kernel mean vs 0.0024 with its own gradient). The repulsion normalised by the kernel
+  thousands of nats below it, and under a Newton metric that pull is a huge step. The repulsion normalised by the kernel
   mass is the gradient of the log kernel density estimate at x_i, so the fixed points satisfy
   ``grad log p = grad log KDE``: the particle approximation of the repulsive-ensemble /
   kernel-density Wasserstein gradient flow (D'Angelo & Fortuin 2021), which approximates the

@@ -7,29 +7,19 @@ differentiable w.r.t. ``T_world_body`` by autograd. A GPU rasteriser (nvdiffrast
 is one more file exposing a class with the same ``render`` and one line in
 ``make_renderer``.
 
-Backend choice, measured on this machine (2 shared CPU cores, one thread, 320x240,
-cartpole = box + capsule, depth render + backward of the summed depth, float64):
+The one backend, ``analytic`` (``analytic.py``), casts rays in closed form against
+sphere / capsule / cylinder / box: exact geometry and occlusions, and the same closed
+forms give every residual's Jacobian directly (depth by the implicit-function theorem,
+silhouette margin by the envelope theorem; tests check both against autograd), so the
+tracker (``pipeline/track.py``, through ``align.py``) gets a whole Gauss-Newton step
+without one backward pass per pose parameter. Silhouette gradients exist at any
+distance from the edge (``ray_margin``), which the colour-silhouette residuals need.
+Why not a triangle rasteriser (DEODR) is in docs/decisions.md ("Settings and their
+measured reasons").
 
-- DEODR 0.2.3 (``deodr.pytorch``, C core), the scene tessellated to 880 triangles:
-  1.9-2.8 ms. Fastest per full image, but (a) its backward gives one vector-Jacobian
-  product per pass, so the per-residual Jacobians of a Gauss-Newton step cost one
-  pass per pose parameter (12 for two bodies, ~30 ms), and first-order optimisers need
-  tens of steps per frame; (b) silhouette gradients exist only in its one-pixel
-  anti-aliased band; (c) tessellation error (0.2 mm on a 24-segment, 25 mm capsule).
-- ``analytic`` (this package, ``analytic.py``): closed-form ray casting of sphere /
-  capsule / cylinder / box. Full image 40 ms, a 60x60 region 5-6 ms through autograd;
-  but the same closed forms give every residual's Jacobian directly (depth by the
-  implicit-function theorem, silhouette margin by the envelope theorem; tests check
-  both against autograd), so a whole Gauss-Newton step of the tracker over the parts'
-  region costs ~10 ms and 6 steps converge a frame. Exact geometry and occlusions;
-  silhouette gradients at any distance from the edge (``ray_margin``), which the
-  colour-silhouette residuals need.
-
-So primitives render analytically. Meshes (``type: mesh``) are not supported by
-the analytic backend and raise: they need a rasteriser backend (DEODR on the CPU,
-nvdiffrast on a GPU) behind the same ``render``, not written yet. The tracker
-(``pipeline/track.py``) uses the closed forms through ``align.py``. This package
-deliberately does no lighting model: colour is a flat per-body albedo.
+Meshes (``type: mesh``) are not supported by the analytic backend and raise: they need a
+rasteriser backend (DEODR on the CPU, nvdiffrast on a GPU) behind the same ``render``.
+This package does no lighting model: colour is a flat per-body albedo.
 """
 from __future__ import annotations
 

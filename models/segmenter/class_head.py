@@ -9,40 +9,23 @@ sphere inliers, elongation, rounded and flat ends) and the log of its pixel coun
 network and the depth err differently on capsule vs cylinder; a fitted combination
 weighs them per class instead of by one hand weight.
 
-Fitted on the training stream only (``TRAIN_SEED``), never on the benchmark's held-out
-seed: on ``shape_net.detection_set`` chunks of samples 100000-102399 (which neither the
-detector's nor ``shape_net``'s training reached; the refined detector's instances matched
-to the truth at IoU >= 0.5, clean and with realistic noise; the depth-only parts are
-classified by the geometric rules, not by this head) with the shipped ``shape_net``'s
-probabilities filled in; its L2 weight is the most regularised of ``L2_GRID`` whose 5-fold
-cross-validated share of right classes (folds over samples) is within one standard error
-of the best (the one-standard-error rule). The weights are ``class_head.json`` beside
-this module:
+Fitted on the synthetic training stream only (``TRAIN_SEED``), never on the benchmark's
+held-out seed: on ``shape_net.detection_set`` chunks of samples 100000-102399 (which
+neither the detector's nor ``shape_net``'s training reached; the refined detector's
+instances matched to the truth at IoU >= 0.5, clean and with realistic noise; the
+depth-only parts are classified by the geometric rules, not by this head) with the
+shipped ``shape_net``'s probabilities filled in. Its L2 weight is the most regularised of
+``L2_GRID`` whose 5-fold cross-validated share of right classes (folds over samples) is
+within one standard error of the best (the one-standard-error rule): a weaker one follows
+the network's class scores more, and a piece of a split mask carries its parent's scores
+(``reconcile.split_merged``). The weights are ``class_head.json`` beside this module:
 
     for c in 0 1; do OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --source detections \
         --first 100000 --frames 2400 --chunks 2 --chunk $c --save-data runs/head_$c.npz & done; wait
     OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.class_head --data runs/head_0.npz runs/head_1.npz
 
-(~16 min per chunk with both rendering at once, 14,310 instances; the fit under a minute;
-with the shipped ``shape_net`` (eight detector chunks, 12 epochs) the rule chose L2 3e-3:
-0.9449 against the best 0.9458 at 3e-4, one standard error 0.0019). On these 14,310
-instances, cross-validated (clean / noisy share of right classes): this head 0.9558 /
-0.9334; L2 1e-3 0.9567 / 0.9338; ``shape_net`` alone 0.9552 / 0.9336. With the previous
-``shape_net`` (four chunks, 16 epochs): 0.9498 / 0.9265 at 3e-3, 0.9509 / 0.9279 at 1e-5,
-0.9494 / 0.9251 at the fixed 1e-2 of the head before, 0.9491 / 0.9261 alone; with the
-8-epoch one before it: 0.9461 / 0.9232 at 3e-3, 0.9489 / 0.9245 at 1e-5, 0.9457 / 0.9197
-at 1e-2. The first head was fitted on samples 100000-101199 only (7103 instances, the same
-as chunk 0 here) with that fixed 1e-2.
-The best cross-validated weight, 1e-5, was not kept: it follows ``shape_net`` and takes
-the network's class scores at their word, and those of a piece of a split mask are its
-parent's (``reconcile.split_merged``): tree5's ball, cut from a rod chain, inherited
-"no sphere" and became a capsule (``tests/test_segment.py``). Giving pieces
-uninformative scores instead fixed that and broke the cabinet (seed 1), whose door
-piece then lost the box evidence every cabinet piece shares (that variant measured
-0.9473 / 0.9152 on the benchmark's 600 frames). Tried with the 8-epoch ``shape_net`` and not kept (same
-cross-validation, L2 1e-4): ``shape_net``'s rod-fit descriptor as further inputs
-(0.9468 / 0.9200 vs 0.9489 / 0.9252 without), a clean/noisy flag and its products with
-every input (0.9497 / 0.9225).
+The accuracies behind this choice are in docs/decisions.md ("Settings and their measured
+reasons").
 
 It does not find or reshape instances (``refine``), and it knows only the four classes.
 """
@@ -160,7 +143,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from vid2sim.models.segmenter.shape_net import ShapeClassifier, load_chunks
-    from vid2sim.pipeline.atomic import write_text
+    from vid2sim.datasets.atomic import write_text
 
     data = load_chunks(args.data, ("ends", "whole", "desc", "y", "head", "sample"))
     clf = ShapeClassifier()

@@ -20,7 +20,7 @@ def to_input(normal_img: np.ndarray) -> torch.Tensor:
 
 def save_checkpoint(model: torch.nn.Module, path: str | Path, meta: dict) -> None:
     """Half-precision weights (the checkpoint stays small) plus plain metadata, atomically."""
-    from vid2sim.pipeline.atomic import atomic_path
+    from vid2sim.datasets.atomic import atomic_path
 
     state = {k: (v.half() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
     with atomic_path(path) as tmp:

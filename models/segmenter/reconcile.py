@@ -17,18 +17,13 @@ the geometry is unambiguous:
 - it is not a rod and a "sphere" no thicker than the rod: that is a capsule's hemispherical
   end, not a ball on a rod;
 - the frame's depth is not noisy (``depth_noise`` at most ``MAX_NOISE``): with the
-  foundation's realistic sensor noise the geometric cuts follow the noise (on the
-  training frames the noisy splits lowered the IoU more often than they raised it, and
-  on the benchmark's noisy frames splitting lowered mean IoU 0.794 -> 0.788 and AP50
-  0.711 -> 0.688). So on real sensor depth this step is mostly inactive.
+  foundation's realistic sensor noise the geometric cuts follow the noise. So on real
+  sensor depth this step is mostly inactive.
 
 A later mask made mostly of parts already split out of an earlier one is the same parts
 seen again and is dropped. The thresholds were chosen on training-stream frames
-(``TRAIN_SEED`` samples 100000-100199, clean and noisy; not the benchmark's seed), where
-splitting every mask that holds two or more geometric parts lowered the summed IoU of the
-ground-truth parts involved (a single part cut into fragments is the common case). On
-``scripts/bench_segment.py`` (200 held-out frames) this step raises the clean mean IoU
-0.858 -> 0.866 and AP50 0.797 -> 0.816 and leaves the noisy numbers as they were.
+(``TRAIN_SEED`` samples 100000-100199, clean and noisy; not the benchmark's seed); their
+measurements are in docs/decisions.md ("Settings and their measured reasons").
 It does not re-classify (``refine`` does) and never merges masks.
 """
 from __future__ import annotations

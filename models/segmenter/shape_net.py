@@ -2,17 +2,15 @@
 
 The detector's class logits come from 7x7 RoI features, too coarse for what tells a
 capsule from a cylinder (a hemispherical end versus a flat cap and a square silhouette
-end, a few pixels on a thin rod); it was right on 0.80 of the held-out instances. This
-small CNN looks at each instance at full resolution, from the frame's depth alone:
+end, a few pixels on a thin rod). This small CNN looks at each instance at full
+resolution, from the frame's depth alone:
 
 - two end crops (24x24): a square around each end of the mask's 2-D principal axis,
   rotated so that the end points right, scaled so that the rod's radius (the mask's
   inscribed radius) is ~5 px: mask, normals rotated into the crop frame, depth relative
   to the part's median depth in units of the metric radius, also outside the mask (an
-  occluder in front shows as nearer: an end cut by it is no end; this raised the
-  accuracy on training-stream detections from 0.909 to 0.921 clean, 0.871 to 0.880
-  noisy, against depth inside the mask only). A shared branch sees both ends and
-  their features are pooled (sum and max: the ends are unordered);
+  occluder in front shows as nearer: an end cut by it is no end). A shared branch sees
+  both ends and their features are pooled (sum and max: the ends are unordered);
 - a whole crop (32x32, same rotation, the mask's extent): faces, outline;
 - ``shape_descriptor``: rod-fit cues of the back-projected points (axis from the points'
   spread or from the normals, radius and axis line by least squares on p - r n, then the
@@ -20,57 +18,20 @@ small CNN looks at each instance at full resolution, from the frame's depth alon
   radial profile near the ends, length over diameter, the side's fit residual) plus
   ``geometric.region_features``.
 
-Trained on the training stream only (``TRAIN_SEED``), never on the benchmark's held-out
-seed, in two steps:
-
-1. on ground-truth masks (samples from ``FIRST_SAMPLE`` on, which the detector's training
-   never reached; clean and with the realistic sensor noise; half of the masks get the
-   edge band around the part added, as a detector's masks have it) -- the weights of
-   commit 67cb992:
-
-       OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --frames 4400 --chunks 4 --epochs 8
-
-   (rendering ~30 min on one core, its four chunks were rendered by parallel processes;
-   training ~8 min; 29,000 instances);
-2. fine-tuned on the instances the refined detector finds (``detection_set``: samples from
-   ``DETECTION_SAMPLE`` on, as the segment stage's masks are, matched to the truth at
-   IoU >= 0.5), because the classifier meets those masks, not the truth's:
-
-       git show 67cb992:models/segmenter/shape_net.pt > runs/shape_net_truth.pt
-       for c in 0 1 2 3 4 5 6 7; do OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --source detections \
-           --frames 16000 --chunks 8 --chunk $c --save-data runs/shape_det_$c.npz & done; wait
-       OMP_NUM_THREADS=1 python -m vid2sim.models.segmenter.shape_net --source detections --frames 16000 \
-           --data runs/shape_det_?.npz --init runs/shape_net_truth.pt --epochs 12 --lr 1e-3
-
-   (~23 min per chunk of 2000 samples on one core, ~12,000 instances each, ~1.5 h for the
-   eight on 2 cores; training ~32 min, 96,472 instances. Chunks 0-3 were rendered by an
-   earlier revision, which gives bit-identical crops but no ``end_label``; the weights'
-   meta names the scratch files they were read from: detA-D are chunks 0-3, det0-3 4-7).
-   On the class head's 14,310 instances (samples 100000-102399, which no training of this
-   net saw), clean / noisy share of right classes, alone and with the class head
-   cross-validated there (one-standard-error rule):
-   these weights (8 chunks, 12 epochs) 0.9552 / 0.9336 and 0.9558 / 0.9334; the previous
-   ones (chunks 0-3, 16 epochs) 0.9491 / 0.9261 and 0.9498 / 0.9265; 8 epochs on chunks 0-3
-   0.9452 / 0.9245 and 0.9461 / 0.9232. Not kept: the same training with the end crops'
-   own labels (``--end-weight 0.5``: ``end_labels``, round / flat / hidden from the truth,
-   on chunks 4-7, the ones rendered with them) 0.9571 / 0.9344 alone but 0.9554 / 0.9343
-   with the head: no gain where it counts, for a longer recipe (chosen on these figures;
-   scored on the benchmark as well, it had 0.935 / 0.913 on its 200 frames and 0.948 /
-   0.928 on 600, against 0.948 / 0.898 and 0.953 / 0.923 for these weights, so its end
-   head stays untrained in the shipped file); the two nets averaged
-   0.9578 / 0.9359 with the head (L2 1e-3), +0.2 points for twice the inference.
-   Earlier, with the step-1 weights as they were (train on chunk 0, validate on chunk 1):
-   step 1 alone 0.917 / 0.886; fine-tuned 4 epochs at 5e-4 0.924 / 0.893, 8 at 1e-3 0.932
-   / 0.899, 16 at 1e-3 0.934 / 0.902; a fresh net trained on chunk 0 alone (12 epochs)
-   0.914 / 0.871. Trained on chunks 0-2 and validated on chunk 3 (8 epochs at 1e-3,
-   shape_net alone / with the head cross-validated on chunk 3), not kept: a second seed
-   averaged in, 0.9491 / 0.9262 vs 0.9475 / 0.9285 alone (with the head 0.9519 / 0.9264 vs
-   0.9512 / 0.9262); the class head's other inputs (network scores, geometric cues) as
-   further descriptor inputs, 0.9526 / 0.9286 (with the head 0.9519 / 0.9264). 150 kB of
-   half-precision weights.
-
 The crops are mirrored across the part's axis for augmentation and averaged over both at
-inference.
+inference. The weights (``shape_net.pt``, ~150 kB in half precision) are trained on the
+synthetic training stream only (``TRAIN_SEED``), never on the benchmark's held-out seed,
+in two steps (``python -m vid2sim.models.segmenter.shape_net --help``):
+
+1. on ground-truth masks (samples from ``FIRST_SAMPLE`` on, clean and with the realistic
+   sensor noise; half of the masks get the edge band around the part added, as a
+   detector's masks have it);
+2. fine-tuned (``--source detections --init``) on the instances the refined detector finds
+   (``detection_set``: samples from ``DETECTION_SAMPLE`` on, matched to the truth at
+   IoU >= 0.5), because the classifier meets those masks, not the truth's.
+
+The exact commands, run times and the accuracies that chose this recipe are in
+docs/decisions.md ("Settings and their measured reasons").
 
 Its class probabilities are one input of ``class_head`` (with the detector's own class
 scores), which makes the decision. It does not find or reshape instances.
@@ -516,7 +477,7 @@ def load_chunks(paths, keys: tuple[str, ...], optional: tuple[str, ...] = ()) ->
 
 
 def save(net: ShapeNet, path: Path, meta: dict) -> None:
-    from vid2sim.pipeline.atomic import atomic_path
+    from vid2sim.datasets.atomic import atomic_path
 
     state = {k: v.half() if k not in ("desc_mean", "desc_std") else v for k, v in net.state_dict().items()}
     with atomic_path(path) as tmp:
@@ -565,7 +526,7 @@ def main(argv=None) -> None:
         parts = [make(first + c * size, min(size, args.frames - c * size)) for c in chunks]
         data = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     if args.save_data is not None:
-        from vid2sim.pipeline.atomic import write_npz
+        from vid2sim.datasets.atomic import write_npz
 
         args.save_data.parent.mkdir(parents=True, exist_ok=True)
         write_npz(args.save_data, **data)
@@ -575,7 +536,7 @@ def main(argv=None) -> None:
     val = make(first + args.frames, args.val_frames) if args.val_frames else None
     start = ShapeClassifier(args.init) if args.init is not None else None
     if args.end_weight > 0 and "end_label" not in data:
-        ap.error("--end-weight needs end labels: chunks rendered by this revision's --source detections")
+        ap.error("--end-weight needs end labels: chunks rendered with --source detections and end labels")
     net = fit(data, args.epochs, lr=args.lr, val=val, init=start.net if start is not None else None,
               end_weight=args.end_weight)
     meta = {"seed": 0, "source": args.source, "samples": [first, first + args.frames], "noise": ["none", "realistic"],
