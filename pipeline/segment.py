@@ -79,6 +79,9 @@ class SegmentConfig:
     # with the region of the parts (a far camera: a few % of the frame) magnified up to this many times
     # (1 = never; predict_zoomed)
     zoom: float = 4.0
+    # also take the magnified second look when the parts found cover less than this share of
+    # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
+    zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
 
     def __post_init__(self):
@@ -442,6 +445,12 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
     return candidates
 
 
+def _coverage(candidates: list[tuple]) -> float:
+    """The median over candidate frames of the share of the image their detections cover."""
+    return float(np.median([float(np.any([d.mask for d in c[5]], axis=0).mean()) if c[5] else 0.0
+                            for c in candidates]))
+
+
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
@@ -453,8 +462,10 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     candidates = _candidates(cfg, rec, frames, 1.0)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
-    if cfg.method == "learned" and cfg.zoom > 1 and max(c[0][0] for c in candidates) < findable:
-        # library shapes unexplained: look again, magnified where the parts fill a small region
+    if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable
+                                                     or _coverage(candidates) < cfg.zoom_below):
+        # library shapes unexplained, or parts small in the image: look again, magnified where
+        # the parts fill a small region
         candidates += _candidates(cfg, rec, frames, cfg.zoom)
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]

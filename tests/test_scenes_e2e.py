@@ -14,7 +14,8 @@ FAST = {"track": {"overlay": False}, "identify": {"iterations": 20, "particles":
         "forecast": {"holdout": 0.0}}
 
 
-@pytest.mark.parametrize("seed,renderer", [(13, "tiny"), (18, "raycast")])
+# seed 0: 1.3 % of a 320 x 240 image, a distractor box beside it (found by the magnified second look)
+@pytest.mark.parametrize("seed,renderer", [(13, "tiny"), (18, "raycast"), (0, "raycast")])
 def test_random_scene_runs_to_a_urdf_with_the_true_joints(seed, renderer, tmp_path):
     rec = make_recording("cartpole", tmp_path / "rec", seed=seed, frames=30, noise="none", scene="random")
     scene = json.loads((rec / "truth.json").read_text())["scene"]
