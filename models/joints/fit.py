@@ -14,7 +14,9 @@ sigma in metres, rotation sigma in radians). Each joint model explains ``X[t]`` 
 
 Fitting follows Heiden et al. 2022, Alg. 6: closed-form hypotheses from two frames
 (revolute: s = rotation axis of X_j X_i^-1, pivot from (I - dR) c = dp; prismatic:
-s = dp / |dp|), scored by MSAC on a noise-normalised per-frame chi-square, then a
+s = dp / |dp|; where the child's spin about its own axis is not seen, a rod's, also from
+that axis's direction alone: ``_revolute_from_directions``), scored by MSAC on a
+noise-normalised per-frame chi-square, then a
 least-squares refinement on the inliers with the joint positions eliminated in
 closed form (variable projection: for given geometry the best q of each frame is an
 ``atan2`` / a dot product).
