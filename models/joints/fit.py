@@ -14,7 +14,9 @@ sigma in metres, rotation sigma in radians). Each joint model explains ``X[t]`` 
 
 Fitting follows Heiden et al. 2022, Alg. 6: closed-form hypotheses from two frames
 (revolute: s = rotation axis of X_j X_i^-1, pivot from (I - dR) c = dp; prismatic:
-s = dp / |dp|), scored by MSAC on a noise-normalised per-frame chi-square, then a
+s = dp / |dp|; where the child's spin about its own axis is not seen, a rod's, also from
+that axis's direction alone: ``_revolute_from_directions``), scored by MSAC on a
+noise-normalised per-frame chi-square, then a
 least-squares refinement on the inliers with the joint positions eliminated in
 closed form (variable projection: for given geometry the best q of each frame is an
 ``atan2`` / a dot product).
@@ -203,12 +205,17 @@ def q_sigma(kind: str, axis, pivot, ref, sp: float, sr: float) -> float:
 
 
 # ----------------------------------------------------------------- hypotheses
-def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float, float]):
-    """Closed-form (axis, pivot, ref) from frames idx (2 or 3 of them), or None."""
+def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float, float],
+                spin_axis: int | None = None, great_circle: bool = False):
+    """Closed-form (axis, pivot, ref) from frames idx (2 or 3 of them), or None. spin_axis:
+    the child's body axis about which its rotation is not seen (a rod's own axis), or None;
+    a revolute hypothesis then comes from that axis's direction (``_revolute_from_directions``)."""
     i, j = idx[0], idx[1]
     ref = X[i]
     if kind == "fixed":
         return np.array([0.0, 0.0, 1.0]), ref[:3, 3].copy(), ref
+    if kind == "revolute" and spin_axis is not None:
+        return _revolute_from_directions(X, idx, spin_axis, min_step[1], great_circle)
     dR = X[j, :3, :3] @ X[i, :3, :3].T
     dp = X[j, :3, 3] - dR @ X[i, :3, 3]
     w = se3.log_so3(dR)
@@ -234,6 +241,41 @@ def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float
             n = n / np.linalg.norm(n)
         return n, X[i, :3, 3].copy(), ref
     raise ValueError(kind)
+
+
+def _revolute_from_directions(X: np.ndarray, idx: np.ndarray, k: int, min_angle: float,
+                              great_circle: bool = False):
+    """Revolute (axis, pivot, ref) from 3 frames idx of a child whose spin about its body
+    axis k is not seen: that axis's direction d (column k of X's rotation, parent frame)
+    turns about the hinge axis s on a cone, so s is normal to the plane of the three tips
+    of d (``great_circle``: of the first two and the origin, for a hinge across the rod,
+    well posed when d turns by little), the angle from frame idx[0] to idx[1] is that of d
+    projected on the plane normal to s, and the pivot solves (I - dR) c = dp as for a fully
+    seen rotation. None where d turns by less than about min_angle (rad)."""
+    i, j, m = idx[:3]
+    d = X[[i, j, m], :3, k]
+    n = np.cross(d[0], d[1]) if great_circle else np.cross(d[1] - d[0], d[2] - d[0])
+    if np.linalg.norm(n) < (min_angle if great_circle else min_angle**2):
+        return None
+    s = n / np.linalg.norm(n)
+    u0, u1 = d[0] - (d[0] @ s) * s, d[1] - (d[1] @ s) * s
+    th = np.arctan2(np.cross(u0, u1) @ s, u0 @ u1)
+    if abs(th) < min_angle:
+        return None
+    dR = se3.rot_axis(s, th)
+    dp = X[j, :3, 3] - dR @ X[i, :3, 3]
+    c = np.linalg.lstsq(np.eye(3) - dR, dp, rcond=None)[0]  # min-norm: c is perpendicular to s
+    return s, c, X[i]
+
+
+def spin_axis(rot_sigma) -> int | None:
+    """The one body axis whose rotation noise rot_sigma (3,) rad exceeds 10 x both others' (a
+    rod's own axis, its spin not seen), or None."""
+    if rot_sigma is None:
+        return None
+    r = np.asarray(rot_sigma, float)
+    k = int(np.argmax(r))
+    return k if r[k] > 10 * np.sort(r)[1] else None
 
 
 # ----------------------------------------------------------------- refinement
@@ -290,6 +332,7 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     T = len(X)
     thr = cfg.inlier_chi2
     min_step = (6 * sp, 6 * sr)
+    spin = spin_axis(cfg.child_axes[1]) if kind == "revolute" and cfg.child_axes is not None else None
     best, best_score = None, np.inf
     n_samples = 1 if kind == "fixed" else 3
     iters = min(cfg.iterations, n_valid) if kind == "fixed" else cfg.iterations
@@ -301,15 +344,17 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
             idx = np.array([idx[0], idx[0]])
         else:
             idx = rng.choice(idx_valid, size=n_samples, replace=False)
-        hyp = _hypothesis(kind, X, idx, min_step)
-        if hyp is None:
-            continue
-        s, c, ref = hyp
-        q = solve_q(kind, X, s, c, ref, sp, sr)
-        e = chi2(X, predict(kind, s, c, ref, q), Lw)
-        score = np.minimum(e[valid], thr).sum()
-        if score < best_score:
-            best, best_score = hyp, score
+        # a child with an unseen spin: hypotheses from its full rotation and from its seen axis
+        for hyp in [_hypothesis(kind, X, idx, min_step)] + ([] if spin is None else [
+                _hypothesis(kind, X, idx, min_step, spin), _hypothesis(kind, X, idx, min_step, spin, True)]):
+            if hyp is None:
+                continue
+            s, c, ref = hyp
+            q = solve_q(kind, X, s, c, ref, sp, sr)
+            e = chi2(X, predict(kind, s, c, ref, q), Lw)
+            score = np.minimum(e[valid], thr).sum()
+            if score < best_score:
+                best, best_score = hyp, score
     empty = np.zeros((T,) if DOF[kind] == 1 else (T, DOF[kind]))
     if best is None:
         return JointFit(kind, np.array([0.0, 0.0, 1.0]), np.zeros(3), np.eye(4), empty, np.full(T, np.inf),
