@@ -1,18 +1,21 @@
-"""Forecast stage: does the twin predict the video? (Heiden et al., §4.3.5.2, Table 4.6)
+"""Forecast stage: does the twin predict frames no fit saw? (Heiden et al., §4.3.5.2, Table 4.6)
 
-Protocol: take a held-back segment of the recording, observe its first ``observe``
-frames, estimate the state there, simulate the twin forward and render the next
-``horizon`` frames (fewer when the recording is shorter), then score MSE, MAE and
-SSIM (Wang et al. 2004, 11x11 Gaussian window, sigma 1.5) against the real frames.
-Depth is normalised to [0, 1] over the scene's depth range (the 1st..99th percentile
-of valid readings in the observed frames); pixels where the real frame has no reading
-are 0 in every image compared, so sensor holes score no method.
+Protocol (the run's split in time, ``pipeline/holdout.py``): the last ``holdout`` of the
+frames are held back; identify fitted the frames before them (params_train.json). The
+twin of that fit, with joint limits from the fitted frames' tracks only, is restarted
+from the state estimated over the last ``observe`` fitted frames and simulated over
+every held-back frame (at most ``horizon``). Its rendered depth is scored by MSE, MAE
+and SSIM (Wang et al. 2004, 11x11 Gaussian window, sigma 1.5) against the recorded
+frames, and its silhouette by IoU against the tracked silhouettes of the held-back
+frames. Depth is normalised to [0, 1] over the scene's depth range (the 1st..99th
+percentile of valid readings in the observed frames); pixels where the real frame has
+no reading are 0 in every image compared, so sensor holes score no method.
 
-* State estimate (``simulate_twin``): the joint coordinates of model.urdf computed from
-  the tracked poses (export's convention, the same as joint_positions.npz's) and the
-  floating root's pose; a quadratic fit at the first observed frame is the initial
-  guess, refined by single shooting: the state whose PyBullet simulation best matches
-  the tracked body poses over the observed frames (Levenberg-Marquardt).
+* State estimate (``simulate_twin``): the joint coordinates of joint_positions.npz
+  (model.urdf's) and the floating root's pose; a quadratic fit at the first observed
+  frame is the initial guess, refined by single shooting: the state whose PyBullet
+  simulation best matches the tracked body poses over the observed frames
+  (Levenberg-Marquardt, ``pose_residual``).
 * Simulator: PyBullet on ``model.urdf`` (the exported twin; default motors disabled,
   no extra link damping, URDF joint damping, Coulomb friction as a zero-velocity motor
   of force = friction), 960 Hz substeps, 100 solver iterations. A floor z = 0 (friction
@@ -24,9 +27,9 @@ are 0 in every image compared, so sensor holes score no method.
   (``vid2sim.models.render.primitives.ray_hit``) with the recording's camera; the
   static background (everything not the mechanism) is the per-pixel median of the
   frames observed so far where the tracked mechanism is absent.
-* Posterior forecast: the same for up to ``particles`` particles of params.json; the
+* Posterior forecast: the same for up to ``particles`` particles of params_train.json; the
   per-pixel mean and standard deviation are saved and the mean is scored too.
-* Baselines in the same run: ``hold`` (the last observed frame repeated) and
+* Baselines in the same run: ``hold`` (the last fitted frame repeated) and
   ``constvel`` (tracked body poses extrapolated at constant linear and angular
   velocity, rendered the same way).
 
