@@ -279,6 +279,7 @@ def _face_cost(seen: tuple[float, float], E: tuple[float, float], metric: bool, 
 
 
 ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
+SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (_size_cost)
 ROD_SIBLING_FLOOR = 0.06
 
 
@@ -328,7 +329,16 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             out[r] = names[k]
     for i in range(len(dets)):
         if out[i] is None and np.isfinite(cost[i]).any():
-            out[i] = names[int(np.argmin(cost[i]))]
+            # a surplus part repeats a library shape (several identical parts share one entry)
+            # only where its size fits that shape; anything else is clutter of a like class
+            j = int(np.argmin(cost[i]))
+            size = _size_cost(seen[i], shapes[names[j]], metric, tol)
+            if size <= SURPLUS_SIZE_COST:
+                out[i] = names[j]
+            else:
+                log.info("segment: frame %d: background: a %s about %.3g x %.3g m repeats library shape %s "
+                         "at a size it does not have (size cost %.2f)", frame, CLASSES[dets[i].label], *seen[i],
+                         names[j], size)
     return out
 
 
