@@ -1,4 +1,4 @@
-"""Any recording (RealSense file, video, folder) -> the folder form of docs/interfaces.md.
+"""Any recording (RealSense file, video, folder) -> the folder form of docs/formats.md.
 
 Frames are streamed through ``RecordingWriter`` one at a time, so converting a long
 recording needs memory for one frame; the destination folder appears only when the

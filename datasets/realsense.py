@@ -9,7 +9,7 @@ so whatever librealsense reads, we read.
 What a frame is. The file holds two independent streams, depth and colour, each in
 its own sensor with its own frame counter. Frame i of the recording is the i-th
 *pair* of a depth and a colour frame whose device timestamps are mutual nearest
-neighbours and at most half a frame period apart (docs/interfaces.md: depth and
+neighbours and at most half a frame period apart (docs/formats.md: depth and
 colour frame i are taken at the same instant). Unpaired frames (a stream that
 starts early, a dropped frame) are skipped and counted in the log.
 

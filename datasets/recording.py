@@ -1,4 +1,4 @@
-"""Recordings in and out: the folder format of docs/interfaces.md §1.
+"""Recordings in and out: the folder format of docs/formats.md §1.
 
 A recording is opened once (cheap: only ``camera.json``, the frame listings and the
 first frame are read and validated) and then frames are read one at a time, so a

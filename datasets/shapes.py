@@ -1,4 +1,4 @@
-"""The shape library of a recording (``shapes.json``), see docs/interfaces.md §1.
+"""The shape library of a recording (``shapes.json``), see docs/formats.md §1.
 
 Each shape is a primitive in its own body frame, centred at the shape's centre;
 capsule and cylinder axes lie along body z and ``length`` excludes the caps.

@@ -5,7 +5,7 @@ a documented guess: ``fx = fy = width`` (a horizontal field of view of 53 degree
 typical of phones and webcams) and the principal point at the image centre
 ``((width - 1) / 2, (height - 1) / 2)``. The sidecar is ``<video>.camera.json``
 (``clip.mp4.camera.json``, or ``clip.camera.json``) with the keys of camera.json
-(docs/interfaces.md); ``depth_scale``, ``fps`` and ``world_from_camera`` may be left
+(docs/formats.md); ``depth_scale``, ``fps`` and ``world_from_camera`` may be left
 out (defaults: 0.001, the video's fps, ``T_WORLD_CAMERA_LEVEL``). A sidecar
 ``<video>.shapes.json`` is read as the recording's shape library.
 

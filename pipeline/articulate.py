@@ -371,7 +371,7 @@ def _interp(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
         ) -> tuple[Articulation, JointPositions]:
-    """poses -> (Articulation, JointPositions) per docs/interfaces.md §2. ``shapes`` (the
+    """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
     recording's library, optional) says which rotations each body's shape cannot show."""
     W = np.asarray(poses.world_from_body, float)
     T, M = W.shape[:2]

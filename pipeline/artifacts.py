@@ -1,4 +1,4 @@
-"""Typed stage artifacts with save/load to the files named in docs/interfaces.md §2.
+"""Typed stage artifacts with save/load to the files named in docs/formats.md §2.
 
 Every ``save`` is atomic and every ``load`` validates, raising ``ArtifactError``
 naming the file and the problem (e.g. an artifact edited by hand into an invalid
@@ -198,7 +198,7 @@ class Articulation:
     @staticmethod
     def from_truth(truth: dict) -> "Articulation":
         """The true articulation of a synthetic recording from its ``truth.json`` dict
-        (docs/interfaces.md): what a perfect articulate stage would find."""
+        (docs/formats.md): what a perfect articulate stage would find."""
         joints = [Joint(j["name"], j["type"], j["parent"], j["child"], tuple(j["axis"]), tuple(j["pivot"]))
                   for j in truth["joints"]]
         return Articulation([b["name"] for b in truth["bodies"]], joints)

@@ -1,7 +1,7 @@
 """Export stage: the digital twin as ``model.urdf`` (and ``model.xml``, MJCF).
 
 One link per tracked body, one URDF joint per inferred joint, in world coordinates
-at frame 0 (docs/interfaces.md §2):
+at frame 0 (docs/formats.md §2):
 
 * Link frames (the convention of ``vid2sim.models.joints.kinematics``): a body's link
   frame has the body's orientation at frame 0 and its origin at the joint's pivot

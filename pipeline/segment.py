@@ -386,7 +386,7 @@ def _check_missing(cfg: SegmentConfig, shapes: dict[str, Shape], names: list[str
     """Every library shape segment can find (box, capsule, sphere, cylinder) must have been
     matched by some part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``:
     an INFO line). Mesh shapes are never looked for, nor the shapes of known actuators
-    (``actuation.npz``'s ``shapes``, docs/interfaces.md §1.1: their pixels are no part)."""
+    (``actuation.npz``'s ``shapes``, docs/formats.md §1.2: their pixels are no part)."""
     from vid2sim.pipeline.run import StageError
 
     actuators = set()

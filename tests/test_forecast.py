@@ -44,7 +44,7 @@ def test_forecast_roundtrip(tmp_path):
     assert g.metrics == f.metrics and g.info["renderer"] == "x"
     import json
     d = json.loads((tmp_path / "forecast.json").read_text())
-    assert d["mse"] == 0.1 and d["ssim"] == 0.9  # top-level keys per docs/interfaces.md
+    assert d["mse"] == 0.1 and d["ssim"] == 0.9  # top-level keys per docs/formats.md
 
 
 def test_shooting_state_estimate_reproduces_two_seconds(truth_inputs, tmp_path):

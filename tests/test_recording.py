@@ -1,4 +1,4 @@
-"""The recording folder (docs/interfaces.md §1): round trip, streaming, malformed input.
+"""The recording folder (docs/formats.md §1): round trip, streaming, malformed input.
 
 Every malformed recording must fail with a RecordingError whose message names the
 offending file and says what is wrong with it.

@@ -171,7 +171,7 @@ def test_library_part_not_in_the_scene_is_named(rec, tmp_path):
 
 
 def test_an_actuators_shape_is_not_a_missing_part(tmp_path):
-    """docs/interfaces.md §1.1: a known actuator's shape (the pusher's tip) is in shapes.json,
+    """docs/formats.md §1.2: a known actuator's shape (the pusher's tip) is in shapes.json,
     but it is no part of the mechanism; segment does not ask for it."""
     from vid2sim.datasets.shapes import Shape
     from vid2sim.pipeline.run import StageError

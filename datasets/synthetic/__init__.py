@@ -4,7 +4,7 @@
 >>> truth.world_from_body.shape            # (T, M, 4, 4) shape-centre poses
 >>> make_recording("cartpole", "out/cartpole", noise="realistic")
 
-A recording folder gets, besides what docs/interfaces.md §1 requires
+A recording folder gets, besides what docs/formats.md §1 requires
 (camera.json, depth/, color/, shapes.json, truth.json, truth_poses.npz):
   - ``truth.urdf``: the URDF PyBullet simulated (world coordinates);
   - ``truth_masks/000000.png``: uint8 body ids per pixel (0 background, i + 1 body i
@@ -145,7 +145,7 @@ def _png(img: np.ndarray) -> bytes:
 def make_recording(name: str, out: str | Path, seed: int = 0, frames: int = 120, fps: float = 30.0,
                    size: tuple[int, int] = (320, 240), noise: str | None = None, overwrite: bool = False,
                    scene: str = "default") -> Path:
-    """Simulate, render and write a recording folder (docs/interfaces.md §1) to ``out``.
+    """Simulate, render and write a recording folder (docs/formats.md §1) to ``out``.
 
     scene: ``default`` (camera fitted close, floor and wall, ray casting; ``noise``
     none | realistic, None = none) or ``random`` (scene.py: ``size`` is ignored, the

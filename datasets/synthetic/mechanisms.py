@@ -5,7 +5,7 @@ world coordinates at the nominal configuration (every joint position 0), joints 
 their world axis and pivot at that configuration. ``physics.py`` turns this into a
 URDF for PyBullet; nothing here knows about URDF, MJCF or rendering.
 
-Body frame = shape centre frame (docs/interfaces.md: capsules and cylinders along
+Body frame = shape centre frame (docs/formats.md: capsules and cylinders along
 body z), so a body's pose is the pose of its shape centre.
 """
 from __future__ import annotations

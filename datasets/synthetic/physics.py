@@ -31,7 +31,7 @@ SIM_HZ = 960.0
 class SyntheticTruth:
     """Everything known about one simulated clip.
 
-    truth: the truth.json dict (docs/interfaces.md); world_from_body: (T, M, 4, 4)
+    truth: the truth.json dict (docs/formats.md); world_from_body: (T, M, 4, 4)
     shape-centre poses, bodies in truth order; q: (T, dofs) URDF joint positions of the
     non-fixed URDF joints ``joint_names``; root_pose: (T, 7) x, y, z, qx, qy, qz, qw of
     the floating root (None for fixed-base); tip_position: (T, 3) or None.
@@ -261,7 +261,7 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
 
 
 def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
-    """truth.json (docs/interfaces.md): joints' axis and pivot in world at frame 0."""
+    """truth.json (docs/formats.md): joints' axis and pivot in world at frame 0."""
     names = [b.name for b in mech.bodies]
     poses0 = sim["poses"][0]
     bodies = [{"name": b.name, "shape": b.shape.name, "mass": b.mass} for b in mech.bodies]

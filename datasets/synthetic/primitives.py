@@ -108,7 +108,7 @@ def render_depth(meshes: list, K: np.ndarray, size: tuple[int, int]) -> tuple[np
     for m in meshes:
         scene.add_triangles(o3d.t.geometry.TriangleMesh.from_legacy(m))
     u, v = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
-    # Rays with unit z component, so the hit parameter is the z depth (docs/interfaces.md §1).
+    # Rays with unit z component, so the hit parameter is the z depth (docs/formats.md §1).
     d = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], -1)
     rays = np.concatenate([np.zeros_like(d), d], -1).astype(np.float32)
     hit = scene.cast_rays(o3d.core.Tensor(rays))

@@ -1,7 +1,7 @@
 """Closed-form geometry of the library primitives: signed distance, ray casting, ray margin.
 
 Every function is a batched PyTorch expression in the *body* frame (shape centred at
-the origin, capsule/cylinder axis along z, docs/interfaces.md §1), so it is
+the origin, capsule/cylinder axis along z, docs/formats.md §1), so it is
 differentiable by autograd wherever the geometry is smooth (surface interiors).
 
 Three quantities, each used by the renderer and the tracker:
