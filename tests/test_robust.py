@@ -285,8 +285,11 @@ def test_ctrl_c_is_exit_130_without_a_traceback(rec, tmp_path):
     import signal
     import time
 
+    # SIGINT's default action in the child: an earlier test in this process (Ray) may have set it
+    # to "ignore", which a child inherits, and a Python started so never installs its handler
     proc = subprocess.Popen(VID2SIM + ["run", str(rec), "--out", str(tmp_path / "run")], stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, "COLUMNS": "400"})
+                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, "COLUMNS": "400"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:  # the stage's progress line: segment is running
         seen.append(line)
@@ -298,9 +301,7 @@ def test_ctrl_c_is_exit_130_without_a_traceback(rec, tmp_path):
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.append(proc.stderr.read()), daemon=True)
     reader.start()  # drained while we wait: a full pipe would block the command
-    # a library importing lazily can swallow one interrupt (a bare except around an import):
-    # press Ctrl-C again, as a user would, until the command stops
-    for _ in range(20):
+    for _ in range(20):  # pressed again, as a user would, should one arrive before Python's handler is set
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=3)
