@@ -419,29 +419,6 @@ def pose_residual(W: np.ndarray, observed: np.ndarray, kinds: list[str]) -> np.n
     return np.concatenate(parts)
 
 
-def silhouette_iou(rec_path: Path, urdf_path: str | Path, art: Articulation, poses: PoseTracks, post: Posterior | None,
-                   shapes: dict[str, Shape], at: int, steps: int, tip: Tip | None = None) -> np.ndarray:
-    """Per-frame IoU of the twin's silhouette, restarted at frame ``at`` (``simulate_twin``),
-    against a synthetic recording's true body masks (``truth_masks/``) of frames at+1 ..
-    at+steps: the union of the mechanism's pixels (the pusher tip is not the twin's)."""
-    from vid2sim.datasets.recording import open_recording
-    from vid2sim.datasets.synthetic import TIP_ID
-
-    rec = open_recording(rec_path)
-    W = simulate_twin(urdf_path, art, poses, at, steps, rec.fps, floor=default_floor(art, post), tip=tip)
-    renderer = DepthRenderer(rec.camera, [shapes[poses.shape_names[poses.body_names.index(b)]] for b in art.bodies])
-    ious = []
-    for k in range(steps):
-        _, ids = renderer.render(W[k])
-        mask_path = Path(rec_path) / "truth_masks" / f"{at + 1 + k:06d}.png"
-        mask = cv2.imread(str(mask_path), cv2.IMREAD_UNCHANGED)
-        if mask is None:
-            raise FileNotFoundError(f"{mask_path}: missing true mask (silhouette_iou needs a synthetic recording)")
-        real, pred = (mask > 0) & (mask != TIP_ID), ids >= 0
-        ious.append((real & pred).sum() / max((real | pred).sum(), 1))
-    return np.array(ious)
-
-
 def constant_velocity(poses: PoseTracks, at: int, steps: int, observe: int = 10) -> np.ndarray:
     """(steps, M, 4, 4): each body's tracked pose extrapolated at constant linear/angular velocity."""
     W = poses.world_from_body

@@ -216,9 +216,22 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
+    joint_parameters(cfg, model, names, lo, hi)
+    unit = model.inertia.clone()  # built with unit masses
+    sub = substeps_for(cfg, fps)
+    frames = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
+    return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
+                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
+
+
+def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list) -> None:
+    """Append each revolute/prismatic dof's damping (and, with ``cfg.estimate_friction``, its
+    Coulomb friction) to the parameter ``names`` and their limits ``lo``/``hi`` (SI units)."""
     types = dict(zip(model.joint_names, model.joint_types))
     for d in model.dof_names:
-        t = types[d]
+        t = types.get(d)
+        if t not in ("revolute", "prismatic"):
+            continue
         names.append(f"{d}.damping")
         lo.append(0.0)
         hi.append(cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic)
@@ -226,11 +239,6 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             names.append(f"{d}.friction")
             lo.append(0.0)
             hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
-    unit = model.inertia.clone()  # built with unit masses
-    sub = substeps_for(cfg, fps)
-    frames = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
-    return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
-                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
 
 
 def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:

@@ -433,6 +433,8 @@ def _footprint(model, idx: list[int], pts: np.ndarray, T0: dict, height: float, 
 def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: bool, bounce: bool = True):
     """Names and limits: masses of the non-anchored bodies (density limits x volume), damping of
     the 1-dof joints (and friction with ``estimate_friction``), the floor's contact parameters."""
+    from vid2sim.pipeline.identify import joint_parameters
+
     names, lo, hi = [], [], []
     for b in model.body_names:
         if f"{b}.mass" in anchored:
@@ -442,18 +444,7 @@ def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: b
         names.append(f"{b}.mass")
         lo.append(kg * 0.999 if kg else vol * cfg.density_min)
         hi.append(kg * 1.001 if kg else vol * cfg.density_max)
-    types = dict(zip(model.joint_names, model.joint_types))
-    for d in model.dof_names:
-        t = types.get(d)
-        if t not in ("revolute", "prismatic"):
-            continue
-        names.append(f"{d}.damping")
-        lo.append(0.0)
-        hi.append(cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic)
-        if cfg.estimate_friction:
-            names.append(f"{d}.friction")
-            lo.append(0.0)
-            hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
+    joint_parameters(cfg, model, names, lo, hi)
     if contact:   # bounce: a free root's normal contact (restitution, stiffness) is observable
         names += ["floor.friction", "contact.damping", "contact.stiffness"][:3 if bounce else 1]
         lo += [0.0, CONTACT_DAMPING[0], CONTACT_STIFFNESS[0]][:3 if bounce else 1]

@@ -37,11 +37,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
-from vid2sim.datasets.synthetic import MECHANISMS, TIP_ID, make_recording, simulate  # noqa: E402
+from vid2sim.datasets.synthetic import MECHANISMS, make_recording, simulate, true_masks  # noqa: E402
 from vid2sim.models.render.depth import DepthRenderer  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
@@ -56,17 +55,6 @@ FPS = 30.0
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 # mechanisms whose motion is over before the default fit window ends: their own window
 FIT_SECONDS = {"thrown": 0.67}  # seed 0: the pair first hits the floor at frames 20-22 and rests from about 38
-
-
-def true_masks(rec_path: Path, frames: range) -> np.ndarray:
-    """(N, H, W) bool: the mechanism's true pixels (pusher tip excluded) of ``frames``."""
-    out = []
-    for i in frames:
-        ids = cv2.imread(str(rec_path / "truth_masks" / f"{i:06d}.png"), cv2.IMREAD_UNCHANGED)
-        if ids is None:
-            raise FileNotFoundError(f"{rec_path}/truth_masks/{i:06d}.png: missing (a synthetic recording is needed)")
-        out.append((ids > 0) & (ids != TIP_ID))
-    return np.stack(out)
 
 
 def silhouettes(rec_path: Path, W: np.ndarray, shapes: list) -> np.ndarray:

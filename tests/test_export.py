@@ -358,6 +358,9 @@ def _restart_truth(st, at: int, steps: int, tip) -> np.ndarray:
 def silhouette_iou(truth_inputs, name: str, tmp_path) -> np.ndarray:
     """Per-frame IoU of the simulated twin's silhouette against the recording's body masks
     over the 2 s after frame AT."""
+    from vid2sim.datasets.recording import open_recording
+    from vid2sim.datasets.synthetic import true_masks
+    from vid2sim.models.render.depth import DepthRenderer
     from vid2sim.pipeline import forecast
 
     frames = AT + 61
@@ -366,7 +369,12 @@ def silhouette_iou(truth_inputs, name: str, tmp_path) -> np.ndarray:
     art, poses, jp, post = truth_inputs(st)
     path = export.run(export.ExportConfig(), art, post, st.shapes, poses, tmp_path)
     # the pusher is a known input, not part of the twin
-    return forecast.silhouette_iou(rec_path, path, art, poses, post, st.shapes, AT, 60, forecast.Tip.from_truth(st))
+    W = forecast.simulate_twin(path, art, poses, AT, 60, FPS, floor=forecast.default_floor(art, post),
+                               tip=forecast.Tip.from_truth(st))
+    renderer = DepthRenderer(open_recording(rec_path).camera,
+                             [st.shapes[poses.shape_names[poses.body_names.index(b)]] for b in art.bodies])
+    twin = np.stack([renderer.render(Wk)[1] >= 0 for Wk in W])
+    return forecast.mask_iou(twin, true_masks(rec_path, range(AT + 1, AT + 61)))
 
 
 @pytest.mark.parametrize("name", ("cartpole", "cabinet", "pushed"))

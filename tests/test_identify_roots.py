@@ -32,6 +32,17 @@ def _rollout(post, art, jp, poses, shapes, frames: int) -> np.ndarray:
     return sim.simulate(theta, start, frames)[0].numpy(), rp.q
 
 
+
+def _record_body(pb, cid: int, body: int, frames: int) -> np.ndarray:
+    """(frames, 1, 4, 4) world poses of PyBullet ``body`` at FPS, 32 substeps a frame."""
+    W = np.tile(np.eye(4), (frames, 1, 1, 1))
+    for k in range(frames):
+        pos, orn = pb.getBasePositionAndOrientation(body, physicsClientId=cid)
+        W[k, 0, :3, :3], W[k, 0, :3, 3] = Rotation.from_quat(orn).as_matrix(), pos
+        for _ in range(32):
+            pb.stepSimulation(physicsClientId=cid)
+    return W
+
 def test_floor_rule_and_restitution():
     t = np.arange(40) / FPS
     flight = 0.5 + 2.0 * t - 4.905 * t * t          # a parabola: no interior minimum, no floor
@@ -91,12 +102,7 @@ def box_on_floor(frames: int, mu: float = 0.4, e: float = 0.4):
         pb.changeDynamics(body, -1, lateralFriction=mu, restitution=e, linearDamping=0, angularDamping=0,
                           physicsClientId=cid)
         pb.resetBaseVelocity(body, [2.0, 0.3, 0.0], [0, 0, 3.0], physicsClientId=cid)
-        W = np.tile(np.eye(4), (frames, 1, 1, 1))
-        for k in range(frames):
-            pos, orn = pb.getBasePositionAndOrientation(body, physicsClientId=cid)
-            W[k, 0, :3, :3], W[k, 0, :3, 3] = Rotation.from_quat(orn).as_matrix(), pos
-            for _ in range(32):
-                pb.stepSimulation(physicsClientId=cid)
+        W = _record_body(pb, cid, body, frames)
     finally:
         pb.disconnect(cid)
     poses = PoseTracks(W, ["box"], ["box"], np.zeros(frames), FPS)
@@ -145,12 +151,7 @@ def box_sliding(frames: int, mu: float = 0.3):
         body = pb.createMultiBody(1.0, col, basePosition=[0, 0, 0.03], physicsClientId=cid)
         pb.changeDynamics(body, -1, lateralFriction=mu, linearDamping=0, angularDamping=0, physicsClientId=cid)
         pb.resetBaseVelocity(body, [1.2, 0.3, 0.0], [0, 0, 4.0], physicsClientId=cid)
-        W = np.tile(np.eye(4), (frames, 1, 1, 1))
-        for k in range(frames):
-            pos, orn = pb.getBasePositionAndOrientation(body, physicsClientId=cid)
-            W[k, 0, :3, :3], W[k, 0, :3, 3] = Rotation.from_quat(orn).as_matrix(), pos
-            for _ in range(32):
-                pb.stepSimulation(physicsClientId=cid)
+        W = _record_body(pb, cid, body, frames)
     finally:
         pb.disconnect(cid)
     poses = PoseTracks(W, ["box"], ["box"], np.zeros(frames), FPS)

@@ -39,7 +39,8 @@ from vid2sim.datasets.synthetic.render import TIP_ID, Renderer, fit_camera, shap
 from vid2sim.datasets.synthetic.sensor import (NOISE_MODES, SensorNoise, apply_depth_noise, apply_realsense_noise,
                                                apply_rgb_noise, frame_rng)
 
-__all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording", "mechanism", "TIP_ID"]
+__all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording", "mechanism", "TIP_ID",
+           "true_masks"]
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +231,17 @@ def _write_random(st: SyntheticTruth, out: Path, seed: int, noise: str | None, o
     log.info("wrote %s (%d frames of %s, random scene %d: %s, %s, coverage %.3f, %s)", out, len(st.world_from_body),
              st.name, seed, factors["renderer"], factors["background"], factors["coverage"], factors["sensor"])
     return out
+
+
+def true_masks(rec_path: str | Path, frames: range) -> np.ndarray:
+    """(N, H, W) bool: a synthetic recording's true mechanism pixels of ``frames``, from
+    ``truth_masks/`` (every body; the pusher tip and distractors excluded)."""
+    from vid2sim.datasets.synthetic.scene import DISTRACTOR_ID
+
+    out = []
+    for i in frames:
+        ids = cv2.imread(str(Path(rec_path) / "truth_masks" / f"{i:06d}.png"), cv2.IMREAD_UNCHANGED)
+        if ids is None:
+            raise FileNotFoundError(f"{rec_path}/truth_masks/{i:06d}.png: missing (a synthetic recording is needed)")
+        out.append((ids > 0) & (ids != TIP_ID) & (ids != DISTRACTOR_ID))
+    return np.stack(out)
