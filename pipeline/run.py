@@ -43,14 +43,38 @@ USER_ERRORS = (RecordingError, ArtifactError, OutputError, StageError, FileExist
                NotImplementedError)
 
 
+# How a stage's entry point gets its arguments: each name in ``StageSpec.args``/``kwargs`` is one
+# of the run's objects below, an artifact file of RUN (loaded by ARTIFACT_LOADERS), or
+# "setting:STAGE.FIELD", another stage's setting listed in ``StageSpec.reads``.
+RUN_OBJECTS = ("cfg", "rec", "run_dir", "shapes")
+ARTIFACT_LOADERS: dict[str, Callable[[Path], Any]] = {
+    "segmentation.npz": Segmentation.load,
+    "poses.npz": PoseTracks.load,
+    "articulation.json": Articulation.load,
+    "joint_positions.npz": JointPositions.load,
+    Posterior.FILE: Posterior.load,
+    Posterior.TRAIN_FILE: Posterior.load,
+}
+SAVE_TO_RUN = "."  # in ``StageSpec.saves``: the returned object's ``save(RUN)`` writes its own files
+
+
 @dataclass(frozen=True)
 class StageSpec:
+    """One stage: its settings class, the files it reads and writes, and how it is called:
+    ``vid2sim.pipeline.<name>.<entry>(*args, **kwargs)``, whose return value (one object, or a
+    tuple with one object per entry of ``saves``) is saved with ``obj.save(RUN / file)``."""
+
     name: str
     config_class: str  # attribute of vid2sim.pipeline.<name>
     inputs: tuple[str, ...]  # artifact files in RUN this stage reads
     outputs: tuple[str, ...]  # files in RUN this stage writes
     optional: tuple[str, ...] = ()  # files it reads when present (part of the cache key, not required)
     reads: tuple[str, ...] = ()     # other stages' settings it uses, "stage.field" (part of the cache key)
+    args: tuple[str, ...] = ("cfg", "rec", "run_dir")  # positional arguments of the entry point (see RUN_OBJECTS)
+    kwargs: tuple[tuple[str, str], ...] = ()  # (keyword, source) arguments of the entry point
+    saves: tuple[str, ...] = ()  # file (or SAVE_TO_RUN) per returned object; (): the entry point writes its files
+    entry: str = "run"  # the function of the stage module that runs it
+    needs_shapes: bool = False  # the recording must have its shape library (shapes.json)
 
     @property
     def module_name(self) -> str:
@@ -67,14 +91,23 @@ class StageSpec:
 
 
 STAGES: tuple[StageSpec, ...] = (
-    StageSpec("segment", "SegmentConfig", (), ("segmentation.npz",)),
-    StageSpec("track", "TrackConfig", ("segmentation.npz",), ("poses.npz",)),
-    StageSpec("articulate", "ArticulateConfig", ("poses.npz",), ("articulation.json", "joint_positions.npz")),
+    StageSpec("segment", "SegmentConfig", (), ("segmentation.npz",), saves=("segmentation.npz",), needs_shapes=True),
+    StageSpec("track", "TrackConfig", ("segmentation.npz",), ("poses.npz",),
+              args=("cfg", "rec", "segmentation.npz", "run_dir"), saves=("poses.npz",)),
+    StageSpec("articulate", "ArticulateConfig", ("poses.npz",), ("articulation.json", "joint_positions.npz"),
+              args=("cfg", "poses.npz", "run_dir"), kwargs=(("shapes", "shapes"),),
+              saves=("articulation.json", "joint_positions.npz")),
     StageSpec("identify", "IdentifyConfig", ("articulation.json", "joint_positions.npz", "poses.npz"),
-              ("params.json", "params_train.json"), reads=("forecast.holdout",)),
-    StageSpec("export", "ExportConfig", ("articulation.json", "params.json", "poses.npz"), ("model.urdf",)),
+              ("params.json", "params_train.json"), reads=("forecast.holdout",), entry="run_with_holdout",
+              args=("cfg", "articulation.json", "joint_positions.npz", "poses.npz", "shapes", "run_dir"),
+              kwargs=(("rec", "rec"), ("holdout", "setting:forecast.holdout")),
+              saves=(Posterior.TRAIN_FILE, Posterior.FILE), needs_shapes=True),
+    StageSpec("export", "ExportConfig", ("articulation.json", "params.json", "poses.npz"), ("model.urdf",),
+              args=("cfg", "articulation.json", "params.json", "shapes", "poses.npz", "run_dir"), needs_shapes=True),
     StageSpec("forecast", "ForecastConfig", ("poses.npz", "articulation.json", "joint_positions.npz", "params.json",
-                                             "params_train.json", "model.urdf"), ("forecast.npz", "forecast.json")),
+                                             "params_train.json", "model.urdf"), ("forecast.npz", "forecast.json"),
+              args=("cfg", "rec", "poses.npz", "articulation.json", "joint_positions.npz", "params.json", "run_dir"),
+              kwargs=(("post_train", Posterior.TRAIN_FILE),), saves=(SAVE_TO_RUN,)),
     # the report shows whatever later stages wrote: a changed artifact must re-make it
     StageSpec("report", "ReportConfig", ("segmentation.npz",), ("report.html",),
               optional=("poses.npz", "articulation.json", "joint_positions.npz", "params.json", "params_train.json",
@@ -175,40 +208,28 @@ def shared_settings(spec: StageSpec, configs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _argument(source: str, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any]) -> Any:
+    """The value of one entry-point argument named by ``source`` (see RUN_OBJECTS)."""
+    if source.startswith("setting:"):
+        return shared[source.split(":", 1)[1]]
+    if source in RUN_OBJECTS:
+        return {"cfg": cfg, "rec": rec, "run_dir": run_dir, "shapes": rec.shapes}[source]
+    return ARTIFACT_LOADERS[source](run_dir / source)
+
+
 def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any]) -> None:
-    """Load the stage's inputs, run it, and save its artifacts atomically."""
-    mod = spec.module()
+    """Load the stage's inputs, run it, and save its artifacts atomically (as ``spec`` says)."""
     _load_inputs(run_dir, spec)
-    p = lambda f: run_dir / f  # noqa: E731
-    shapes = rec.shapes
-    if spec.name in ("segment", "identify", "export") and shapes is None:
-        raise RecordingError(rec.path / "shapes.json", "shapes.json is missing; the segment, identify and export stages need the shape library")
-    if spec.name == "segment":
-        mod.run(cfg, rec, run_dir).save(p("segmentation.npz"))
-    elif spec.name == "track":
-        mod.run(cfg, rec, Segmentation.load(p("segmentation.npz")), run_dir).save(p("poses.npz"))
-    elif spec.name == "articulate":
-        art, jp = mod.run(cfg, PoseTracks.load(p("poses.npz")), run_dir, shapes=shapes)
-        jp.save(p("joint_positions.npz"))
-        art.save(p("articulation.json"))
-    elif spec.name == "identify":
-        train, post = mod.run_with_holdout(cfg, Articulation.load(p("articulation.json")),
-                                           JointPositions.load(p("joint_positions.npz")), PoseTracks.load(p("poses.npz")),
-                                           shapes, run_dir, rec=rec, holdout=shared["forecast.holdout"])
-        train.save(p(Posterior.TRAIN_FILE))
-        post.save(p(Posterior.FILE))
-    elif spec.name == "export":
-        mod.run(cfg, Articulation.load(p("articulation.json")), Posterior.load(p("params.json")), shapes,
-                PoseTracks.load(p("poses.npz")), run_dir)
-    elif spec.name == "forecast":
-        fc = mod.run(cfg, rec, PoseTracks.load(p("poses.npz")), Articulation.load(p("articulation.json")),
-                     JointPositions.load(p("joint_positions.npz")), Posterior.load(p("params.json")), run_dir,
-                     post_train=Posterior.load(p(Posterior.TRAIN_FILE)))
-        fc.save(run_dir)
-    elif spec.name == "report":
-        mod.run(cfg, rec, run_dir)
-    else:  # pragma: no cover - STAGES is closed
-        raise StageError(f"unknown stage {spec.name}")
+    if spec.needs_shapes and rec.shapes is None:
+        raise RecordingError(rec.path / "shapes.json", "shapes.json is missing; the segment, identify and export "
+                                                       "stages need the shape library")
+    entry = getattr(spec.module(), spec.entry)
+    args = [_argument(a, cfg, rec, run_dir, shared) for a in spec.args]
+    kwargs = {k: _argument(a, cfg, rec, run_dir, shared) for k, a in spec.kwargs}
+    result = entry(*args, **kwargs)
+    results = (result,) if len(spec.saves) == 1 else result
+    for obj, f in zip(results if spec.saves else (), spec.saves):
+        obj.save(run_dir if f == SAVE_TO_RUN else run_dir / f)
     for f in spec.outputs:
         if not (run_dir / f).exists():
             raise StageError(f"{run_dir / f}: stage '{spec.name}' finished without writing it")
