@@ -63,7 +63,8 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from vid2sim.models.joints import fit, se3
+from vid2sim.models import geometry as se3
+from vid2sim.models.joints import fit
 from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, topological
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, Joint, JointPositions, PoseTracks
 from vid2sim.datasets.atomic import atomic_path, write_json

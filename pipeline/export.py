@@ -20,7 +20,7 @@ at frame 0 (docs/formats.md §2):
   floor friction acts (a joint-held body presses on nothing). Any other planar joint
   (normal ``axis``) becomes three URDF joints through two tiny dummy links:
   ``<joint>_x``, ``<joint>_y`` (prismatic, in-plane directions chosen from the normal
-  by ``plane_basis``) and ``<joint>_theta`` (revolute about the normal), since PyBullet
+  by ``vid2sim.models.geometry.plane_basis``) and ``<joint>_theta`` (revolute about the normal), since PyBullet
   and MuJoCo read no URDF ``planar`` joint.
 * Mass from ``<body>.mass`` when identified, else shape volume x ``density``; centre of
   mass from ``<body>.com_x|y|z`` (body frame, m) else the shape centre; inertia from
@@ -65,6 +65,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
+from vid2sim.models.geometry import plane_basis
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_text
@@ -111,15 +112,6 @@ def _inv(T: np.ndarray) -> np.ndarray:
     Ti[:3, :3] = T[:3, :3].T
     Ti[:3, 3] = -T[:3, :3].T @ T[:3, 3]
     return Ti
-
-
-def plane_basis(normal) -> tuple[np.ndarray, np.ndarray]:
-    """Two in-plane unit vectors (u, v) with u x v = normal, u as close to world x as possible."""
-    n = np.asarray(normal, float) / np.linalg.norm(normal)
-    ref = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
-    u = ref - n * (ref @ n)
-    u /= np.linalg.norm(u)
-    return u, np.cross(n, u)
 
 
 def shape_inertia(shape: Shape, mass: float) -> np.ndarray:

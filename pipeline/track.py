@@ -53,7 +53,7 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
-from vid2sim.models.render.poses import orthonormalize, so3_exp, so3_log
+from vid2sim.models.geometry_torch import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_fit import DT, fit_primitive
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay

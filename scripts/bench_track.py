@@ -142,7 +142,7 @@ def cramer_rao(rec, truth: np.ndarray, prims: list[Primitive], names: list[str],
     """Per-frame Cramer-Rao bound on each body's pose from its depth alone (see the docstring)."""
     from vid2sim.datasets.synthetic.sensor import REALISTIC
     from vid2sim.models.render.analytic import AnalyticRenderer
-    from vid2sim.models.render.poses import perturb
+    from vid2sim.models.geometry_torch import perturb
 
     r = AnalyticRenderer(rec.camera, prims)
     rng = np.random.default_rng(0)

@@ -165,7 +165,7 @@ def test_rotations_a_shape_cannot_show_do_not_break_the_tree(tmp_path):
     rotations and fits each pair from the body that shows its rotation: the true tree.
     Without them the ball and arm_b float free."""
     from vid2sim.datasets.shapes import Shape
-    from vid2sim.models.render.poses import so3_exp
+    from vid2sim.models.geometry_torch import so3_exp
     import torch
 
     sim = simulate("tree5", seed=0, frames=120, fps=30.0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vid2sim.datasets.real import real_data_dir
-from vid2sim.models.joints import se3
+from vid2sim.models import geometry
 from vid2sim.models.joints.points import classify
 from vid2sim.pipeline.articulate import ArticulateConfig, run
 from vid2sim.pipeline.artifacts import PoseTracks
@@ -36,7 +36,7 @@ FILES_LOG = {"mechanisms_iros_2010_dishwasher_001.log": "revolute",
 def test_6d_tracks(fname, expected, tmp_path):
     a = np.loadtxt(DATA / fname)
     assert a.shape[1] == 9  # x y z qx qy qz qw + the tracked rectangle's width, height
-    W = se3.from_xyzquat(a[:, :7])[:, None]
+    W = geometry.from_xyzquat(a[:, :7])[:, None]
     art, jp = run(CFG_6D, PoseTracks(W, ["part"], ["part"], np.zeros(len(W))), tmp_path)
     (j,) = art.joints
     assert (j.type, j.parent) == (expected, "world")

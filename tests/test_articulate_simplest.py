@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.ndimage import gaussian_filter1d
 from vid2sim.datasets.synthetic import simulate
-from vid2sim.models.joints import se3
+from vid2sim.models import geometry
 from vid2sim.models.joints.evaluate import add_noise, compare
 from vid2sim.pipeline.articulate import ArticulateConfig, run
 from vid2sim.pipeline.artifacts import PoseTracks
@@ -58,7 +58,7 @@ def _tracker_like(sim, seed: int) -> np.ndarray:
         W[:, m, :3, 3] += (slip * std / slip.std())[:, None] * W[:, m, :3, 2]
     m = names.index("link1")
     W[:15, m, :3, 3] += 0.08 * W[:15, m, :3, 2]
-    W[:15, m, :3, :3] = W[:15, m, :3, :3] @ se3.exp_so3(np.array([np.deg2rad(8.0), 0.0, 0.0]))
+    W[:15, m, :3, :3] = W[:15, m, :3, :3] @ geometry.exp_so3(np.array([np.deg2rad(8.0), 0.0, 0.0]))
     return W
 
 
@@ -90,17 +90,17 @@ def _static_boxes(seed: int, motion: str, sigma_rot_deg: float, smooth: float = 
     and ``sigma_rot_deg`` per component, white or (``smooth`` > 0, in frames) slowly
     varying as a tracker's errors are."""
     rng = np.random.default_rng(seed)
-    B = np.stack([se3.make(se3.exp_so3(rng.uniform(-0.5, 0.5, 3)), rng.uniform([-0.4, -0.3, 0.1], [0.4, 0.3, 0.5]))
+    B = np.stack([geometry.make(geometry.exp_so3(rng.uniform(-0.5, 0.5, 3)), rng.uniform([-0.4, -0.3, 0.1], [0.4, 0.3, 0.5]))
                   for _ in range(3)])
     t = np.linspace(0.0, 1.0, frames)[:, None]
     ax, d = (v / np.linalg.norm(v) for v in rng.normal(size=(2, 3)))
     M = np.broadcast_to(np.eye(4), (frames, 4, 4)).copy()
     if motion == "general":
         w = np.deg2rad(rot_deg) * ((t + 0.3 * np.sin(2 * np.pi * t)) * ax + 0.3 * np.sin(3 * t) * np.cross(ax, d))
-        M[:, :3, :3] = se3.exp_so3(w)
+        M[:, :3, :3] = geometry.exp_so3(w)
         M[:, :3, 3] = shift_m * (t * d + 0.3 * np.sin(2 * t) * np.cross(ax, d))
     elif motion == "pan":
-        R = se3.exp_so3(np.deg2rad(rot_deg) * t * np.array([0.0, 0.0, 1.0]))
+        R = geometry.exp_so3(np.deg2rad(rot_deg) * t * np.array([0.0, 0.0, 1.0]))
         cam = np.array([0.0, -1.2, 0.8])
         M[:, :3, :3], M[:, :3, 3] = R, cam - R @ cam
     else:
@@ -111,7 +111,7 @@ def _static_boxes(seed: int, motion: str, sigma_rot_deg: float, smooth: float = 
     e = gaussian_filter1d(rng.normal(size=(frames, 3, 6)), smooth, axis=0)
     e /= e.std(axis=0, keepdims=True)
     W[..., :3, 3] += e[..., :3] * 0.001
-    W[..., :3, :3] = W[..., :3, :3] @ se3.exp_so3(e[..., 3:] * np.deg2rad(sigma_rot_deg))
+    W[..., :3, :3] = W[..., :3, :3] @ geometry.exp_so3(e[..., 3:] * np.deg2rad(sigma_rot_deg))
     return W
 
 
@@ -170,7 +170,7 @@ def test_thrown_pair_is_one_free_root_and_a_hinge(seed, tmp_path):
     1 deg and its pivot line within 8 mm of the truth in the box's frame."""
     sim = simulate("thrown", seed=seed, frames=30, fps=30.0)
     W = add_noise(sim.world_from_body, 0.001, 0.5, seed=seed)
-    W[:, 1, :3, :3] = W[:, 1, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), 0.06 * np.arange(30))
+    W[:, 1, :3, :3] = W[:, 1, :3, :3] @ geometry.rot_axis(np.array([0.0, 0.0, 1.0]), 0.06 * np.arange(30))
     poses = PoseTracks.from_truth(sim.truth, W, 30.0)
     art, _ = run(CFG, poses, tmp_path, shapes=sim.shapes)
     assert _chain(art) == [("body_a", "body_b", "revolute"), ("world", "body_a", "free")]

@@ -7,7 +7,8 @@ import pybullet as pb
 import pytest
 from scipy.spatial.transform import Rotation
 
-from vid2sim.models.joints import fit, forward_kinematics, se3, urdf_frames
+from vid2sim.models import geometry
+from vid2sim.models.joints import fit, forward_kinematics, urdf_frames
 from vid2sim.models.joints.evaluate import add_noise
 from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions
 
@@ -16,11 +17,11 @@ SP, SR = 0.002, np.deg2rad(1.0)
 
 
 def _rand_pose(rng, spread=0.5):
-    return se3.make(Rotation.random(random_state=int(rng.integers(1 << 30))).as_matrix(), rng.normal(0, spread, 3))
+    return geometry.make(Rotation.random(random_state=int(rng.integers(1 << 30))).as_matrix(), rng.normal(0, spread, 3))
 
 
 def _track(kind, q, rng, axis=(0.0, 1.0, 0.0), pivot=(0.1, 0.0, 0.8)):
-    ref = se3.make(se3.exp_so3(np.array([0.3, 0.2, 0.1])), np.array([0.3, 0.1, 0.5]))
+    ref = geometry.make(geometry.exp_so3(np.array([0.3, 0.2, 0.1])), np.array([0.3, 0.1, 0.5]))
     X = fit.predict(kind, np.asarray(axis), np.asarray(pivot), ref, q)
     return add_noise(X[:, None], SP, 1.0, seed=int(rng.integers(1 << 30)))[:, 0]
 
@@ -31,7 +32,7 @@ def test_log_so3_matches_scipy_everywhere():
     w *= rng.uniform(0, np.pi, (500, 1)) / np.linalg.norm(w, axis=1, keepdims=True)
     w[:3] *= 1e-10
     R = Rotation.from_rotvec(w).as_matrix()
-    assert np.abs(se3.log_so3(R) - w).max() < 1e-9
+    assert np.abs(geometry.log_so3(R) - w).max() < 1e-9
 
 
 @pytest.mark.parametrize("kind", ["revolute", "prismatic", "planar"])
@@ -67,7 +68,7 @@ def test_revolute_hypothesis_from_a_rod_axis_is_exact():
         axis = axis if axis is not None else np.cross(ref[:3, 2], [1.0, 0.0, 0.0])
         axis = axis / np.linalg.norm(axis)
         X = fit.predict("revolute", axis, pivot, ref, np.array([0.1, 0.5, 0.9]))
-        X[:, :3, :3] = X[:, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([0.3, -1.2, 2.0]))
+        X[:, :3, :3] = X[:, :3, :3] @ geometry.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([0.3, -1.2, 2.0]))
         s, c, _ = fit._hypothesis("revolute", X, np.array([0, 1, 2]), (1e-6, 1e-6), spin_axis=2, great_circle=great)
         assert abs(abs(s @ axis) - 1) < 1e-9
         v = c - pivot
@@ -81,12 +82,12 @@ def _rod_on_hinge(seed: int, spin_rate: float) -> tuple[np.ndarray, np.ndarray, 
     capsule's (thrown: ~0.05 rad per frame). -> (X, axis, pivot)."""
     rng = np.random.default_rng(seed)
     axis, pivot = np.array([0.0, 1.0, 0.0]), np.array([0.16, 0.1, 0.0])
-    ref = se3.make(se3.rot_axis(axis, np.array(0.7)) @ se3.rot_axis(axis, np.array(np.pi / 2)), np.zeros(3))
+    ref = geometry.make(geometry.rot_axis(axis, np.array(0.7)) @ geometry.rot_axis(axis, np.array(np.pi / 2)), np.zeros(3))
     ref[:3, 3] = pivot + 0.125 * ref[:3, 2]
     q = 0.3 * np.sin(np.linspace(0.0, 3.0, 30)) + 0.01 * np.arange(30)
     X = add_noise(fit.predict("revolute", axis, pivot, ref, q)[:, None], 0.001, 0.5, seed=seed)[:, 0]
     spin = spin_rate * np.arange(30) + rng.normal(0.0, 0.02, 30)
-    X[:, :3, :3] = X[:, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), spin)
+    X[:, :3, :3] = X[:, :3, :3] @ geometry.rot_axis(np.array([0.0, 0.0, 1.0]), spin)
     return X, axis, pivot
 
 
@@ -113,7 +114,7 @@ def test_noise_estimate_recovers_white_noise():
     rng = np.random.default_rng(3)
     t = np.arange(300) / 30
     q = 0.8 * np.sin(2 * t)
-    W = np.stack([fit.predict("revolute", np.array([0, 1.0, 0]), np.zeros(3), se3.make(np.eye(3), np.array([0.4, 0, 0])), q),
+    W = np.stack([fit.predict("revolute", np.array([0, 1.0, 0]), np.zeros(3), geometry.make(np.eye(3), np.array([0.4, 0, 0])), q),
                   fit.predict("prismatic", np.array([1.0, 0, 0]), np.zeros(3), np.eye(4), 0.2 * np.sin(t))], 1)
     sp, sr = fit.estimate_noise(add_noise(W, 0.003, 1.5, seed=4))
     assert sp == pytest.approx(0.003, rel=0.15)
@@ -127,8 +128,8 @@ def test_whitened_relative_pose_residual_is_chi2_with_6_dof():
     Wp, Wc = _rand_pose(rng), _rand_pose(rng, spread=0.6)
     W = np.broadcast_to(np.stack([Wp, Wc]), (4000, 2, 4, 4))
     Wn = add_noise(W, SP, 1.0, seed=6)
-    X = se3.inv(Wn[:, 0]) @ Wn[:, 1]
-    e = fit.chi2(X, np.broadcast_to(se3.inv(Wp) @ Wc, X.shape), fit.whitening(X, SP, SR, True))
+    X = geometry.inv(Wn[:, 0]) @ Wn[:, 1]
+    e = fit.chi2(X, np.broadcast_to(geometry.inv(Wp) @ Wc, X.shape), fit.whitening(X, SP, SR, True))
     assert e.mean() == pytest.approx(6.0, rel=0.06)
 
 
@@ -138,7 +139,7 @@ def _add_axis_noise(W, pos, rot, seed):
     W = np.array(W, float)
     e = rng.normal(size=W.shape[:2] + (3,)) * np.asarray(pos)
     W[..., :3, 3] += np.einsum("tmij,tmj->tmi", W[..., :3, :3], e)
-    W[..., :3, :3] = W[..., :3, :3] @ se3.exp_so3(rng.normal(size=W.shape[:2] + (3,)) * np.asarray(rot))
+    W[..., :3, :3] = W[..., :3, :3] @ geometry.exp_so3(rng.normal(size=W.shape[:2] + (3,)) * np.asarray(rot))
     return W
 
 
@@ -153,7 +154,7 @@ def test_per_axis_noise_is_estimated_and_whitened():
     rot = np.deg2rad([[0.3, 0.3, 0.6], [0.5, 0.5, 0.5]])
     t = np.arange(3000) / 30
     parent = fit.predict("prismatic", np.array([1.0, 0, 0]), np.zeros(3), _rand_pose(rng), 0.2 * np.sin(t))
-    ref = se3.make(se3.exp_so3(np.array([0.3, 0.2, 0.1])), np.array([0.3, 0.1, 0.5]))
+    ref = geometry.make(geometry.exp_so3(np.array([0.3, 0.2, 0.1])), np.array([0.3, 0.1, 0.5]))
     rel = fit.predict("revolute", np.array([0, 1.0, 0]), np.array([0.1, 0.0, 0.2]), ref, 0.8 * np.sin(2 * t))
     W = np.stack([parent, parent @ rel], 1)
     Wn = _add_axis_noise(W, pos, rot, seed=12)
@@ -162,7 +163,7 @@ def test_per_axis_noise_is_estimated_and_whitened():
         assert est[b][0] == pytest.approx(pos[b], rel=0.15)
         assert est[b][1] == pytest.approx(rot[b], rel=0.15)
     axes = [(tuple(pos[b]), tuple(rot[b])) for b in range(2)]
-    X = se3.inv(Wn[:, 0]) @ Wn[:, 1]
+    X = geometry.inv(Wn[:, 0]) @ Wn[:, 1]
     r = fit.residuals(X, rel, fit.whitening(X, 0, 0, True, axes[1], axes[0]))
     assert np.abs(np.cov(r.T) - np.eye(6)).max() < 0.1
     r_world = fit.residuals(Wn[:, 1], W[:, 1], fit.whitening(Wn[:, 1], 0, 0, False, axes[1]))
@@ -252,7 +253,7 @@ def _pybullet_poses(urdf_text, art, fr, q, names, tmp_path, root_pose=None):
                     pos, quat = st[4], st[5]
                 else:
                     pos, quat = pb.getBasePositionAndOrientation(rid, physicsClientId=cid)
-                L = se3.make(Rotation.from_quat(quat).as_matrix(), np.array(pos))
+                L = geometry.make(Rotation.from_quat(quat).as_matrix(), np.array(pos))
                 jn = art.joint_of(b).name
                 out[t, m] = L @ fr[jn]["body_in_link"]
         return out
@@ -279,7 +280,7 @@ def test_floating_root_uses_root_pose(tmp_path):
     joints = [Joint("j_a", "free", "world", "a", (0.0, 0.0, 1.0), tuple(W0[0, :3, 3]))] + art.joints[1:]
     art = Articulation(art.bodies, joints)
     root = np.stack([_rand_pose(rng) for _ in range(5)])
-    jp = JointPositions(rng.uniform(-1, 1, (5, 2)), ["j_b", "j_c"], se3.to_xyzquat(root))
+    jp = JointPositions(rng.uniform(-1, 1, (5, 2)), ["j_b", "j_c"], geometry.to_xyzquat(root))
     W = forward_kinematics(art, jp, W0)
     assert np.allclose(W[:, 0], root, atol=1e-12)
     text, fr = _urdf(art, W0, floating="a")

@@ -15,18 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from vid2sim.models.geometry_torch import plane_basis
+
 from .model import JOINT_NQ, JOINT_NV, Model
 from .spatial import axis_angle_to_rot, cross_force, cross_motion, motion_transform, quat_to_rot, spatial_inertia
-
-
-def _plane_basis(n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """t1, t2 with (t1, t2, n) right-handed: t1 = x projected into the plane (y if x || n)."""
-    n = n / n.norm()
-    e = torch.zeros_like(n)
-    e[0 if abs(float(n[0])) < 0.9 else 1] = 1.0
-    t1 = e - (e @ n) * n
-    t1 = t1 / t1.norm()
-    return t1, torch.cross(n, t1, dim=-1)
 
 
 def motion_subspace(joint_type: str, axis: torch.Tensor) -> torch.Tensor:
@@ -37,7 +29,7 @@ def motion_subspace(joint_type: str, axis: torch.Tensor) -> torch.Tensor:
     if joint_type == "prismatic":
         return torch.cat([z3, axis])[:, None]
     if joint_type == "planar":
-        t1, t2 = _plane_basis(axis)
+        t1, t2 = plane_basis(axis)
         return torch.stack([torch.cat([z3, t1]), torch.cat([z3, t2]), torch.cat([axis / axis.norm(), z3])], 1)
     if joint_type == "free":
         eye, z = torch.eye(3, dtype=axis.dtype, device=axis.device), torch.zeros(3, 3, dtype=axis.dtype, device=axis.device)
@@ -63,7 +55,7 @@ def prepare(model: Model) -> Prepared:
     for i, t in enumerate(model.joint_types):
         axis = model.joint_axis[i]
         S.append(motion_subspace(t, axis))
-        plane.append((*_plane_basis(axis), axis / axis.norm()) if t == "planar" else None)
+        plane.append((*plane_basis(axis), axis / axis.norm()) if t == "planar" else None)
     I = spatial_inertia(model.mass, model.com, model.inertia)
     g = model.gravity
     a_base = torch.cat([torch.zeros_like(g), -g], -1)

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithms import motion_subspace, _plane_basis
+from vid2sim.models.geometry_torch import plane_basis, skew
+
+from .algorithms import motion_subspace
 from .augment import friction_function, generalized_force
 from .contact import has_contact, point_forces
 from .model import JOINT_NV, Control, Model
-from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot, skew
+from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot
 
 
 def _compiling() -> bool:
@@ -116,7 +118,7 @@ def fast_prepare(model: Model) -> FastPrep:
             pri_q.append(qs)
         elif t in ("planar", "free"):
             ax = model.joint_axis[i]
-            others.append((i, t, (*_plane_basis(ax), ax / ax.norm()) if t == "planar" else None))
+            others.append((i, t, (*plane_basis(ax), ax / ax.norm()) if t == "planar" else None))
     S = torch.cat(cols, 1).T if cols else torch.zeros(0, 6, dtype=dt)
     K = skew(model.joint_axis[rev_b])
     g = model.gravity

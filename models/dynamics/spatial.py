@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import torch
 
-
-def skew(v: torch.Tensor) -> torch.Tensor:
-    """v: (..., 3) -> (..., 3, 3) with skew(v) @ u = v x u."""
-    x, y, z = v.unbind(-1)
-    o = torch.zeros_like(x)
-    return torch.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(v.shape[:-1] + (3, 3))
+from vid2sim.models.geometry_torch import skew
 
 
 def motion_transform(E: torch.Tensor, r: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vid2sim.models.joints import se3
+from vid2sim.models import geometry
 
 
 def add_noise(world_from_body: np.ndarray, sigma_pos: float, sigma_rot_deg: float, seed: int = 0) -> np.ndarray:
@@ -28,7 +28,7 @@ def add_noise(world_from_body: np.ndarray, sigma_pos: float, sigma_rot_deg: floa
     W = np.array(world_from_body, float)
     shape = W.shape[:2]
     W[..., :3, 3] += rng.normal(0, sigma_pos, shape + (3,))
-    W[..., :3, :3] = W[..., :3, :3] @ se3.exp_so3(rng.normal(0, np.deg2rad(sigma_rot_deg), shape + (3,)))
+    W[..., :3, :3] = W[..., :3, :3] @ geometry.exp_so3(rng.normal(0, np.deg2rad(sigma_rot_deg), shape + (3,)))
     return W
 
 
@@ -105,7 +105,7 @@ def compare(art, truth: dict, body_frames: tuple[np.ndarray, np.ndarray] | None 
         if body_frames is None or j["parent"] == "world" or comp_t[j["parent"]] not in floating_comps:
             return at, pt, am, pm
         Wm, Wt = body_frames[0][bidx[j["parent"]]], body_frames[1][bidx[j["parent"]]]
-        ti, mi = se3.inv(Wt), se3.inv(Wm)
+        ti, mi = geometry.inv(Wt), geometry.inv(Wm)
         return ti[:3, :3] @ at, ti[:3, :3] @ pt + ti[:3, 3], mi[:3, :3] @ am, mi[:3, :3] @ pm + mi[:3, 3]
 
     def key(j, g):
@@ -150,7 +150,7 @@ def compare(art, truth: dict, body_frames: tuple[np.ndarray, np.ndarray] | None 
 def pose_errors(W_fk: np.ndarray, W: np.ndarray, valid: np.ndarray | None = None) -> dict[str, float]:
     """RMS position (m) and rotation (rad) difference of two (T, M, 4, 4) pose sets."""
     dp = np.linalg.norm(W_fk[..., :3, 3] - W[..., :3, 3], axis=-1)
-    dr = se3.rotation_angle(np.swapaxes(W_fk[..., :3, :3], -1, -2) @ W[..., :3, :3])
+    dr = geometry.rotation_angle(np.swapaxes(W_fk[..., :3, :3], -1, -2) @ W[..., :3, :3])
     if valid is not None:
         dp, dr = dp[valid], dr[valid]
     return {"pos_rms_m": float(np.sqrt(np.mean(dp**2))), "rot_rms_rad": float(np.sqrt(np.mean(dr**2))),

@@ -10,7 +10,7 @@ sigma in metres, rotation sigma in radians). Each joint model explains ``X[t]`` 
     planar     X(x, y, t) = [R(n, t), p_ref - R(n, t) p_ref + x u + y v] ref
                             (rotation about the normal n through the child origin of
                             ``ref``, then translation in the plane; (u, v) =
-                            ``se3.perp_basis(n)``)
+                            ``se3.plane_basis(n)``)
 
 Fitting follows Heiden et al. 2022, Alg. 6: closed-form hypotheses from two frames
 (revolute: s = rotation axis of X_j X_i^-1, pivot from (I - dR) c = dp; prismatic:
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from vid2sim.models.joints import se3
+from vid2sim.models import geometry as se3
 
 KINDS = ("fixed", "prismatic", "revolute", "planar")
 DOF = {"fixed": 0, "prismatic": 1, "revolute": 1, "planar": 3, "free": 6}
@@ -117,7 +117,7 @@ def solve_q(kind: str, X: np.ndarray, axis, pivot, ref: np.ndarray, sp: float, s
         b_p = np.cross(x, y) @ s
         return np.arctan2(b_r / sr**2 + 2 * b_p / sp**2, a_r / sr**2 + 2 * a_p / sp**2)
     if kind == "planar":
-        u, v = se3.perp_basis(s)
+        u, v = se3.plane_basis(s)
         d = X[:, :3, 3] - ref[:3, 3]
         return np.stack([d @ u, d @ v, np.arctan2(b_r, a_r)], -1)
     raise ValueError(f"unknown joint model {kind!r}")
@@ -136,7 +136,7 @@ def predict(kind: str, axis, pivot, ref: np.ndarray, q: np.ndarray) -> np.ndarra
         out[:, :3, :3] = R @ ref[:3, :3]
         out[:, :3, 3] = c + (R @ (ref[:3, 3] - c))
     elif kind == "planar":
-        u, v = se3.perp_basis(s)
+        u, v = se3.plane_basis(s)
         out[:, :3, :3] = se3.rot_axis(s, q[:, 2]) @ ref[:3, :3]
         out[:, :3, 3] += q[:, :1] * u + q[:, 1:2] * v
     elif kind != "fixed":
@@ -280,7 +280,7 @@ def spin_axis(rot_sigma) -> int | None:
 
 # ----------------------------------------------------------------- refinement
 def _unpack(kind, x, s0, c0, ref0):
-    u, v = se3.perp_basis(s0)
+    u, v = se3.plane_basis(s0)
     s = s0 + x[0] * u + x[1] * v
     s = s / np.linalg.norm(s)
     k = 2

@@ -12,8 +12,8 @@ moves its child relative to its parent by the world-frame-0 motion
     prismatic  J(q) = [I, q a]                          q: metres along a
     revolute   J(q) = [R(a, q), p - R(a, q) p]          q: radians, right hand about a
     planar     J(x, y, w) = [R(a, w), p - R(a, w) p + x u + y v]
-                                                        (u, v) = se3.perp_basis(a) (= export's
-                                                        plane_basis); columns name_x, name_y, name_theta
+                                                        (u, v) = geometry.plane_basis(a);
+                                                        columns name_x, name_y, name_theta
     free       (parent world) the child's world pose W(t) is given directly:
                M_C(t) = W(t) @ inv(world_from_body0[C]); 7 columns name_x, name_y, name_z,
                name_qx, name_qy, name_qz, name_qw (xyz + quaternion xyzw).
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vid2sim.models.joints import se3
+from vid2sim.models import geometry
 
 PLANAR_SUFFIXES = ("_x", "_y", "_theta")
 FREE_SUFFIXES = ("_x", "_y", "_z", "_qx", "_qy", "_qz", "_qw")
@@ -83,12 +83,12 @@ def joint_motion(joint_type: str, axis, pivot, q: np.ndarray) -> np.ndarray:
     if joint_type == "prismatic":
         J[:, :3, 3] = q.reshape(T)[:, None] * a
     elif joint_type == "revolute":
-        R = se3.rot_axis(a, q.reshape(T))
+        R = geometry.rot_axis(a, q.reshape(T))
         J[:, :3, :3] = R
         J[:, :3, 3] = p - R @ p
     elif joint_type == "planar":
-        u, v = se3.perp_basis(a)
-        R = se3.rot_axis(a, q[:, 2])
+        u, v = geometry.plane_basis(a)
+        R = geometry.rot_axis(a, q[:, 2])
         J[:, :3, :3] = R
         J[:, :3, 3] = p - R @ p + q[:, :1] * u + q[:, 1:2] * v
     elif joint_type != "fixed":
@@ -124,7 +124,7 @@ def motions(art, jp, world_from_body0: np.ndarray) -> dict[str, np.ndarray]:
     for j in topological(art):
         if j is froot or j.type == "free":
             pose = jp.root_pose if j is froot else jp.q[:, [col[n] for n in coordinate_names("free", j.name)]]
-            M[j.child] = M[j.parent] @ se3.from_xyzquat(pose) @ se3.inv(world_from_body0[idx[j.child]])
+            M[j.child] = M[j.parent] @ geometry.from_xyzquat(pose) @ geometry.inv(world_from_body0[idx[j.child]])
             continue
         names = coordinate_names(j.type, j.name)
         missing = [n for n in names if n not in col]
@@ -158,8 +158,8 @@ def urdf_frames(art, world_from_body0: np.ndarray) -> dict[str, dict[str, np.nda
     out = {}
     for j in topological(art):
         W0 = world_from_body0[idx[j.child]]
-        L = W0.copy() if j.type in ("free", "planar") else se3.make(W0[:3, :3], np.asarray(j.pivot, float))
+        L = W0.copy() if j.type in ("free", "planar") else geometry.make(W0[:3, :3], np.asarray(j.pivot, float))
         link[j.child] = L
-        out[j.name] = {"origin": se3.inv(link[j.parent]) @ L, "axis": W0[:3, :3].T @ np.asarray(j.axis, float),
-                       "body_in_link": se3.inv(L) @ W0}
+        out[j.name] = {"origin": geometry.inv(link[j.parent]) @ L, "axis": W0[:3, :3].T @ np.asarray(j.axis, float),
+                       "body_in_link": geometry.inv(L) @ W0}
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 from vid2sim.datasets.recording import Camera
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render.analytic import AnalyticRenderer
-from vid2sim.models.render.poses import perturb, so3_exp
+from vid2sim.models.geometry_torch import perturb, so3_exp
 from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, sdf, sdf_and_grad
 from vid2sim.models.render.types import Rendered
 

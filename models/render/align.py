@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vid2sim.models.render.poses import perturb
+from vid2sim.models.geometry_torch import perturb
 from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y

@@ -1,7 +1,14 @@
-"""Small batched SE(3)/SO(3) helpers for the joint models (numpy, float64).
+"""SE(3)/SO(3) and plane-basis helpers (numpy, float64, batched over leading dimensions).
 
-Homogeneous transforms are ``(..., 4, 4)`` arrays; rotations ``(..., 3, 3)``.
-Deliberately minimal: only what fitting joints to pose tracks needs.
+Homogeneous transforms are ``(..., 4, 4)`` arrays, rotations ``(..., 3, 3)``, rotation
+vectors ``(..., 3)`` (axis times angle, radians). ``vid2sim.models.geometry_torch`` holds
+the torch versions the renderer, tracker and simulator differentiate through; the two
+follow the same rules (``tests/test_geometry.py`` checks that they agree).
+
+Plane-basis rule (planar joints: their x/y coordinates in ``joint_positions.npz``, the
+exported URDF's prismatic pair, the simulator's planar motion subspace): for a unit
+normal n, u is world x projected into the plane and normalised, or world y when
+|n_x| >= 0.9 (n within about 25 deg of x); v = n x u, so (u, v, n) is right-handed.
 """
 from __future__ import annotations
 
@@ -64,16 +71,20 @@ def rot_axis(axis: np.ndarray, angle: np.ndarray) -> np.ndarray:
 
 
 def skew(v: np.ndarray) -> np.ndarray:
-    x, y, z = v
-    return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]], float)
+    """v: (..., 3) -> (..., 3, 3) with skew(v) @ u = v x u."""
+    v = np.asarray(v, float)
+    x, y, z = v[..., 0], v[..., 1], v[..., 2]
+    o = np.zeros_like(x)
+    return np.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(v.shape[:-1] + (3, 3))
 
 
-def perp_basis(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two in-plane unit vectors (u, v), u x v = axis, u as close to world x as possible
-    (world y when the axis is within 25 deg of x). The planar joint's x/y coordinates
-    use this basis; it is the same rule as ``vid2sim.pipeline.export.plane_basis``."""
-    n = np.asarray(axis, float) / np.linalg.norm(axis)
-    ref = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
+PLANE_REF_SWITCH = 0.9  # |n_x| at and above which the plane basis starts from world y instead of world x
+
+
+def plane_basis(normal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """normal: (3,) -> in-plane unit vectors (u, v) (3,) each, with u x v = n (module docstring's rule)."""
+    n = np.asarray(normal, float) / np.linalg.norm(normal)
+    ref = np.array([1.0, 0, 0]) if abs(n[0]) < PLANE_REF_SWITCH else np.array([0, 1.0, 0])
     u = ref - n * (ref @ n)
     u /= np.linalg.norm(u)
     return u, np.cross(n, u)

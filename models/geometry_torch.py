@@ -1,15 +1,32 @@
-"""Small rigid-transform helpers the renderer's users need (torch, batched, differentiable)."""
+"""SE(3)/SO(3) and plane-basis helpers in torch (batched over leading dimensions, differentiable).
+
+The torch twin of ``vid2sim.models.geometry`` (numpy), with the same conventions and the
+same plane-basis rule (documented there); the renderer, the tracker and the simulator
+use these where gradients flow.
+"""
 from __future__ import annotations
 
 import torch
 
+from vid2sim.models.geometry import PLANE_REF_SWITCH
 
-def skew(w: torch.Tensor) -> torch.Tensor:
-    """w: (..., 3) -> (..., 3, 3) cross-product matrix."""
-    z = torch.zeros_like(w[..., 0])
-    return torch.stack([torch.stack([z, -w[..., 2], w[..., 1]], -1),
-                        torch.stack([w[..., 2], z, -w[..., 0]], -1),
-                        torch.stack([-w[..., 1], w[..., 0], z], -1)], -2)
+
+def skew(v: torch.Tensor) -> torch.Tensor:
+    """v: (..., 3) -> (..., 3, 3) with skew(v) @ u = v x u."""
+    x, y, z = v.unbind(-1)
+    o = torch.zeros_like(x)
+    return torch.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(v.shape[:-1] + (3, 3))
+
+
+def plane_basis(n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """n: (3,) plane normal -> in-plane unit vectors (u, v) with (u, v, n) right-handed
+    (``vid2sim.models.geometry.plane_basis``'s rule; the choice of reference is not differentiated)."""
+    n = n / n.norm()
+    e = torch.zeros_like(n)
+    e[0 if abs(float(n[0])) < PLANE_REF_SWITCH else 1] = 1.0
+    t1 = e - (e @ n) * n
+    t1 = t1 / t1.norm()
+    return t1, torch.cross(n, t1, dim=-1)
 
 
 def so3_exp(w: torch.Tensor) -> torch.Tensor:
