@@ -12,7 +12,11 @@ from pathlib import Path
 
 from vid2sim.datasets.errors import RecordingError
 
-SHAPE_TYPES = ("box", "capsule", "sphere", "cylinder", "mesh")
+# The closed-form primitive types. Their order is the learned segmenter's class order (class i is
+# detector label i + 1, 0 = background), stored in its checkpoints: append, never reorder.
+PRIMITIVE_TYPES = ("box", "capsule", "sphere", "cylinder")
+CLASSES = PRIMITIVE_TYPES  # the segmenter's classes: the primitive types, in that order
+SHAPE_TYPES = PRIMITIVE_TYPES + ("mesh",)  # every type shapes.json may name
 STAND_IN_RADIUS = 0.05  # m: a part without a usable shape (a mesh not loaded, no shape given) is
                         # given the volume and inertia of a solid sphere of this radius
 

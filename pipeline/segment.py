@@ -42,8 +42,7 @@ from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
-from vid2sim.datasets.shapes import Shape
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CLASSES = ("box", "capsule", "sphere", "cylinder")  # label i+1 in the detector (0 = background)
+from vid2sim.datasets.shapes import CLASSES
+
 TRAIN_SEED = 0
 HELD_OUT_SEED = 1
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from vid2sim.datasets.synthetic import primitives
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 
 CAPSULE, CYLINDER = CLASSES.index("capsule"), CLASSES.index("cylinder")
 MIN_PIXELS, MIN_VISIBLE = 6, 0.5

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from vid2sim.datasets.shapes import Shape
-
-KINDS = ("sphere", "capsule", "cylinder", "box")
 _TINY = 1e-20
 _GOLDEN = 0.6180339887498949
 

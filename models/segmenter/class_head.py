@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.geometric import FEATURES, interior_pixels, region_features
 
 HEAD_FILE = Path(__file__).with_name("class_head.json")

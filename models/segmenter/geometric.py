@@ -19,7 +19,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.models.segmenter.normals import depth_to_normals, discontinuities, smooth_depth
 

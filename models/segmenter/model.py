@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.network import build_model
 
 DEFAULT_CHECKPOINT = Path(__file__).with_name("segmenter.pt")

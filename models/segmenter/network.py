@@ -21,7 +21,7 @@ from torchvision.models.detection.mask_rcnn import MaskRCNNPredictor
 from torchvision.ops import MultiScaleRoIAlign
 from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 
 # Network input size (W, H): recordings are resized to this (aspect kept by the transform).
 INPUT_SIZE = (320, 240)

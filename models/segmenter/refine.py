@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.class_head import ClassHead, instance_features
 from vid2sim.models.segmenter.geometric import (class_scores, classify_region, depth_regions, find_background_planes,
                                                 frame_geometry, segment_geometric, snap_to_regions)

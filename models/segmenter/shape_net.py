@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.geometric import interior_pixels, region_features
 
 WEIGHTS_FILE = Path(__file__).with_name("shape_net.pt")

@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 import torch
 
-from vid2sim.datasets.synthetic.primitives import CLASSES
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import load_checkpoint, save_checkpoint, to_input
 from vid2sim.models.segmenter.network import build_model
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb
