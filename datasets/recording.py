@@ -63,13 +63,15 @@ class Camera:
         uv = np.stack([self.fx * p_cam[..., 0] / z + self.cx, self.fy * p_cam[..., 1] / z + self.cy], -1)
         return uv, z
 
+    def pixel_rays(self) -> np.ndarray:
+        """(H, W, 3) float64 camera-frame directions through the pixel centres (OpenCV: centre of
+        pixel (u, v) at integer u, v), scaled to z = 1: a ray times its pixel's depth is the point."""
+        u, v = np.meshgrid(np.arange(self.width), np.arange(self.height))
+        return np.stack([(u - self.cx) / self.fx, (v - self.cy) / self.fy, np.ones(u.shape)], -1)
+
     def backproject(self, depth_m: np.ndarray) -> np.ndarray:
         """depth_m: (H, W) metres -> (H, W, 3) points in the camera frame (0 depth -> 0 point)."""
-        h, w = depth_m.shape
-        u, v = np.meshgrid(np.arange(w), np.arange(h))
-        x = (u - self.cx) / self.fx * depth_m
-        y = (v - self.cy) / self.fy * depth_m
-        return np.stack([x, y, depth_m], -1)
+        return self.pixel_rays() * depth_m[..., None]
 
     def to_json(self) -> dict:
         return {

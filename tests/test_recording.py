@@ -13,6 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Camera, FolderRecording, RecordingWriter, open_recording
@@ -215,3 +216,17 @@ def test_truncated_bag_and_empty_video_fail_clearly(tmp_path):
     cv2.VideoWriter(str(vid), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (32, 32)).release()
     with pytest.raises(RecordingError, match=r"empty\.mp4: "):
         open_recording(vid)
+
+
+def test_pixel_rays_project_back_onto_their_pixels():
+    T = np.eye(4)
+    T[:3, :3] = Rotation.from_rotvec([0.3, -0.2, 0.1]).as_matrix()
+    T[:3, 3] = [0.1, -0.4, 0.2]
+    cam = Camera(width=7, height=5, fx=60.0, fy=55.0, cx=3.2, cy=1.9, world_from_camera=T)
+    rays = cam.pixel_rays()
+    assert rays.shape == (5, 7, 3) and np.all(rays[..., 2] == 1.0)
+    depth = np.random.default_rng(0).uniform(0.5, 2.0, (5, 7))
+    p_cam = cam.backproject(depth)
+    uv, z = cam.project(p_cam @ T[:3, :3].T + T[:3, 3])
+    v, u = np.mgrid[0:5, 0:7]
+    assert np.abs(uv - np.stack([u, v], -1)).max() < 1e-9 and np.abs(z - depth).max() < 1e-12

@@ -113,9 +113,7 @@ class Renderer:
         self.tip_mesh = shape_mesh(tip[0]) if tip is not None else None
         T = camera.world_from_camera
         self.eye = T[:3, 3].copy()
-        u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))
-        d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u, float)], -1)
-        self.d_world = d_cam @ T[:3, :3].T  # (H, W, 3), unit z-component in camera frame
+        self.d_world = camera.pixel_rays() @ T[:3, :3].T  # (H, W, 3), unit z-component in camera frame
         fwd = T[:3, 2].copy()
         fwd_h = np.array([fwd[0], fwd[1], 0.0])
         fwd_h = fwd_h / np.linalg.norm(fwd_h) if np.linalg.norm(fwd_h) > 1e-6 else np.array([0.0, 1.0, 0.0])

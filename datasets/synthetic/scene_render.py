@@ -74,9 +74,7 @@ class _Items:
 
 def _rays(camera: Camera) -> np.ndarray:
     """(H, W, 3) world directions through pixel centres with unit camera-z component."""
-    u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))
-    d = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u, float)], -1)
-    return d @ camera.world_from_camera[:3, :3].T
+    return camera.pixel_rays() @ camera.world_from_camera[:3, :3].T
 
 
 def _to_u8(rgb: np.ndarray) -> np.ndarray:

@@ -23,9 +23,7 @@ class DepthRenderer:
 
         self.camera = camera
         self.prims = [Primitive.from_shape(s) for s in shapes]
-        u, v = np.meshgrid(np.arange(camera.width), np.arange(camera.height))  # OpenCV: pixel centres at integers
-        d_cam = np.stack([(u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, np.ones_like(u)], -1)
-        self.d_cam = torch.from_numpy(d_cam.reshape(-1, 3))
+        self.d_cam = torch.from_numpy(camera.pixel_rays().reshape(-1, 3))
         self.T_wc = np.asarray(camera.world_from_camera, float)
 
     def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
