@@ -55,7 +55,7 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
 from vid2sim.models.geometry_torch import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
-from vid2sim.pipeline.track_fit import DT, fit_primitive
+from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 
 log = logging.getLogger(__name__)
@@ -138,11 +138,9 @@ class _Scene:
     def __init__(self, rec: Recording, prims: list[Primitive], cfg: TrackConfig):
         cam = rec.camera
         self.cam, self.prims, self.cfg = cam, prims, cfg
-        T_wc = torch.as_tensor(cam.world_from_camera, dtype=DT)
+        T_wc = torch.as_tensor(cam.world_from_camera, dtype=FLOAT)
         self.origin = T_wc[:3, 3]
-        v, u = np.mgrid[0:cam.height, 0:cam.width]
-        d_cam = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones_like(u, float)], -1)
-        self.dirs = torch.as_tensor(d_cam.reshape(-1, 3), dtype=DT) @ T_wc[:3, :3].T
+        self.dirs = torch.as_tensor(cam.pixel_rays().reshape(-1, 3), dtype=FLOAT) @ T_wc[:3, :3].T
         self.background = np.zeros((cam.height, cam.width), np.float32)
         half = [np.array(p.half_size) if p.kind == "box" else np.array([p.radius, p.radius, p.radius + p.half_length])
                 for p in prims]
@@ -205,8 +203,8 @@ class _Scene:
             foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.background_tol_m, 4.3 * self.sigma(bg)))
         else:
             foreground = foreground.reshape(-1)[flat]
-        obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=DT),
-                          torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=DT),
+        obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=FLOAT),
+                          torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=FLOAT),
                           pixel_angle=1.0 / self.cam.fx)
         return obs, flat
 
@@ -365,7 +363,7 @@ class _Tracker:
         obs, flat = self._observe(depth, scene.roi(T0), rgb, cfg.max_rays, reach_of=T0)
         T = T0
         n = max(cfg.iterations, 1)
-        gate = torch.full((M,), cfg.gate_m, dtype=DT)
+        gate = torch.full((M,), cfg.gate_m, dtype=FLOAT)
         shrink = (cfg.gate_m - cfg.gate_final_m) / max(n - 1, 1)
         best = None
         for it in range(n + max(cfg.search_iterations, cfg.travel_iterations)):
@@ -509,7 +507,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             if not frames:
                 continue
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
-            vel = torch.zeros(M, 6, dtype=DT)
+            vel = torch.zeros(M, 6, dtype=FLOAT)
             good = T_prev.clone()
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True

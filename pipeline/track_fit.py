@@ -19,7 +19,7 @@ from vid2sim.models.render.align import Observation, gauss_newton_step
 if TYPE_CHECKING:
     from vid2sim.pipeline.track import TrackConfig
 
-DT = torch.float64
+FLOAT = torch.float64  # dtype of every pose, ray and residual tensor of the tracker
 
 
 def rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
@@ -59,7 +59,7 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
     centre = p.mean(0) + view * (prim.radius if prim.kind != "box" else min(prim.half_size))
     best = (float("inf"), None)
     for R in rot_hypotheses(prim, p):
-        T = torch.eye(4, dtype=DT)
+        T = torch.eye(4, dtype=FLOAT)
         T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
         kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping,

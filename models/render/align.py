@@ -95,7 +95,7 @@ class StepResult:
     visible: torch.Tensor  # (N,) rendered body per ray, -1 background
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     step_norm: float
-    cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 9 per free-space ray
+    cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 3^2 per free-space ray
 
 
 def _at_most(idx: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
@@ -190,6 +190,152 @@ def free_basis(prim: Primitive, T: torch.Tensor, dofs: list[int]) -> torch.Tenso
     return Vh[rank:].T.contiguous()
 
 
+HUBER_K = 1.345  # Huber threshold in noise standard deviations (95 % efficiency under Gaussian noise)
+MIN_SIGMA_M = 1e-4  # m: floor of every residual's noise standard deviation
+GATE_SIGMAS = 3.0  # gates are never tighter than this many noise standard deviations
+# The step's cost truncates each point's |sdf| / sigma at GATE_SIGMAS; a free-space ray costs as
+# much as one truncated point, GATE_SIGMAS ** 2.
+
+
+@dataclass
+class _Assignment:
+    """Every ray of one frame against the rendered poses: what the render shows on it, and
+    which body each observed foreground point is nearest to."""
+
+    near: torch.Tensor  # (N,) first rendered depth (inf: nothing)
+    visible: torch.Tensor  # (N,) body rendered on the ray, -1 none
+    valid: torch.Tensor  # (N,) bool ray has an observed depth
+    pts: torch.Tensor  # (N, 3) observed world points
+    fg: torch.Tensor  # (N,) bool valid foreground ray
+    idx: torch.Tensor  # (P,) indices of the foreground rays: the observed points
+    sig: torch.Tensor  # (P,) depth noise std (m) of each point
+    sd: torch.Tensor  # (M, P) signed distance of each point to each body
+    jac: list  # per body, (P, 6) Jacobians of sd w.r.t. its world twist
+    best: object  # (values, indices) of the smallest |sd| per point, None without bodies
+    assigned: torch.Tensor  # (N,) body each point was assigned to (within the gate), -1 none
+    point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
+    freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
+
+    def selected(self, m: int, gate: torch.Tensor) -> torch.Tensor:
+        """(P,) bool points nearest to body m and within its gate (or GATE_SIGMAS of their noise)."""
+        if not self.idx.numel():
+            return torch.zeros(0, dtype=torch.bool)
+        return (self.best.indices == m) & (self.best.values < torch.maximum(gate, GATE_SIGMAS * self.sig))
+
+    def cost(self) -> float:
+        """Truncated cost of the rendered poses (``StepResult.cost``)."""
+        cost = float((self.best.values / self.sig).clamp(max=GATE_SIGMAS).square().sum()) if self.idx.numel() else 0.0
+        return cost + GATE_SIGMAS ** 2 * float(self.freespace.sum())
+
+
+def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
+            freespace_tol: float) -> _Assignment:
+    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
+    M = len(prims)
+    hit = render_hits(prims, T, obs.origin, obs.dirs)
+    near, visible = hit.min(0)
+    visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
+    valid = obs.depth > 0
+    pts = obs.points
+    fg = valid & obs.foreground
+    idx = fg.nonzero().squeeze(-1)
+    # Residual noise: the depth noise of each point (whitened IRLS: Huber on r / sigma,
+    # weight 1 / sigma^2), and a gate no tighter than GATE_SIGMAS so the noise is not truncated.
+    sig = torch.full((idx.numel(),), scale, dtype=T.dtype) if obs.sigma is None else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
+    sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
+    jac = []
+    for m, prim in enumerate(prims):
+        d, J = point_residuals(prim, T[m], pts[idx])
+        sd[m] = d
+        jac.append(J)
+    best = sd.abs().min(0) if M else None
+    assigned = torch.full_like(visible, -1)
+    point_res = torch.full(visible.shape, float("inf"), dtype=T.dtype)
+    if idx.numel():
+        ok = best.values < torch.maximum(gate[best.indices], GATE_SIGMAS * sig)
+        assigned[idx[ok]] = best.indices[ok]
+        point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
+    # Free space: the render puts body b on a ray whose observation lies well behind it.
+    tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
+    freespace = (visible >= 0) & valid & (obs.depth > near + tol)
+    if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
+        freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
+    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, jac, best, assigned, point_res, freespace)
+
+
+def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
+                 sel: torch.Tensor, scale: float, grazing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Body m's depth residuals r (K,), Jacobians J (K, 6) and noise stds s (K,): depth along
+    the rays its render covers, point-to-surface for its points (``sel``) the render does not
+    cover yet, and point-to-surface for covered rays meeting it at a grazing angle."""
+    # Depth along the ray where the render shows this body (linear in the sensor noise).
+    ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
+    on = a.fg & (a.visible == m) & ((a.near - obs.depth).abs() < torch.maximum(gate, GATE_SIGMAS * ray_sig))
+    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on], a.near[on])
+    keep_d = torch.isfinite(rd)
+    sel = sel & ~on[a.idx]
+    # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
+    # depth along the ray is too nonlinear there, so their points enter point-to-surface,
+    # whitened by the noise across the surface, sigma |cos| (noise is along the ray); the pose
+    # directions only such a face pins down (a cart's tilt about its long axis) need them.
+    graze = on.clone()
+    graze[on] = ~keep_d
+    graze &= a.assigned == m          # and whose point is nearest to this body (not a part in front)
+    if not grazing:
+        graze[:] = False
+    rg, Jg = point_residuals(prim, T_m, a.pts[graze])
+    d_g = obs.dirs[graze]
+    sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
+    ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
+    r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], a.sd[m][sel], rg[ok_g]])
+    J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
+    s1 = torch.cat([ray_sig[on][keep_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
+    return r1, J1, s1
+
+
+def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, scale: float,
+                      max_silhouette: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Body m's silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,) and ray
+    weights k (K,) (``_at_most``'s): free-space rays, and with colour labels the coverage of
+    rays labelled m that the render does not show as m."""
+    rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
+    r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
+    s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+    k2 = torch.full_like(r2, rays[1])
+    if obs.label is not None:
+        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
+        r3, J3 = margin_residuals(prim, T_m, obs.origin, obs.dirs[cover[0]])
+        r3 = r3.clamp(max=0)
+        s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
+                             else scale)
+        r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
+        k2 = torch.cat([k2, torch.full_like(r3, cover[1])])
+    return r2, J2, s2.clamp(min=MIN_SIGMA_M), k2
+
+
+def _prior_terms(T_m: torch.Tensor, T_prior_m: torch.Tensor, prior_sigma: tuple[float, float],
+                 dofs: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The motion prior's residual e = (t - t_prior, log(R R_prior^T)) (small-angle vee) on
+    ``dofs`` and its weights 1 / sigma^2 (a zero sigma switches that part off)."""
+    D = T_m[:3, :3] @ T_prior_m[:3, :3].T
+    e = torch.cat([T_m[:3, 3] - T_prior_m[:3, 3],
+                   0.5 * torch.stack([D[2, 1] - D[1, 2], D[0, 2] - D[2, 0], D[1, 0] - D[0, 1]])])[dofs]
+    wp = torch.tensor([s ** -2 if s > 0 else 0.0 for s in [prior_sigma[0]] * 3 + [prior_sigma[1]] * 3],
+                      dtype=T_m.dtype)[dofs]
+    return e, wp
+
+
+def _solve(prim: Primitive, T_m: torch.Tensor, H: torch.Tensor, g: torch.Tensor, w: torch.Tensor, dofs: list[int],
+           damping: float, step_scale: float) -> torch.Tensor:
+    """The damped step (len(dofs),) of normal equations H, g, restricted to the directions the
+    shape can show (``free_basis``: a capsule's spin about its axis, any rotation of a sphere
+    stay put instead of drifting with the damping and the prior)."""
+    B = free_basis(prim, T_m, dofs)
+    Hr, gr = B.T @ H @ B, B.T @ g
+    Hr = Hr + damping * torch.diag(torch.diag(Hr)) + 1e-9 * torch.eye(B.shape[1], dtype=H.dtype) * w.sum()
+    return -step_scale * (B @ torch.linalg.solve(Hr, gr))
+
+
 def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation, *, gate: float | torch.Tensor,
                       scale: float = 0.004, freespace_tol: float = 0.02, w_depth: float = 1.0,
                       w_silhouette: float = 1.0, damping: float = 1e-3, planar: bool = False,
@@ -207,119 +353,39 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     so full steps can cycle between two poses straddling the optimum (a box's end face
     alternately covering and uncovering a few depth points); relaxed steps settle.
     ``grazing``: points the render meets at a grazing angle join as point-to-surface
-    residuals (below); off for the coarse orientation search of an initial fit, where
-    they pulled the cabinet's carcass into a wrong hypothesis (90 deg, 50 mm off).
+    residuals (``_depth_terms``); off for the coarse orientation search of an initial fit,
+    where they can pull a large body into a wrong orientation hypothesis.
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
-    hit = render_hits(prims, T, obs.origin, obs.dirs)
-    near, visible = hit.min(0)
-    visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
-    valid = obs.depth > 0
-    pts = obs.points
-
-    # Point-to-surface residuals of the foreground observations, each to its nearest body.
-    fg = valid & obs.foreground
-    idx = fg.nonzero().squeeze(-1)
-    # Residual noise: the depth noise of each point (whitened IRLS: Huber on r / sigma,
-    # weight 1 / sigma^2), and a gate no tighter than 3 sigma so the noise is not truncated.
-    sig = torch.full((idx.numel(),), scale, dtype=T.dtype) if obs.sigma is None else obs.sigma[idx].clamp(min=1e-4)
-    sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
-    jac = []
-    for m, prim in enumerate(prims):
-        d, J = point_residuals(prim, T[m], pts[idx])
-        sd[m] = d
-        jac.append(J)
-    best = sd.abs().min(0) if M else None
-    assigned = torch.full_like(visible, -1)
-    point_res = torch.full(visible.shape, float("inf"), dtype=T.dtype)
-    if idx.numel():
-        ok = best.values < torch.maximum(gate[best.indices], 3 * sig)
-        assigned[idx[ok]] = best.indices[ok]
-        point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
-
-    # Free space: the render puts body b on a ray whose observation lies well behind it.
-    tol = freespace_tol if obs.sigma is None else obs.sigma.mul(3).clamp(min=freespace_tol)
-    freespace = (visible >= 0) & valid & (obs.depth > near + tol)
-    if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
-        freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
+    a = _assign(prims, T, obs, gate, scale, freespace_tol)
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     T_new = T.clone()
     step_norm = 0.0
     for m, prim in enumerate(prims):
         if active is not None and not bool(active[m]):
             continue
-        sel = (best.indices == m) & (best.values < torch.maximum(gate[m], 3 * sig)) if idx.numel() else \
-            torch.zeros(0, dtype=torch.bool)
-        if int(sel.sum()) < len(dofs) and (obs.label is None or bool(valid.any())):
+        sel = a.selected(m, gate[m])
+        if int(sel.sum()) < len(dofs) and (obs.label is None or bool(a.valid.any())):
             continue
-        # Depth along the ray where the render shows this body (linear in the sensor noise);
-        # point-to-surface only for the body's points that its render does not cover yet.
-        ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
-        on = fg & (visible == m) & ((near - obs.depth).abs() < torch.maximum(gate[m], 3 * ray_sig))
-        rd, Jd = depth_residuals(prim, T[m], obs.origin, obs.dirs[on], near[on])
-        keep_d = torch.isfinite(rd)
-        sel = sel & ~on[idx]
-        # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
-        # depth along the ray is too nonlinear there, so their points enter point-to-surface,
-        # whitened by the noise across the surface, sigma |cos| (noise is along the ray). Without
-        # them a face seen obliquely gave nothing, and the pose directions only it pins down
-        # (the cart's tilt about its long axis) followed the noise: cartpole cart 1.0 deg.
-        graze = on.clone()
-        graze[on] = ~keep_d
-        graze &= assigned == m          # and whose point is nearest to this body (not a part in front)
-        if not grazing:
-            graze[:] = False
-        rg, Jg = point_residuals(prim, T[m], pts[graze])
-        d_g = obs.dirs[graze]
-        sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
-        ok_g = rg.abs() < torch.maximum(gate[m], 3 * sg)
-        r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], sd[m][sel], rg[ok_g]])
-        J1 = torch.cat([Jd[keep_d], jac[m][sel], Jg[ok_g]])
-        s1 = torch.cat([ray_sig[on][keep_d], sig[sel], sg[ok_g]]).clamp(min=1e-4)
-        w1 = w_depth * huber_weights(r1 / s1, 1.345) / s1**2
-        rays = _at_most((freespace & (visible == m)).nonzero().squeeze(-1), max_silhouette)
-        r2, J2 = margin_residuals(prim, T[m], obs.origin, obs.dirs[rays[0]])
-        s2 = near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
-        k2 = torch.full_like(r2, rays[1])
-        if obs.label is not None:
-            cover = _at_most(((obs.label == m) & (visible != m)).nonzero().squeeze(-1), max_silhouette)
-            r3, J3 = margin_residuals(prim, T[m], obs.origin, obs.dirs[cover[0]])
-            r3 = r3.clamp(max=0)
-            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
-                                 else scale)
-            r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
-            k2 = torch.cat([k2, torch.full_like(r3, cover[1])])
-        s2 = s2.clamp(min=1e-4)
-        w2 = w_silhouette * k2 * huber_weights(r2 / s2, 1.345) / s2**2
+        r1, J1, s1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
+        w1 = w_depth * huber_weights(r1 / s1, HUBER_K) / s1**2
+        r2, J2, s2, k2 = _silhouette_terms(prim, T[m], m, obs, a, scale, max_silhouette)
+        w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):
             continue
         H = (J * w.unsqueeze(-1)).T @ J
         g = (J * w.unsqueeze(-1)).T @ r
         if T_prior is not None:
-            D = T[m, :3, :3] @ T_prior[m, :3, :3].T
-            e = torch.cat([T[m, :3, 3] - T_prior[m, :3, 3],
-                           0.5 * torch.stack([D[2, 1] - D[1, 2], D[0, 2] - D[2, 0], D[1, 0] - D[0, 1]])])[dofs]
-            # a zero standard deviation switches that part of the prior off (no weight)
-            wp = torch.tensor([s ** -2 if s > 0 else 0.0 for s in [prior_sigma[0]] * 3 + [prior_sigma[1]] * 3],
-                              dtype=T.dtype)[dofs]
+            e, wp = _prior_terms(T[m], T_prior[m], prior_sigma, dofs)
             H = H + torch.diag(wp)
             g = g + wp * e
-        # Directions the shape cannot show (a capsule's spin about its axis, any rotation of a
-        # sphere) are taken out of the step: left to the damping and the prior, the spin
-        # followed the prediction's leaked spin and drifted (rott's leg 7 deg in 120 frames),
-        # which a joint fit then reads as motion.
-        B = free_basis(prim, T[m], dofs)
-        Hr, gr = B.T @ H @ B, B.T @ g
-        Hr = Hr + damping * torch.diag(torch.diag(Hr)) + 1e-9 * torch.eye(B.shape[1], dtype=H.dtype) * w.sum()
-        delta = -step_scale * (B @ torch.linalg.solve(Hr, gr))
+        delta = _solve(prim, T[m], H, g, w, dofs, damping, step_scale)
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
         step_norm = max(step_norm, float(delta.abs().max()))
     # A fixed, truncated objective of the input poses, comparable across steps (the residual
     # sets above change with the pose, so the caller keeps the best pose it has seen).
-    cost = float((best.values / sig).clamp(max=3).square().sum()) if idx.numel() else 0.0
-    cost += 9.0 * float(freespace.sum())
-    return StepResult(T_new, assigned, point_res, visible, freespace, step_norm, cost)
+    return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, a.cost())
