@@ -14,6 +14,7 @@ import sys
 import textwrap
 import tokenize
 import traceback
+import types
 import typing
 from pathlib import Path
 from typing import Any, Optional
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from vid2sim.pipeline import run as runner
+from vid2sim.pipeline.config import is_group
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Turn a video of a moving mechanism into a simulation of it (a URDF digital twin).")
@@ -49,7 +51,8 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
 
 
 def parse_sets(sets: list[str] | None) -> dict[str, dict]:
-    """``--set stage.key=value`` (value parsed as JSON when it parses, else a string)."""
+    """``--set stage.key=value`` -> {stage: {key: value}}, ``key`` a setting's path in its stage
+    (``gates.gate_m``); the value is parsed as JSON when it parses, else kept as a string."""
     out: dict[str, dict] = {}
     for s in sets or []:
         if "=" not in s or "." not in s.split("=", 1)[0]:
@@ -231,13 +234,44 @@ def field_docs(cls: type) -> dict[str, str]:
     return {k: " ".join(v) for k, v in docs.items() if v}
 
 
+def _scalar(hint: Any) -> type | None:
+    """The option type of a setting: int, float, str or bool, also when it may be null (None)."""
+    if hint in (int, float, str, bool):
+        return hint
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    return args[0] if optional and len(args) == 1 and args[0] in (int, float, str, bool) else None
+
+
+def _setting_options(cls: type, group: str = "", panel: str | None = None) -> list[inspect.Parameter]:
+    """One ``--NAME`` option per scalar setting of ``cls`` (``--GROUP.NAME`` inside a group, shown
+    under the group's own heading in --help); tuples and the like go through --set."""
+    hints, docs, default = typing.get_type_hints(cls), field_docs(cls), cls()
+    params = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if is_group(hint):
+            title = f"{group}{f.name}: {docs.get(f.name, '')}".rstrip(": ")
+            params += _setting_options(hint, f"{group}{f.name}.", title)
+            continue
+        t = _scalar(hint)
+        if t is None:
+            continue
+        opt = f"--{group}{f.name.replace('_', '-')}"
+        help_ = f"{docs.get(f.name, '')} (default {getattr(default, f.name)!r})".lstrip()
+        params.append(inspect.Parameter(f"{group}{f.name}".replace(".", "__"), inspect.Parameter.KEYWORD_ONLY,
+                                        annotation=Optional[t],
+                                        default=typer.Option(None, opt, help=help_, rich_help_panel=panel)))
+    return params
+
+
 def _stage_command(spec: runner.StageSpec) -> None:
     """Register ``vid2sim <stage> REC --out RUN --<setting> ...`` built from the stage's Config."""
 
     def command(**kwargs: Any) -> None:
         rec, out, force, sets = kwargs.pop("rec"), kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("set_")
         overrides = parse_sets(sets)
-        overrides.setdefault(spec.name, {}).update({k: v for k, v in kwargs.items() if v is not None})
+        overrides.setdefault(spec.name, {}).update({k.replace("__", "."): v for k, v in kwargs.items() if v is not None})
         configs = runner.resolve_configs(overrides)
         runner.run_pipeline(rec, out, configs, stages=[spec.name], force=force, on_stage=_progress_printer())
 
@@ -254,17 +288,8 @@ def _stage_command(spec: runner.StageSpec) -> None:
     doc = "Run only this stage."
     if spec.available():
         mod = spec.module()
-        cls = getattr(mod, spec.config_class)
-        hints = typing.get_type_hints(cls)
-        docs = field_docs(cls)
         doc = (mod.__doc__ or doc).strip().splitlines()[0]
-        for f in dataclasses.fields(cls):
-            t = hints.get(f.name)
-            if t not in (int, float, str, bool):
-                continue  # tuples and the like go through --set
-            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[t],
-                                            default=typer.Option(None, f"--{f.name.replace('_', '-')}",
-                                                                 help=f"{docs.get(f.name, '')} (default {getattr(cls(), f.name)!r})".lstrip())))
+        params += _setting_options(getattr(mod, spec.config_class))
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__ = doc
     app.command(spec.name, help=doc)(command)

@@ -167,7 +167,7 @@ def tracking_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
         f"{html.escape(b)} in {int(n)} frames" for b, n in zip(poses.body_names, poses.lost.sum(0)) if n)
     noise = "" if poses.depth_noise_k is None else (
         f"<p>depth noise used: sigma = {poses.depth_noise_k:.5f} z&sup2; (m; {1000 * poses.depth_noise_k:.1f} mm at 1 m, "
-        f"{4000 * poses.depth_noise_k:.1f} mm at 2 m; 0: clean depth, where the tracker's noise floor, track.depth_noise_floor_m, applies)</p>")
+        f"{4000 * poses.depth_noise_k:.1f} mm at 2 m; 0: clean depth, where the tracker's noise floor, track.noise.depth_noise_floor_m, applies)</p>")
     return _section("Tracking", f"<p>{poses.num_frames} frames, bodies: {names}{lost}</p>" + noise + "".join(parts))
 
 

@@ -8,7 +8,6 @@ old complete state or no cache record, and ``vid2sim run`` resumes from there.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -16,8 +15,6 @@ import importlib.util
 import json
 import logging
 import time
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -26,6 +23,7 @@ from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording, open_recording
 from vid2sim.pipeline.artifacts import Articulation, ArtifactError, JointPositions, PoseTracks, Posterior, Segmentation
 from vid2sim.datasets.atomic import OutputError, ensure_writable_dir, write_json
+from vid2sim.pipeline.config import ConfigError, config_from_json, config_to_json, flat_settings, get_path, set_path
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,7 @@ class StageError(RuntimeError):
 
 # Errors whose message already names the file and the problem; anything else a stage raises
 # is wrapped into a StageError "STAGE: RECORDING: ExceptionType: message".
-USER_ERRORS = (RecordingError, ArtifactError, OutputError, StageError, FileExistsError, PermissionError,
+USER_ERRORS = (RecordingError, ArtifactError, OutputError, StageError, ConfigError, FileExistsError, PermissionError,
                NotImplementedError)
 
 
@@ -131,65 +129,6 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def config_to_json(cfg: Any) -> dict:
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-
-
-def config_from_json(cls: type, d: dict, source: str) -> Any:
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(names))
-    if unknown:
-        raise StageError(f"{source}: unknown setting(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(names)}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for k, v in d.items():
-        default = getattr(cls(), k)
-        v = tuple(v) if isinstance(default, tuple) and isinstance(v, list) else v
-        if not _fits(v, hints[k]):
-            raise StageError(f"{source}: setting {k}={v!r} of {cls.__name__} must be {_type_name(hints[k])}")
-        kwargs[k] = v
-    try:
-        return cls(**kwargs)
-    except ValueError as e:    # a setting's own checks (choices, ranges)
-        raise StageError(f"{source}: {e}") from e
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON-decoded value fits a config field's annotation (an int is a float; a bool
-    is neither; unions, tuple[X, ...] and plain classes are checked, anything else is let through)."""
-    if hint is Any:
-        return True
-    args = typing.get_args(hint)
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        if not isinstance(value, tuple):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_fits(x, args[0]) for x in value)
-        return len(args) == len(value) and all(_fits(x, a) for x, a in zip(value, args))
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True
-
-
-def _type_name(hint: Any) -> str:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    if hint is type(None):
-        return "null"
-    if typing.get_origin(hint) is None and isinstance(hint, type):
-        return hint.__name__
-    return str(hint)
-
-
 def _load_inputs(run_dir: Path, spec: StageSpec) -> None:
     missing = [f for f in spec.inputs if not (run_dir / f).exists()]
     if missing:
@@ -204,7 +143,7 @@ def shared_settings(spec: StageSpec, configs: dict[str, Any]) -> dict[str, Any]:
     for key in spec.reads:
         stage, name = key.split(".", 1)
         cfg = configs.get(stage) if stage in configs else STAGE_BY_NAME[stage].default_config()
-        out[key] = getattr(cfg, name)
+        out[key] = get_path(cfg, name)
     return out
 
 
@@ -251,7 +190,8 @@ def _call_stage_guarded(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path
 
 def cache_key(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared: dict[str, Any] | None = None) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"stage": spec.name, "config": config_to_json(cfg), "version": _version(),
+    # settings by leaf name (pipeline/config.py): grouping settings does not invalidate a cache
+    h.update(json.dumps({"stage": spec.name, "config": flat_settings(cfg), "version": _version(),
                          "recording": rec.fingerprint(), "shared": shared or {}}, sort_keys=True, default=str).encode())
     for f in spec.inputs:
         h.update(f.encode() + _file_digest(run_dir / f).encode())
@@ -293,7 +233,8 @@ def run_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, force: b
 
 
 def resolve_configs(overrides: dict[str, dict] | None = None, settings_file: Path | None = None) -> dict[str, Any]:
-    """Default configs of the available stages, updated from a settings file and overrides."""
+    """Default configs of the available stages, updated from a settings file (nested JSON, as
+    ``settings.json``) and ``overrides`` ({stage: {dotted setting path: value}})."""
     base: dict[str, dict] = {}
     if settings_file is not None:
         try:
@@ -301,7 +242,8 @@ def resolve_configs(overrides: dict[str, dict] | None = None, settings_file: Pat
         except (OSError, json.JSONDecodeError) as e:
             raise StageError(f"{settings_file}: cannot read settings ({e})") from None
     for stage, d in (overrides or {}).items():
-        base.setdefault(stage, {}).update(d)
+        for path, value in d.items():
+            set_path(base.setdefault(stage, {}), path, value)
     unknown = sorted(set(base) - set(STAGE_BY_NAME))
     if unknown:
         raise StageError(f"{settings_file or 'settings'}: unknown stage(s) {', '.join(unknown)}")
@@ -310,7 +252,7 @@ def resolve_configs(overrides: dict[str, dict] | None = None, settings_file: Pat
         if not spec.available():
             continue
         cls = getattr(spec.module(), spec.config_class)
-        configs[spec.name] = config_from_json(cls, base.get(spec.name, {}), str(settings_file or "settings"))
+        configs[spec.name] = config_from_json(cls, base.get(spec.name, {}), str(settings_file or "settings"), spec.name)
     return configs
 
 

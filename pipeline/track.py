@@ -20,12 +20,12 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body.
 - Later frames start from a constant-velocity prediction (smoothed velocity) that is
-  also a weak prior (``prior_m``, ``prior_rad``), forward from the segmentation frame,
+  also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
   no longer supported by the depth is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
-  counts a lost body at the full gate. With ``reacquire`` a lost body is looked for
+  counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import cv2
@@ -62,56 +62,91 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TrackConfig:
-    """Settings of the track stage (lengths in metres)."""
+class TrackSteps:
+    """How the Gauss-Newton steps of one frame run."""
 
-    iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
-    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
-    gate_m: float = 0.03  # m: on the first step of a frame, depth points farther than this from every body are not used
-    gate_final_m: float = 0.012  # m: the gate shrinks linearly from gate_m to this by the frame's last step
-    gate_max_m: float = 0.15  # m: a body that finds too few points widens its gate up to this
     search_iterations: int = 4  # extra steps allowed while some body widens its gate
     travel_iterations: int = 8  # extra steps allowed while some body still moves more than travel_step per step
     travel_step: float = 1e-3  # m or rad: per-step motion above which travel_iterations extend a frame
-    huber_m: float = 0.004  # m: Huber residual scale where no depth noise applies (RGB silhouettes)
+    damping: float = 1e-3  # Levenberg-Marquardt damping, relative to the normal matrix's diagonal
+    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last one
+    relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
+    relax_after: int = 2  # first step of a frame (0-based) that relax applies to
+    converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
+
+
+@dataclass(frozen=True)
+class TrackGates:
+    """Which depth points and rays a body's residuals use."""
+
+    gate_m: float = 0.03  # m: on the first step of a frame, depth points farther than this from every body are not used
+    gate_final_m: float = 0.012  # m: the gate shrinks linearly from gate_m to this by the frame's last step
+    gate_max_m: float = 0.15  # m: a body that finds too few points widens its gate up to this
+    reach_m: float = 0.05  # m: rays/points farther than this from the predicted bodies are dropped
+    roi_pad_px: int = 10  # px: region of interest = projected bounding sphere plus this margin
+    stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
+    max_rays: int = 20000  # rays per frame at most: a larger region of interest is sampled more coarsely
+    background_tol_m: float = 0.02  # m: depth within this of the background depth is background
+
+
+@dataclass(frozen=True)
+class TrackNoise:
+    """The depth noise model sigma = k z^2 and the residuals' weights and scales."""
+
     # Depth noise model sigma = k z^2 (Keselman et al. 2017; RealSense D4xx about 0.004), used for the
     # residual weights, gates and "seen through" tests; None: k measured from the recording's static
     # pixels (datasets/noise.py)
     depth_noise_k: float | None = None
     depth_noise_floor_m: float = 0.001  # m: lower bound of the depth noise sigma (quantisation)
     start_noise_k: float = 0.004  # depth noise k below which the first frame also starts from a coarse pass at this k
+    huber_m: float = 0.004  # m: Huber residual scale where no depth noise applies (RGB silhouettes)
     freespace_tol_m: float = 0.02  # m: an observation this far behind a rendered surface is "seen through it"
     w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals, >= 0
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
     w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
-    damping: float = 1e-3  # Levenberg-Marquardt damping, relative to the normal matrix's diagonal
-    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last one
-    relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
-    relax_after: int = 2  # first step of a frame (0-based) that relax applies to
-    converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
-    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only recordings
+
+
+@dataclass(frozen=True)
+class TrackPrior:
+    """The constant-velocity motion model: each frame's start and weak prior."""
+
     velocity_smoothing: float = 0.5  # in [0, 1): velocity = this * previous velocity + (1 - this) * last frame's motion
     # m: std of the constant-velocity prediction's position error per frame (0: no motion prior); about
     # the motion's own deviation from constant velocity, acceleration x dt^2
     prior_m: float = 0.03
     prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
-    roi_pad_px: int = 10  # px: region of interest = projected bounding sphere plus this margin
-    stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
-    max_rays: int = 20000  # rays per frame at most: a larger region of interest is sampled more coarsely
-    reach_m: float = 0.05  # m: rays/points farther than this from the predicted bodies are dropped
-    background_tol_m: float = 0.02  # m: depth within this of the background depth is background
-    inlier_m: float = 0.01  # m: a depth point this close to its body supports it
-    lost_min_pixels: int = 20  # a body with fewer visible rendered pixels than this is lost
-    lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
     # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
     # that explains the frame better (a part landing and stopping within a frame or two); 0: off
     stop_check_m: float = 0.01
     stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
+
+
+@dataclass(frozen=True)
+class TrackLost:
+    """When a body counts as lost, and how it is found again."""
+
+    inlier_m: float = 0.01  # m: a depth point this close to its body supports it
+    lost_min_pixels: int = 20  # a body with fewer visible rendered pixels than this is lost
+    lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
     reacquire_reach: float = 2.5  # reacquire searches within this many bounding radii of the last pose
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """Settings of the track stage (lengths in metres), in groups (``pipeline/config.py``)."""
+
+    iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
+    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
+    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only recordings
     overlay: bool = True  # write the side-by-side overlay video
     max_overlay_frames: int = 600  # frames rendered into the overlay video at most
+    steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
+    gates: TrackGates = field(default_factory=TrackGates)  # which depth points and rays each body uses
+    noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
+    prior: TrackPrior = field(default_factory=TrackPrior)  # constant-velocity motion model and its prior
+    lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
 
     def __post_init__(self):
         if self.planar not in ("on", "off", "auto"):   # anything else once meant "off" on depth recordings
@@ -154,7 +189,7 @@ class _Scene:
         if depth is not None:
             self.background = np.where(fg, 0.0, depth).astype(np.float32)
         self.body_chroma = None
-        if rgb is not None and self.cfg.w_color > 0:
+        if rgb is not None and self.cfg.noise.w_color > 0:
             ch = _chroma(rgb)
             self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
             self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
@@ -166,7 +201,7 @@ class _Scene:
         d_bg = np.linalg.norm(ch - self.bg_chroma[flat], axis=-1)
         best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
         d_best = d_body[np.arange(len(flat)), best]
-        tau = self.cfg.color_tol
+        tau = self.cfg.noise.color_tol
         label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
         label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
         return label
@@ -180,7 +215,7 @@ class _Scene:
             uv, z = cam.project(corners)
             if np.any(z <= 1e-3):  # partly behind the camera: no meaningful box
                 continue
-            pad = self.cfg.roi_pad_px
+            pad = self.cfg.gates.roi_pad_px
             x0, y0 = np.floor(uv.min(0) - pad).astype(int)
             x1, y1 = np.ceil(uv.max(0) + pad).astype(int) + 1
             x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, cam.width), min(y1, cam.height)
@@ -200,7 +235,7 @@ class _Scene:
         d = depth.reshape(-1)[flat]
         if foreground is None:
             bg = self.background.reshape(-1)[flat]
-            foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.background_tol_m, 4.3 * self.sigma(bg)))
+            foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.gates.background_tol_m, 4.3 * self.sigma(bg)))
         else:
             foreground = foreground.reshape(-1)[flat]
         obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=FLOAT),
@@ -210,7 +245,7 @@ class _Scene:
 
     def sigma(self, depth: np.ndarray) -> np.ndarray:
         """Depth noise std (m) at depth (m)."""
-        return np.maximum(self.cfg.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.depth_noise_floor_m)
+        return np.maximum(self.cfg.noise.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.noise.depth_noise_floor_m)
 
 
 def _chroma(rgb: np.ndarray) -> np.ndarray:
@@ -229,7 +264,7 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
             mask = (seg.masks[k] > 0) & (depth > 0)
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
-        roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.roi_pad_px + 1,) * 2, np.uint8)) > 0
+        roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.gates.roi_pad_px + 1,) * 2, np.uint8)) > 0
         obs, _ = scene.observe(depth, roi, foreground=mask)
         poses.append(fit_primitive(cfg, prim, obs)[1])
     return torch.stack(poses)
@@ -246,11 +281,11 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     """
     cfg, scene, planar = tracker.cfg, tracker.scene, tracker.planar
     d0 = rec.depth(seg.frame)
-    rgb = rec.color(seg.frame) if rec.has_color and cfg.w_color > 0 else None
+    rgb = rec.color(seg.frame) if rec.has_color and cfg.noise.w_color > 0 else None
     T = _initial_poses(cfg, scene, d0, seg)
-    if cfg.depth_noise_k >= cfg.start_noise_k:
+    if cfg.noise.depth_noise_k >= cfg.noise.start_noise_k:
         return T
-    coarse_cfg = replace(cfg, depth_noise_k=cfg.start_noise_k)
+    coarse_cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=cfg.noise.start_noise_k))
     coarse = _Scene(rec, scene.prims, coarse_cfg)
     coarse.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
     Tc = _initial_poses(coarse_cfg, coarse, d0, seg)
@@ -260,7 +295,7 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
         for _ in range(2):
             T0 = tracker.frame(d0, T0, T0, use_prior=False, rgb=rgb)[0]
         starts.append(T0)
-    cost = tracker.cost_fn(d0, rgb, starts, cfg.max_rays)
+    cost = tracker.cost_fn(d0, rgb, starts, cfg.gates.max_rays)
     M = len(scene.prims)
     # Each start can be right for some bodies only (the cabinet: the fine start's carcass 84 mm
     # off, the coarse start's drawer 7 mm): from the better start, take each body's pose from the
@@ -323,10 +358,10 @@ class _Tracker:
         cabinet filling the view, need no more rays than small ones to be pinned down), only those
         within reach of the poses ``reach_of`` if given, with colour labels where colour is used."""
         cfg, scene = self.cfg, self.scene
-        stride = max(cfg.stride, math.ceil(math.sqrt(roi.sum() / max(max_rays, 1))))
+        stride = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(max_rays, 1))))
         obs, flat = scene.observe(depth, roi, stride=stride)
         if reach_of is not None:
-            keep = relevant_rays(scene.prims, reach_of, obs, cfg.reach_m)
+            keep = relevant_rays(scene.prims, reach_of, obs, cfg.gates.reach_m)
             obs, flat = obs.subset(keep), flat[keep.numpy()]
         if rgb is not None and scene.body_chroma is not None:
             obs.label = torch.as_tensor(scene.labels(rgb, flat))
@@ -338,8 +373,8 @@ class _Tracker:
         cfg, scene = self.cfg, self.scene
         obs, _ = self._observe(depth, np.logical_or.reduce([scene.roi(T) for T in poses]), rgb, max_rays)
         off = torch.zeros(len(scene.prims), dtype=torch.bool)
-        return lambda T: gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
-                                           planar=self.planar, freespace_tol=cfg.freespace_tol_m, active=off).cost
+        return lambda T: gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+                                           planar=self.planar, freespace_tol=cfg.noise.freespace_tol_m, active=off).cost
 
     def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
                 velocity: torch.Tensor) -> np.ndarray:
@@ -348,10 +383,10 @@ class _Tracker:
         eighth of the frame's rays: it runs on most frames of a swinging mechanism, and the poses
         it tells apart are tens of millimetres apart."""
         cfg = self.cfg
-        fast = (velocity[:, :3].norm(dim=1) > cfg.stop_check_m) | (velocity[:, 3:].norm(dim=1) > cfg.stop_check_rad)
+        fast = (velocity[:, :3].norm(dim=1) > cfg.prior.stop_check_m) | (velocity[:, 3:].norm(dim=1) > cfg.prior.stop_check_rad)
         if not bool(fast.any()):
             return np.zeros(len(fast), bool)
-        cost = self.cost_fn(depth, rgb, [T_pred, T_prev], cfg.max_rays // 8)
+        cost = self.cost_fn(depth, rgb, [T_pred, T_prev], cfg.gates.max_rays // 8)
         return _mix(cost, T_pred, T_prev, np.flatnonzero(fast.numpy()), cost(T_pred))[1]
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
@@ -360,18 +395,18 @@ class _Tracker:
         ``use_prior`` is off: no velocity yet); lost bodies fall back to ``T_hold``."""
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
-        obs, flat = self._observe(depth, scene.roi(T0), rgb, cfg.max_rays, reach_of=T0)
+        obs, flat = self._observe(depth, scene.roi(T0), rgb, cfg.gates.max_rays, reach_of=T0)
         T = T0
         n = max(cfg.iterations, 1)
-        gate = torch.full((M,), cfg.gate_m, dtype=FLOAT)
-        shrink = (cfg.gate_m - cfg.gate_final_m) / max(n - 1, 1)
+        gate = torch.full((M,), cfg.gates.gate_m, dtype=FLOAT)
+        shrink = (cfg.gates.gate_m - cfg.gates.gate_final_m) / max(n - 1, 1)
         best = None
-        for it in range(n + max(cfg.search_iterations, cfg.travel_iterations)):
-            res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m,
-                                    w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, damping=cfg.damping,
-                                    planar=self.planar, T_prior=T0 if use_prior and cfg.prior_m > 0 else None,
-                                    prior_sigma=(cfg.prior_m, cfg.prior_rad),
-                                    step_scale=cfg.relax if it >= cfg.relax_after else 1.0)
+        for it in range(n + max(cfg.steps.search_iterations, cfg.steps.travel_iterations)):
+            res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
+                                    w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette, damping=cfg.steps.damping,
+                                    planar=self.planar, T_prior=T0 if use_prior and cfg.prior.prior_m > 0 else None,
+                                    prior_sigma=(cfg.prior.prior_m, cfg.prior.prior_rad),
+                                    step_scale=cfg.steps.relax if it >= cfg.steps.relax_after else 1.0)
             if best is None or res.cost < best[0]:
                 best = (res.cost, T)
             T = res.T
@@ -381,40 +416,40 @@ class _Tracker:
             for m in range(M):
                 visible = int((res.visible == m).sum())
                 assigned = int((res.assigned == m).sum())
-                if visible >= cfg.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gate_max_m:
-                    gate[m] = min(2 * float(gate[m]), cfg.gate_max_m)
+                if visible >= cfg.lost.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gates.gate_max_m:
+                    gate[m] = min(2 * float(gate[m]), cfg.gates.gate_max_m)
                     searching = True
                 else:
-                    gate[m] = max(float(gate[m]) - shrink, cfg.gate_final_m)
+                    gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
             # Extra steps while a body searches (above) or still travels (a fast swing started
             # from a stale velocity: the double pendulum segmented mid-fall, tracked back to
             # frame 0 and on from zero velocity, lost 20-60 mm for 6 frames with 8 steps).
-            extend = (searching and it < n - 1 + cfg.search_iterations) or \
-                (res.step_norm > cfg.travel_step and it < n - 1 + cfg.travel_iterations)
-            if not extend and (res.step_norm < cfg.converged_step or it >= n - 1):
+            extend = (searching and it < n - 1 + cfg.steps.search_iterations) or \
+                (res.step_norm > cfg.steps.travel_step and it < n - 1 + cfg.steps.travel_iterations)
+            if not extend and (res.step_norm < cfg.steps.converged_step or it >= n - 1):
                 break
         # Final render at the converged poses: support and visibility decide "lost".
-        res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
-                                freespace_tol=cfg.freespace_tol_m, damping=cfg.damping, planar=self.planar,
+        res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+                                freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping, planar=self.planar,
                                 active=torch.zeros(M, dtype=torch.bool))
-        if cfg.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
+        if cfg.steps.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
             T = best[1]
-            res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gate_final_m, scale=cfg.huber_m,
-                                    freespace_tol=cfg.freespace_tol_m, damping=cfg.damping, planar=self.planar,
+            res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+                                    freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping, planar=self.planar,
                                     active=torch.zeros(M, dtype=torch.bool))
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
         for m in range(M):
             visible = int((res.visible == m).sum())
             mine = res.assigned == m
-            support = int((mine & (res.point_res < cfg.inlier_m)).sum())
-            lost[m] = visible < cfg.lost_min_pixels or support < cfg.lost_min_support * visible
+            support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
+            lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
             r = res.point_res[mine]
-            per_body[m] = cfg.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
+            per_body[m] = cfg.gates.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
         if lost.any():
             T = T.clone()
             T[torch.as_tensor(lost)] = T_hold[torch.as_tensor(lost)]
-            if cfg.reacquire:
+            if cfg.lost.reacquire:
                 for m in np.flatnonzero(lost):
                     found = _reacquire(self, depth, T, lost, m)
                     if found is not None:
@@ -429,7 +464,7 @@ def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.nd
     """
     cfg, scene = self.cfg, self.scene
     prim = scene.prims[m]
-    reach = prim.bounding_radius * cfg.reacquire_reach
+    reach = prim.bounding_radius * cfg.lost.reacquire_reach
     roi = _roi_of(scene, T[m, :3, 3].numpy(), reach)
     obs, flat = scene.observe(depth, roi, stride=2)
     fg = obs.foreground & (obs.depth > 0)
@@ -437,18 +472,18 @@ def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.nd
     for k, other in enumerate(scene.prims):  # drop points that a tracked body explains
         if k != m and not lost[k]:
             R, t = T[k, :3, :3], T[k, :3, 3]
-            fg &= sdf_and_grad(other, (pts - t) @ R)[0].abs() > cfg.gate_m
+            fg &= sdf_and_grad(other, (pts - t) @ R)[0].abs() > cfg.gates.gate_m
     fg &= (pts - T[m, :3, 3]).norm(dim=-1) < reach
-    if int(fg.sum()) < cfg.lost_min_pixels:
+    if int(fg.sum()) < cfg.lost.lost_min_pixels:
         return None
     obs.foreground = fg
     cost, T_new = fit_primitive(cfg, prim, obs)
     if T_new is None:  # no orientation hypothesis left a finite residual: nothing re-acquired
         return None
-    res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
+    res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
     visible = int((res.visible == 0).sum())
-    support = int(((res.assigned == 0) & (res.point_res < cfg.inlier_m)).sum())
-    if visible * 4 < cfg.lost_min_pixels or support < max(cfg.lost_min_support, 0.5) * visible:
+    support = int(((res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)).sum())
+    if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible:
         return None
     r = res.point_res[res.assigned == 0]
     return T_new, False, float(r.square().mean().sqrt())
@@ -485,13 +520,13 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
     planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
-    if cfg.depth_noise_k is None:
+    if cfg.noise.depth_noise_k is None:
         fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
         noise = estimate_depth_noise(rec, exclude=fg, surface=seg.masks, surface_frame=seg.frame)
         log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; "
                  "from %s: %d pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k,
-                 1000 * cfg.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
-        cfg = replace(cfg, depth_noise_k=noise.k)
+                 1000 * cfg.noise.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
+        cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=noise.k))
     scene = _Scene(rec, prims, cfg)
     scene.set_background(rec.depth(seg.frame), seg.masks, rec.color(seg.frame) if rec.has_color else None)
     tracker = _Tracker(cfg, scene, planar)
@@ -513,9 +548,9 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             first = True
             for i in frames:
                 depth = rec.depth(i)
-                rgb = rec.color(i) if rec.has_color and cfg.w_color > 0 else None
+                rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
                 T0 = _predict(T_prev, vel)
-                if not first and cfg.stop_check_m > 0:
+                if not first and cfg.prior.stop_check_m > 0:
                     stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, vel))
                     if stop.any():
                         T0, vel = T0.clone(), vel.clone()
@@ -527,7 +562,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
                 if not first:  # no velocity across the seed frame (its pose is not a motion)
-                    b = cfg.velocity_smoothing
+                    b = cfg.prior.velocity_smoothing
                     moving = keep & ~was_lost  # a re-acquired body's jump from its held pose is no velocity
                     vel = torch.where(moving.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
                     vel = _seen_velocity(prims, T, vel, planar)
@@ -545,4 +580,4 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
         frames = [overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
                   for i in sorted(render_cache)]
         write_overlay(frames, rec.fps, out_dir)
-    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.depth_noise_k))
+    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.noise.depth_noise_k))

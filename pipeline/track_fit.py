@@ -62,13 +62,13 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
         T = torch.eye(4, dtype=FLOAT)
         T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
-        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.huber_m, freespace_tol=cfg.freespace_tol_m, damping=cfg.damping,
+        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
                   grazing=False)  # see gauss_newton_step
         for _ in range(cfg.init_iterations):
-            T = gauss_newton_step([prim], T, obs, w_depth=cfg.w_depth, w_silhouette=cfg.w_silhouette, **kw).T
+            T = gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette, **kw).T
         res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
         r = res.point_res[torch.isfinite(res.point_res)]
-        cost = float(torch.minimum(r, torch.tensor(cfg.gate_m)).square().mean()) + cfg.gate_m ** 2 * float(
+        cost = float(torch.minimum(r, torch.tensor(cfg.gates.gate_m)).square().mean()) + cfg.gates.gate_m ** 2 * float(
             res.freespace.sum()) / max(len(r), 1) if len(r) else float("inf")
         if best[1] is None or cost < best[0]:  # no finite cost at all: the first hypothesis, cost inf
             best = (cost if np.isfinite(cost) else float("inf"), T[0])

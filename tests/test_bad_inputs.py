@@ -201,7 +201,9 @@ def test_stage_artifact_edited_into_an_invalid_state(rec, tmp_path):
 
 
 @pytest.mark.parametrize("setting, needle", [
-    ("track.depth_noise_k=abc", "depth_noise_k='abc' of TrackConfig must be float or null"),
+    ("track.noise.depth_noise_k=abc", "setting track.noise.depth_noise_k='abc' of TrackNoise must be float or null"),
+    ("track.depth_noise_k=0.004", "setting track.depth_noise_k is now track.noise.depth_noise_k"),
+    ("track.noise=0.004", "track.noise is a group of settings"),
     ("track.iterations=2.5", "iterations=2.5 of TrackConfig must be int"),
     ("identify.compile=3", "compile=3 of IdentifyConfig must be bool or str"),
     ("segment.frames=[0,\"a\"]", "frames=(0, 'a') of SegmentConfig must be tuple[int, ...]"),
@@ -224,5 +226,5 @@ def test_type_names_of_optional_settings():
     """typing.Optional reads like the X | None annotations (it once printed 'typing.Optional[float]')."""
     import typing
 
-    from vid2sim.pipeline.run import _type_name
+    from vid2sim.pipeline.config import _type_name
     assert _type_name(typing.Optional[float]) == _type_name(float | None) == "float or null"

@@ -53,16 +53,36 @@ def test_track_help_shows_what_iterations_means():
     assert "(default 8)" in out
 
 
+def _scalar_settings(cls: type, group: str = "") -> list[tuple[str, str]]:
+    """(option, doc) of every scalar setting of ``cls``, settings groups walked."""
+    hints, docs, out = typing.get_type_hints(cls), field_docs(cls), []
+    for f in dataclasses.fields(cls):
+        h = hints[f.name]
+        if dataclasses.is_dataclass(h):
+            assert docs.get(f.name, "").strip(), f"group {f.name} has no comment"
+            out += _scalar_settings(h, f"{group}{f.name}.")
+        elif h in SCALARS or [a for a in typing.get_args(h) if a is not type(None)] in ([t] for t in SCALARS):
+            # a scalar, or a scalar that may be null (X | None); other unions go through --set
+            out.append((f"--{group}{f.name.replace('_', '-')}", docs.get(f.name, "")))
+    return out
+
+
 @pytest.mark.parametrize("spec", [s for s in runner.STAGES if s.available()], ids=lambda s: s.name)
 def test_every_scalar_setting_has_help(spec):
-    cls = getattr(spec.module(), spec.config_class)
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    scalars = [f.name for f in dataclasses.fields(cls) if hints[f.name] in SCALARS]
+    scalars = _scalar_settings(getattr(spec.module(), spec.config_class))
     assert scalars
-    assert [n for n in scalars if not docs.get(n, "").strip()] == []
+    assert [o for o, doc in scalars if not doc.strip()] == []
     out = _help(spec.name)
-    for n in scalars:
-        assert f"--{n.replace('_', '-')}" in out
-        first_words = " ".join(docs[n].split()[:4])
-        assert first_words in out, (n, first_words)
+    for option, doc in scalars:
+        assert option in out
+        first_words = " ".join(doc.split()[:4])
+        assert first_words in out, (option, first_words)
+
+
+def test_track_help_groups_the_settings_under_their_headings():
+    out = _help("track")
+    for heading in ("steps: the Gauss-Newton steps", "gates: which depth points", "noise: depth noise model",
+                    "prior: constant-velocity motion model", "lost: lost bodies"):
+        assert heading in out
+    assert out.index("gates: which depth points") < out.index("--gates.gate-m") < out.index("noise: depth noise model")
+    assert "--noise.depth-noise-k" in out  # an optional (float or null) setting is an option too

@@ -74,7 +74,8 @@ def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_f
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(160, 120), noise="none")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
     rec, seg = open_recording(path), _seg_from_truth(path, 12)
-    poses = track.run(track.TrackConfig(overlay=False, travel_iterations=0, depth_noise_k=0.004), rec, seg, tmp_path)
+    poses = track.run(track.TrackConfig(overlay=False, steps=track.TrackSteps(travel_iterations=0),
+                                        noise=track.TrackNoise(depth_noise_k=0.004)), rec, seg, tmp_path)
     err = np.linalg.norm(poses.world_from_body[:, 1, :3, 3] - truth[:, 1, :3, 3], axis=-1)
     assert poses.lost[:, 1].sum() >= 5 and err[12] < 0.002
     assert np.median(err[poses.lost[:, 1]]) > 0.1   # flagged where it is far off
@@ -158,7 +159,8 @@ def test_noisy_cartpole_cart_tilt_is_pinned_by_its_grazing_top_face(tmp_path):
 def test_zero_prior_std_switches_that_prior_off(cartpole, tmp_path):
     """prior_rad = 0 means no rotation prior (it divided by zero before)."""
     rec = open_recording(cartpole)
-    poses = track.run(track.TrackConfig(overlay=False, prior_rad=0.0), rec, _seg_from_truth(cartpole), tmp_path)
+    cfg = track.TrackConfig(overlay=False, prior=track.TrackPrior(prior_rad=0.0))
+    poses = track.run(cfg, rec, _seg_from_truth(cartpole), tmp_path)
     pos, rot = _errors(poses.world_from_body, np.load(cartpole / "truth_poses.npz")["world_from_body"])
     assert pos.max() < 0.002 and rot.max() < 0.5, (pos, rot)
 
@@ -199,7 +201,7 @@ def test_a_start_far_off_is_found_from_the_coarse_start(tmp_path):
     start alone finds it as well, so it is no longer the negative control."""
     err = _learned_track_error("cabinet", "carcass", tmp_path, (0,))
     assert err.max() < 0.002, err
-    err = _learned_track_error("cabinet", "carcass", tmp_path / "off", (0,), start_noise_k=0.0)
+    err = _learned_track_error("cabinet", "carcass", tmp_path / "off", (0,), noise=track.TrackNoise(start_noise_k=0.0))
     assert err.min() > 0.05, err
     err = _learned_track_error("tree5", "fin_a", tmp_path / "fin", (12,))
     assert err.max() < 0.002, err
@@ -233,8 +235,8 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
     rec, seg = open_recording(short), _seg_from_truth(short)
     errs = {}
     for check in (0.01, 0.0):
-        poses = track.run(track.TrackConfig(overlay=False, stop_check_m=check, stop_check_rad=check * 10), rec, seg,
-                          tmp_path / f"run{check}")
+        cfg = track.TrackConfig(overlay=False, prior=track.TrackPrior(stop_check_m=check, stop_check_rad=check * 10))
+        poses = track.run(cfg, rec, seg, tmp_path / f"run{check}")
         errs[check] = np.linalg.norm(poses.world_from_body[:, poses.body_names.index("body_b"), :3, 3] - t, axis=-1)
     assert errs[0.01][42:].max() < 0.01 and errs[0.01].max() < 0.08, errs[0.01]
     assert errs[0.0][42:].min() > 0.05, errs[0.0]  # the drift this guards against

@@ -1,0 +1,73 @@
+"""Grouped stage settings (pipeline/config.py): paths, old names, settings files, cache keys."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vid2sim.pipeline import run as runner
+from vid2sim.pipeline.cli import parse_sets
+from vid2sim.pipeline.config import ConfigError, config_to_json, flat_settings, leaf_paths
+from vid2sim.pipeline.track import TrackConfig
+
+# TrackConfig's settings and defaults before they were grouped (settings.json of earlier runs)
+UNGROUPED_TRACK = {
+    "iterations": 8, "init_iterations": 25, "gate_m": 0.03, "gate_final_m": 0.012, "gate_max_m": 0.15,
+    "search_iterations": 4, "travel_iterations": 8, "travel_step": 1e-3, "huber_m": 0.004, "depth_noise_k": None,
+    "depth_noise_floor_m": 0.001, "start_noise_k": 0.004, "freespace_tol_m": 0.02, "w_depth": 1.0,
+    "w_silhouette": 1.0, "w_color": 1.0, "color_tol": 0.06, "damping": 1e-3, "keep_best": True, "relax": 1.0,
+    "relax_after": 2, "converged_step": 2e-5, "planar": "auto", "velocity_smoothing": 0.5, "prior_m": 0.03,
+    "prior_rad": 0.03, "roi_pad_px": 10, "stride": 1, "max_rays": 20000, "reach_m": 0.05, "background_tol_m": 0.02,
+    "inlier_m": 0.01, "lost_min_pixels": 20, "lost_min_support": 0.3, "stop_check_m": 0.01, "stop_check_rad": 0.1,
+    "reacquire": True, "reacquire_reach": 2.5, "overlay": True, "max_overlay_frames": 600}
+
+
+def test_cache_key_settings_are_the_ungrouped_ones():
+    """The cache key hashes settings by leaf name: grouping kept every earlier track run cached."""
+    assert flat_settings(TrackConfig()) == UNGROUPED_TRACK
+    assert json.dumps(flat_settings(TrackConfig()), sort_keys=True) == json.dumps(UNGROUPED_TRACK, sort_keys=True)
+
+
+def test_a_setting_is_set_by_its_path_and_saved_nested():
+    cfg = runner.resolve_configs(parse_sets(["track.gates.gate_m=0.02", "track.noise.depth_noise_k=0.004",
+                                             "track.iterations=3"]))["track"]
+    assert (cfg.gates.gate_m, cfg.noise.depth_noise_k, cfg.iterations) == (0.02, 0.004, 3)
+    assert cfg.gates.gate_final_m == 0.012  # the rest of the group keeps its defaults
+    saved = config_to_json(cfg)
+    assert saved["gates"]["gate_m"] == 0.02 and saved["iterations"] == 3 and "gate_m" not in saved
+
+
+def test_settings_file_round_trip(tmp_path):
+    cfg = runner.resolve_configs(parse_sets(["track.prior.prior_rad=0.0", "track.lost.reacquire=false"]))
+    f = tmp_path / "settings.json"
+    f.write_text(json.dumps({k: config_to_json(c) for k, c in cfg.items()}))
+    again = runner.resolve_configs(settings_file=f)["track"]
+    assert again == cfg["track"] and again.prior.prior_rad == 0.0 and again.lost.reacquire is False
+    # an override of one setting of a group keeps the file's other settings of that group
+    mixed = runner.resolve_configs(parse_sets(["track.prior.prior_m=0.01"]), settings_file=f)["track"]
+    assert (mixed.prior.prior_m, mixed.prior.prior_rad) == (0.01, 0.0)
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["track.gate_m=0.02"], "settings: setting track.gate_m is now track.gates.gate_m"),
+    (["track.gates=0.02"], "track.gates is a group of settings"),
+    (["track.gates.nope=1"], "unknown setting(s) track.gates.nope for TrackGates"),
+    (["track.gates.gate_m=abc"], "setting track.gates.gate_m='abc' of TrackGates must be float"),
+])
+def test_wrong_paths_are_one_clear_line(sets, needle):
+    with pytest.raises(ConfigError) as e:
+        runner.resolve_configs(parse_sets(sets))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_old_ungrouped_settings_file_names_the_new_path(tmp_path):
+    f = tmp_path / "settings.json"
+    f.write_text(json.dumps({"track": {"prior_m": 0.01}}))
+    with pytest.raises(ConfigError, match=r"track.prior_m is now track.prior.prior_m"):
+        runner.resolve_configs(settings_file=f)
+
+
+@pytest.mark.parametrize("spec", [s for s in runner.STAGES if s.available()], ids=lambda s: s.name)
+def test_leaf_names_are_unique_in_every_stage(spec):
+    paths = leaf_paths(getattr(spec.module(), spec.config_class))  # raises when a name is used twice
+    assert len(paths) == len(flat_settings(spec.default_config()))
