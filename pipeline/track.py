@@ -149,7 +149,7 @@ class TrackConfig:
     lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
 
     def __post_init__(self):
-        if self.planar not in ("on", "off", "auto"):   # anything else once meant "off" on depth recordings
+        if self.planar not in ("on", "off", "auto"):
             raise ValueError(f"track.planar must be one of on, off, auto; got {self.planar!r}")
 
 
@@ -273,11 +273,10 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
 def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torch.Tensor:
     """(M, 4, 4) poses at the segmentation frame: the masks' primitive fits, aligned.
 
-    On depth cleaner than ``start_noise_k`` a second start is made as if the noise were that
-    (wider gates and tolerances: a coarse pass), then aligned at the measured noise, and the
-    start whose aligned poses explain the frame better is kept. Either alone failed somewhere:
-    tree5's fin (a thin box started 23 mm off) stayed 16 mm off at the measured noise and was
-    found from the coarse start; the cabinet's drawer went 21 mm off in the coarse pass.
+    On depth cleaner than ``noise.start_noise_k`` a second start is made as if the noise were
+    that (wider gates and tolerances: a coarse pass), then aligned at the measured noise, and
+    the start whose aligned poses explain the frame better is kept, body by body (each start
+    alone fails on some scenes: docs/decisions.md, track).
     """
     cfg, scene, planar = tracker.cfg, tracker.scene, tracker.planar
     d0 = rec.depth(seg.frame)
