@@ -72,3 +72,21 @@ def test_the_primitive_types_come_from_the_shape_library_module():
     from vid2sim.datasets.synthetic import primitives
 
     assert primitives.CLASSES is shapes.CLASSES and shapes.SHAPE_TYPES[:len(shapes.CLASSES)] == shapes.CLASSES
+
+
+MAX_FUNCTION_LINES = 80
+# Functions over the limit, named so that a new long function fails this test (split these too)
+LONG_FUNCTIONS = {"scripts/analyse_rod_errors.py:main", "datasets/synthetic/physics.py:run_pybullet",
+                  "scripts/bench_real_pendulum.py:fit_shooting", "models/inference/methods.py:_gradient_method"}
+
+
+def test_functions_are_short():
+    """House rule: functions under ~80 lines (pipeline, models, datasets, scripts)."""
+    long = set()
+    for pkg in ("pipeline", "models", "datasets", "scripts"):
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text(), str(p))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                    long.add(f"{p.relative_to(ROOT)}:{node.name}")
+    assert long <= LONG_FUNCTIONS, sorted(long - LONG_FUNCTIONS)

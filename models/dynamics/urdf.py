@@ -79,6 +79,35 @@ def model_from_urdf(path_or_string, batch: int = 1, dtype=torch.float64, floatin
         text = Path(text).read_text()
     root = ET.fromstring(text)
     links = {l.get("name"): l for l in root.findall("link")}
+    tree = _joint_tree(root, links, floating)
+    bodies = tree["bodies"]
+    mass, com, inertia, cbody, cpts, shapes = [], [], [], [], [], []
+    for i, b in enumerate(bodies):
+        m, c, I = _inertial(links[b])
+        mass.append(m)
+        com.append(c)
+        inertia.append(I)
+        shape, pts = _collisions(links[b], contact_points)
+        for p in pts:
+            cpts.append(p)
+            cbody += [i] * len(p)
+        shapes.append(shape)
+    extra = dict(kwargs)
+    if cbody:
+        extra.setdefault("ground", True)
+        extra["contact_body"] = tuple(cbody)
+        extra["contact_points"] = torch.tensor(np.concatenate(cpts), dtype=dtype)
+    gravity = extra.pop("gravity", (0.0, 0.0, -9.81))
+    return make_model(bodies, tree["names"], tree["types"], tree["parents"], np.array(tree["axes"]),
+                      np.array(tree["rots"]), np.array(tree["trans"]), mass, np.array(com), np.array(inertia),
+                      batch=batch, dtype=dtype, damping=tree["damping"], friction=tree["friction"], gravity=gravity,
+                      body_shapes=tuple(shapes), **extra)
+
+
+def _joint_tree(root: ET.Element, links: dict, floating: bool | None) -> dict[str, list]:
+    """The URDF's bodies in breadth-first order from its one root link, with per body its joint's
+    name, type, parent index, unit axis, origin rotation and translation, and per joint velocity
+    its damping and friction. A root other than "world" gets a fixed or free joint."""
     joints = root.findall("joint")
     children = {j.find("child").get("link"): j for j in joints}
     roots = [n for n in links if n not in children]
@@ -89,18 +118,18 @@ def model_from_urdf(path_or_string, batch: int = 1, dtype=torch.float64, floatin
     by_parent: dict[str, list] = {}
     for j in joints:
         by_parent.setdefault(j.find("parent").get("link"), []).append(j)
+    keys = ("bodies", "names", "types", "parents", "axes", "rots", "trans", "damping", "friction")
+    out: dict[str, list] = {k: [] for k in keys}
 
-    bodies, jnames, jtypes, parents, axes, rots, trans, damping, friction = [], [], [], [], [], [], [], [], []
+    def add(body, name, t, parent, axis, R, xyz, d, f):
+        for k, v in zip(keys[:7], (body, name, t, parent, axis, R, xyz)):
+            out[k].append(v)
+        out["damping"] += [d] * JOINT_NV[t]
+        out["friction"] += [f] * JOINT_NV[t]
+
     if base != "world":
-        bodies.append(base)
-        jnames.append(f"{base}_fixed" if fixed_base else f"{base}_free")
-        jtypes.append("fixed" if fixed_base else "free")
-        parents.append(-1)
-        axes.append([0.0, 0.0, 1.0])
-        rots.append(np.eye(3))
-        trans.append(np.zeros(3))
-        damping += [0.0] * JOINT_NV[jtypes[-1]]
-        friction += [0.0] * JOINT_NV[jtypes[-1]]
+        add(base, f"{base}_fixed" if fixed_base else f"{base}_free", "fixed" if fixed_base else "free", -1,
+            [0.0, 0.0, 1.0], np.eye(3), np.zeros(3), 0.0, 0.0)
     queue = [base]
     while queue:
         link = queue.pop(0)
@@ -114,56 +143,43 @@ def model_from_urdf(path_or_string, batch: int = 1, dtype=torch.float64, floatin
             dyn = j.find("dynamics")
             d = float(dyn.get("damping", 0)) if dyn is not None else 0.0
             f = float(dyn.get("friction", 0)) if dyn is not None else 0.0
-            bodies.append(child)
-            jnames.append(j.get("name"))
-            jtypes.append(t)
-            parents.append(-1 if link == "world" else bodies.index(link))
-            axes.append(ax / np.linalg.norm(ax))
-            rots.append(R)
-            trans.append(xyz)
-            damping += [d] * JOINT_NV[t]
-            friction += [f] * JOINT_NV[t]
+            add(child, j.get("name"), t, -1 if link == "world" else out["bodies"].index(link), ax / np.linalg.norm(ax),
+                R, xyz, d, f)
             queue.append(child)
+    return out
 
-    mass, com, inertia, cbody, cpts, shapes = [], [], [], [], [], []
-    for i, b in enumerate(bodies):
-        inert = links[b].find("inertial")
-        m, c, I = 0.0, np.zeros(3), np.zeros((3, 3))
-        if inert is not None:
-            m = float(inert.find("mass").get("value")) if inert.find("mass") is not None else 0.0
-            c, Ri = _origin(inert)
-            el = inert.find("inertia")
-            if el is not None:
-                g = {k: float(el.get(k, 0)) for k in ("ixx", "iyy", "izz", "ixy", "ixz", "iyz")}
-                I = np.array([[g["ixx"], g["ixy"], g["ixz"]], [g["ixy"], g["iyy"], g["iyz"]],
-                              [g["ixz"], g["iyz"], g["izz"]]])
-                I = Ri @ I @ Ri.T
-        mass.append(m)
-        com.append(c)
-        inertia.append(I)
-        shape = None
-        for col in links[b].findall("collision"):
-            geom = col.find("geometry")
-            if geom is None or not len(geom):
-                continue
-            g = list(geom)[0]
-            if shape is None and g.tag in ("box", "sphere", "cylinder", "capsule"):
-                shape = (g.tag, dict(g.attrib), _origin(col))
-            if contact_points > 0:
-                xyz, R = _origin(col)
-                pts = _sample_shape(geom, contact_points) @ R.T + xyz
-                cpts.append(pts)
-                cbody += [i] * len(pts)
-        shapes.append(shape)
-    extra = dict(kwargs)
-    if cbody:
-        extra.setdefault("ground", True)
-        extra["contact_body"] = tuple(cbody)
-        extra["contact_points"] = torch.tensor(np.concatenate(cpts), dtype=dtype)
-    gravity = extra.pop("gravity", (0.0, 0.0, -9.81))
-    return make_model(bodies, jnames, jtypes, parents, np.array(axes), np.array(rots), np.array(trans),
-                      mass, np.array(com), np.array(inertia), batch=batch, dtype=dtype, damping=damping,
-                      friction=friction, gravity=gravity, body_shapes=tuple(shapes), **extra)
+
+def _inertial(link: ET.Element) -> tuple[float, np.ndarray, np.ndarray]:
+    """A link's mass (kg), centre of mass (3,) and inertia (3, 3) about it, in the link frame."""
+    inert = link.find("inertial")
+    m, c, I = 0.0, np.zeros(3), np.zeros((3, 3))
+    if inert is not None:
+        m = float(inert.find("mass").get("value")) if inert.find("mass") is not None else 0.0
+        c, Ri = _origin(inert)
+        el = inert.find("inertia")
+        if el is not None:
+            g = {k: float(el.get(k, 0)) for k in ("ixx", "iyy", "izz", "ixy", "ixz", "iyz")}
+            I = np.array([[g["ixx"], g["ixy"], g["ixz"]], [g["ixy"], g["iyy"], g["iyz"]],
+                          [g["ixz"], g["iyz"], g["izz"]]])
+            I = Ri @ I @ Ri.T
+    return m, c, I
+
+
+def _collisions(link: ET.Element, contact_points: int) -> tuple[tuple | None, list[np.ndarray]]:
+    """A link's first primitive collision shape (tag, attributes, origin) or None, and with
+    ``contact_points`` > 0 that many contact points (n, 3) per collision geometry (link frame)."""
+    shape, pts = None, []
+    for col in link.findall("collision"):
+        geom = col.find("geometry")
+        if geom is None or not len(geom):
+            continue
+        g = list(geom)[0]
+        if shape is None and g.tag in ("box", "sphere", "cylinder", "capsule"):
+            shape = (g.tag, dict(g.attrib), _origin(col))
+        if contact_points > 0:
+            xyz, R = _origin(col)
+            pts.append(_sample_shape(geom, contact_points) @ R.T + xyz)
+    return shape, pts
 
 
 def _fmt(v) -> str:
