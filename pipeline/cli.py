@@ -257,7 +257,8 @@ def _setting_options(cls: type, group: str = "", panel: str | None = None) -> li
         t = _scalar(hint)
         if t is None:
             continue
-        opt = f"--{group}{f.name.replace('_', '-')}"
+        name = f.name.replace('_', '-')
+        opt = f"--{group}{name}" if t is not bool else f"--{group}{name}/--{group}no-{name}"  # a switch: on/off
         help_ = f"{docs.get(f.name, '')} (default {getattr(default, f.name)!r})".lstrip()
         params.append(inspect.Parameter(f"{group}{f.name}".replace(".", "__"), inspect.Parameter.KEYWORD_ONLY,
                                         annotation=Optional[t],

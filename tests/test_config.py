@@ -71,3 +71,20 @@ def test_an_old_ungrouped_settings_file_names_the_new_path(tmp_path):
 def test_leaf_names_are_unique_in_every_stage(spec):
     paths = leaf_paths(getattr(spec.module(), spec.config_class))  # raises when a name is used twice
     assert len(paths) == len(flat_settings(spec.default_config()))
+
+
+def test_stage_options_reach_the_grouped_settings(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from vid2sim.pipeline import cli
+
+    seen = {}
+    monkeypatch.setattr(cli.runner, "run_pipeline", lambda rec, out, configs, **kw: seen.update(configs))
+    res = CliRunner().invoke(cli.app, ["track", str(tmp_path), "--out", str(tmp_path / "run"), "--gates.gate-m", "0.02",
+                                       "--lost.no-reacquire", "--no-overlay", "--iterations", "3",
+                                       "--set", "track.noise.depth_noise_k=0.004"])
+    assert res.exit_code == 0, res.output
+    cfg = seen["track"]
+    assert (cfg.gates.gate_m, cfg.lost.reacquire, cfg.overlay, cfg.iterations, cfg.noise.depth_noise_k) == \
+        (0.02, False, False, 3, 0.004)
+    assert cfg.gates.gate_final_m == 0.012 and cfg.lost.reacquire_reach == 2.5 and cfg.steps.keep_best is True
