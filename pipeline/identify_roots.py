@@ -61,6 +61,7 @@ import torch
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.geometry import plane_basis
 
 log = logging.getLogger(__name__)
 ROOT_TYPES = ("free", "planar")
@@ -201,18 +202,15 @@ def continuous_quaternions(quat: np.ndarray) -> np.ndarray:
 def root_coordinates(root_type: str, axis, root_pose: np.ndarray) -> np.ndarray:
     """The root joint's model q over time from ``root_pose`` (T, 7: world xyz + xyzw of the root
     link, joint_positions.npz): free -> (T, 7) position change since frame 0 and the
-    quaternion of R_t R_0^T; planar -> (T, 3) x, y along the plane basis of
-    ``models.dynamics`` (t1 = world x projected into the plane, or y) and the unwrapped
+    quaternion of R_t R_0^T; planar -> (T, 3) x, y along the plane basis
+    (``models.geometry.plane_basis``) and the unwrapped
     angle about the plane normal ``axis``."""
     p = root_pose[:, :3] - root_pose[:1, :3]
     rel = Rotation.from_quat(root_pose[:, 3:]) * Rotation.from_quat(root_pose[0, 3:]).inv()
     if root_type == "free":
         return np.concatenate([p, continuous_quaternions(rel.as_quat())], 1)
     n = np.asarray(axis, float) / np.linalg.norm(axis)
-    ref = np.array([1.0, 0, 0]) if abs(n[0]) < 0.9 else np.array([0, 1.0, 0])
-    t1 = ref - n * (ref @ n)
-    t1 /= np.linalg.norm(t1)
-    t2 = np.cross(n, t1)
+    t1, t2 = plane_basis(n)
     theta = np.unwrap(rel.as_rotvec() @ n)
     return np.column_stack([p @ t1, p @ t2, theta])
 
