@@ -65,7 +65,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
-from vid2sim.models.geometry import plane_basis
+from vid2sim.models import geometry
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_text
@@ -105,13 +105,6 @@ def _rpy(R: np.ndarray) -> np.ndarray:
 
 def _fmt(v) -> str:
     return " ".join(f"{float(x):.9g}" for x in np.atleast_1d(v))
-
-
-def _inv(T: np.ndarray) -> np.ndarray:
-    Ti = np.eye(4)
-    Ti[:3, :3] = T[:3, :3].T
-    Ti[:3, 3] = -T[:3, :3].T @ T[:3, 3]
-    return Ti
 
 
 def shape_inertia(shape: Shape, mass: float) -> np.ndarray:
@@ -185,17 +178,17 @@ def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], 
         if j.type in ("fixed", "free") or (floating and j.parent == "world"):
             continue
         c = idx[j.child]
-        T_bl = _inv(W[0, c]) @ frames[j.child]  # link in body, constant
+        T_bl = geometry.inv(W[0, c]) @ frames[j.child]  # link in body, constant
         T_wl = W[:, c] @ T_bl  # (T, 4, 4) child link over time
         if j.parent == "world":
             T_wp = np.broadcast_to(np.eye(4), (T_n, 4, 4))
             T_pl0 = frames[j.child]
         else:
             p = idx[j.parent]
-            T_wp = W[:, p] @ (_inv(W[0, p]) @ frames[j.parent])
-            T_pl0 = _inv(frames[j.parent]) @ frames[j.child]
+            T_wp = W[:, p] @ (geometry.inv(W[0, p]) @ frames[j.parent])
+            T_pl0 = geometry.inv(frames[j.parent]) @ frames[j.child]
         # motion of the child link relative to its frame-0 placement on the parent, in link axes
-        D = np.einsum("ij,tjk,tkl->til", _inv(T_pl0), np.linalg.inv(T_wp), T_wl)
+        D = np.einsum("ij,tjk,tkl->til", geometry.inv(T_pl0), np.linalg.inv(T_wp), T_wl)
         a_link = frames[j.child][:3, :3].T @ np.asarray(j.axis, float)
         if j.type == "revolute":
             q = np.unwrap([_axis_angle_about(Dt[:3, :3], a_link) for Dt in D])
@@ -205,7 +198,7 @@ def joint_coordinates(art: Articulation, poses: PoseTracks) -> tuple[list[str], 
             names.append(j.name)
             cols.append(D[:, :3, 3] @ a_link)
         elif j.type == "planar":
-            u, v = plane_basis(j.axis)
+            u, v = geometry.plane_basis(j.axis)
             R0 = frames[j.child][:3, :3]
             d_world = np.einsum("ij,tj->ti", R0, D[:, :3, 3])
             names += [f"{j.name}_x", f"{j.name}_y", f"{j.name}_theta"]
@@ -219,8 +212,8 @@ def root_poses(art: Articulation, poses: PoseTracks) -> np.ndarray | None:
     if not is_floating(art):
         return None
     root = next(j.child for j in art.joints if j.parent == "world")
-    T_wl = poses.world_from_body[:, _body_index(poses)[root]] @ (_inv(poses.world_from_body[0, _body_index(poses)[root]])
-                                                                 @ link_frames(art, poses)[root])
+    W = poses.world_from_body[:, _body_index(poses)[root]]
+    T_wl = W @ (geometry.inv(W[0]) @ link_frames(art, poses)[root])
     return np.concatenate([T_wl[:, :3, 3], Rotation.from_matrix(T_wl[:, :3, :3]).as_quat()], axis=1)
 
 
@@ -415,7 +408,7 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         ET.SubElement(robot, "link", name="world")
     for b in art.bodies:
         shape = shapes[poses.shape_names[idx[b]]]
-        T_link_body = _inv(frames[b]) @ poses.world_from_body[0, idx[b]]
+        T_link_body = geometry.inv(frames[b]) @ poses.world_from_body[0, idx[b]]
         bi = body_inertial(b, shape, estimate, cfg.density)
         link = ET.SubElement(robot, "link", name=b)
         R_lb = T_link_body[:3, :3]
@@ -427,7 +420,7 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         if floating and j.parent == "world":
             continue  # the floating root is the URDF root; root_pose places it
         T_wp = np.eye(4) if j.parent == "world" else frames[j.parent]
-        T_pj = _inv(T_wp) @ frames[j.child]
+        T_pj = geometry.inv(T_wp) @ frames[j.child]
         a_link = frames[j.child][:3, :3].T @ np.asarray(j.axis, float)
         damping = estimate.get(f"{j.name}.damping", 0.0)
         friction = estimate.get(f"{j.name}.friction", 0.0)
@@ -440,7 +433,7 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         elif j.type == "free":
             _urdf_joint(robot, j.name, "floating", j.parent, j.child, T_pj, None, None, 0, 0, cfg)
         elif j.type == "planar":
-            u, v = plane_basis(j.axis)
+            u, v = geometry.plane_basis(j.axis)
             R_link = frames[j.child][:3, :3]
             dx, dy = f"{j.child}__{j.name}_x", f"{j.child}__{j.name}_y"
             _dummy_link(robot, dx)
