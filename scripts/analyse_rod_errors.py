@@ -53,9 +53,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    seg = Segmenter()
+    end_head = bool(refine._default_shape_net().meta.get("end_weight"))  # trained with end labels: score its end head
+    records = _collect(args, end_head)
+    table, by_radius, reasons, ends_table = _tables(records, end_head)
+    _print_tables(records, table, by_radius, reasons, ends_table)
+    summary = {"frames": args.frames, "noise": args.noise, "min_pixels": args.min_pixels,
+               "min_visible": args.min_visible, "by_visible_ends": table, "end_reasons": reasons,
+               "by_radius_px_and_visible_ends": by_radius, "end_head": ends_table}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({**summary, "records": records}, indent=1) + "\n")
+    print(json.dumps(summary))
+    return 0
 
-    # Record what refine's classifier saw, without changing what it does.
+
+def _recording_refine() -> dict[str, list]:
+    """Record what refine's classifier sees ({"shape": [(mask, probabilities)], "net": [(mask,
+    class scores)]}), without changing what it does."""
     seen: dict[str, list] = {"shape": [], "net": []}
     shape_probabilities, instance_features = refine.shape_probabilities, refine.instance_features
 
@@ -69,15 +83,21 @@ def main(argv=None) -> int:
         return instance_features(mask, cs, *a, **k)
 
     refine.shape_probabilities, refine.instance_features = rec_shape, rec_features
+    return seen
 
-    def lookup(key: str, mask: np.ndarray):
-        for m, q in seen[key]:
-            if m is mask:
-                return q
-        return None
 
+def _lookup(seen: dict[str, list], key: str, mask: np.ndarray):
+    for m, q in seen[key]:
+        if m is mask:
+            return q
+    return None
+
+
+def _collect(args, end_head: bool) -> list[dict]:
+    """One record per matched rod of the held-out frames: truth, decision, ends, scores."""
+    seg = Segmenter()
+    seen = _recording_refine()
     clf = refine._default_shape_net()
-    end_head = bool(clf.meta.get("end_weight"))  # weights trained with end labels: score their end head too
     rng = np.random.default_rng(0)
     records = []
     for k in range(args.frames):
@@ -94,7 +114,7 @@ def main(argv=None) -> int:
             if j < 0 or M[g, j] < 0.5:
                 continue
             d = dets[j]
-            sp, net = lookup("shape", d.mask), lookup("net", d.mask)
+            sp, net = _lookup(seen, "shape", d.mask), _lookup(seen, "net", d.mask)
             records.append({
                 "frame": k, "instance": g, "truth": CLASSES[s.labels[g]], "decision": CLASSES[d.label],
                 "iou": round(float(M[g, j]), 3), "radius_px": round(radius_px, 2), "ends": e, "visible_ends": sum(x["visible"] for x in e),
@@ -108,7 +128,11 @@ def main(argv=None) -> int:
                 records[-1]["end_head"] = [END_LABELS[i] for i in q.argmax(1)]
         if (k + 1) % 20 == 0:
             logging.info("%d/%d frames, %d matched rods", k + 1, args.frames, len(records))
+    return records
 
+
+def _tables(records: list[dict], end_head: bool) -> tuple[dict, dict, dict, dict | None]:
+    """Accuracy by visible ends, by radius and visible ends, end reasons, and the end head's confusion."""
     table = {}
     for nv in (0, 1, 2):
         rs = [r for r in records if r["visible_ends"] == nv]
@@ -134,6 +158,11 @@ def main(argv=None) -> int:
         ends_table = {"end_crops": len(pairs), "accuracy": round(float(np.mean([a == b for a, b in pairs])), 4) if pairs else None,
                       "confusion": {tr: {hd: sum(a == tr and b == hd for a, b in pairs) for hd in END_LABELS}
                                     for tr in END_LABELS}}
+    return table, by_radius, reasons, ends_table
+
+
+def _print_tables(records: list[dict], table: dict, by_radius: dict, reasons: dict, ends_table: dict | None) -> None:
+    if ends_table is not None:
         print("shape_net's end head, truth -> predicted per end crop:", json.dumps(ends_table))
     print(f"{'visible ends':>12} {'rods':>5} {'errors':>6} {'correct':>7} {'accuracy':>8}  errors (capsule/cylinder truth)")
     for nv, t in table.items():
@@ -149,14 +178,6 @@ def main(argv=None) -> int:
             print(f"  {r['frame']:3d} {r['instance']} {r['truth']:>8} -> {r['decision']:<8} "
                   f"{[e['reason'][:3] + ':' + str(e['fraction']) for e in r['ends']]} "
                   f"shape {r['shape_net']} head {r['head']} net {r['net']}")
-    summary = {"frames": args.frames, "noise": args.noise, "min_pixels": args.min_pixels,
-               "min_visible": args.min_visible, "by_visible_ends": table, "end_reasons": reasons,
-               "by_radius_px_and_visible_ends": by_radius, "end_head": ends_table}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({**summary, "records": records}, indent=1) + "\n")
-    print(json.dumps(summary))
-    return 0
 
 
 if __name__ == "__main__":
