@@ -196,8 +196,9 @@ def link_body_offsets(art: Articulation, poses: PoseTracks) -> dict[str, np.ndar
 def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
     """A floor at z = 0 when something is unconstrained (free or planar joint), else None.
 
-    Its coefficients come from params.json: ``floor.friction`` (else 0.5),
-    ``floor.restitution`` (else 0) and, for compliant contacts, ``floor.stiffness`` /
+    Its coefficients come from params.json: ``extra["floor_bullet"]``'s friction and
+    restitution where identify calibrated them in PyBullet, else ``floor.friction`` (else
+    0.5), ``floor.restitution`` (else 0); for compliant contacts, ``floor.stiffness`` /
     ``floor.damping`` (else rigid). The identify stage does not estimate them. Compliance
     matters for parts lying flat on the floor: on a rigid floor they are statically
     indeterminate and Bullet's answer depends on contact history that a restart from a
@@ -207,7 +208,10 @@ def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
     (synthetic thrown: silhouette IoU 1.00 -> 0.20 with a 10 kN/m floor in the twin)."""
     if not any(j.type in ("free", "planar") for j in art.joints):
         return None
-    est = post.estimate if post is not None else {}
+    est = dict(post.estimate) if post is not None else {}
+    bullet = post.extra.get("floor_bullet") if post is not None else None
+    if bullet:   # calibrated in PyBullet itself (identify_floor): the penalty model's values are biased here
+        est.update({"floor.friction": bullet["friction"], "floor.restitution": bullet["restitution"]})
     k = est.get("floor.stiffness")
     return Floor(0.0, est.get("floor.friction", 0.5), est.get("floor.restitution", 0.0),
                  float(k) if k else None, float(est.get("floor.damping", 0.0)) if k else None)
