@@ -42,6 +42,9 @@ damping fitted in flight scale with the anchor: thrown's truth (0.8 / 0.25 kg, 0
 reads 1.568 / 0.49 kg, 0.0039 N m s at the anchor 1.568 kg.
 The penalty stiffness is a simulation device for a rigid floor; ``floor.stiffness`` /
 ``floor.damping`` (which make forecast's PyBullet floor compliant) are not written.
+The penalty model's friction and restitution are biased against PyBullet's rigid contacts,
+so ``finish`` also calibrates them in PyBullet (``identify_floor``) for the exported
+twin: ``extra["floor_bullet"]``.
 
 Planar roots rest on the floor through their joint (it absorbs the weight, and would leave
 the penalty normal force at 0): their lowest contact points are set at the depth where
