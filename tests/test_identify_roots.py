@@ -204,6 +204,8 @@ def test_thrown_landing_fits_the_floor_contact():
     assert ratio == pytest.approx(p["body_b.mass"] / p["body_a.mass"], rel=0.05)
     assert {"floor.friction", "floor.restitution"} <= set(post.names) and "body_b.mass" not in post.names
     assert 0.0 <= post.estimate["floor.restitution"] <= 1.0
+    fb = post.extra["floor_bullet"]   # calibrated in PyBullet, the generator's own simulator
+    assert fb["friction"] == pytest.approx(0.6, abs=0.1) and fb["restitution"] == pytest.approx(0.3, abs=0.1), fb
     rp = identify_roots.build_root_problem(identify.IdentifyConfig(compile=False), art, jp, poses, st.shapes, FPS)
     sim = rp.sim
     sim.model = sim.model.replace(mass=torch.tensor([[post.estimate["body_a.mass"], post.estimate["body_b.mass"]]],
