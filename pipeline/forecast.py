@@ -15,7 +15,8 @@ no reading are 0 in every image compared, so sensor holes score no method.
   (model.urdf's) and the floating root's pose; a quadratic fit at the first observed
   frame is the initial guess, refined by single shooting: the state whose PyBullet
   simulation best matches the tracked body poses over the observed frames
-  (Levenberg-Marquardt, ``pose_residual``).
+  (Levenberg-Marquardt over growing windows, ``shoot_state``, ``pose_residual``). With a
+  floor, the observed frames start after the last floor contact among them (``after_contact``).
 * Simulator: PyBullet on ``model.urdf`` (the exported twin; default motors disabled,
   no extra link damping, URDF joint damping, Coulomb friction as a zero-velocity motor
   of force = friction), 960 Hz substeps, 100 solver iterations. A floor z = 0 (friction
@@ -56,7 +57,7 @@ from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import atomic_path, write_json, write_npz
 from vid2sim.pipeline.holdout import fit_frames
-from vid2sim.models.bullet import Floor, add_floor
+from vid2sim.models.bullet import BulletTwin, Floor, Tip  # noqa: F401 (BulletTwin, Tip: forecast's API)
 from vid2sim.models.render.depth import DepthRenderer, background_from, composite
 
 log = logging.getLogger(__name__)
@@ -186,127 +187,6 @@ def fit_root(root_pose: np.ndarray, dt: float, at: int = -1) -> tuple[np.ndarray
     return np.concatenate([p, (Rotation.from_rotvec(r) * rots[at]).as_quat()]), v, w
 
 
-@dataclass(frozen=True)
-class Tip:
-    """A kinematic pusher: a vertical cylinder whose centre follows ``positions`` (T, 3), one per frame."""
-
-    radius: float
-    height: float
-    positions: np.ndarray
-    friction: float = 0.3
-
-    @staticmethod
-    def from_truth(st) -> "Tip | None":
-        """A synthetic recording's pusher (``datasets.synthetic.simulate``'s result), or None."""
-        if st.tip_position is None:
-            return None
-        t = st.truth["tip"]
-        return Tip(t["radius"], t["height"], st.tip_position, t["friction"])
-
-
-class BulletTwin:
-    """A URDF in its own PyBullet client, default motors off, read out as body (shape) poses."""
-
-    def __init__(self, urdf_path: str, T_link_body: dict[str, np.ndarray], floating: bool, floor: Floor | None = None,
-                 sim_hz: float = 960.0, tip: Tip | None = None):
-        import pybullet as pb
-
-        self.pb, self.T_link_body, self.floating, self.sim_hz, self.tip = pb, T_link_body, floating, sim_hz, tip
-        self.cid = cid = pb.connect(pb.DIRECT)
-        pb.setGravity(0, 0, -9.81, physicsClientId=cid)
-        pb.setTimeStep(1.0 / sim_hz, physicsClientId=cid)
-        pb.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1, physicsClientId=cid)
-        self.rid = pb.loadURDF(str(urdf_path), useFixedBase=not floating, physicsClientId=cid,
-                               flags=pb.URDF_USE_INERTIA_FROM_FILE)
-        self.joint_index, self.link_index, self.limits = {}, {}, {}
-        self.root = pb.getBodyInfo(self.rid, physicsClientId=cid)[0].decode()
-        n = pb.getNumJoints(self.rid, physicsClientId=cid)
-        for i in range(-1, n):
-            pb.changeDynamics(self.rid, i, linearDamping=0.0, angularDamping=0.0, physicsClientId=cid)
-            if floor is not None:
-                pb.changeDynamics(self.rid, i, lateralFriction=floor.friction, restitution=floor.restitution,
-                                  physicsClientId=cid)
-        for i in range(n):
-            info = pb.getJointInfo(self.rid, i, physicsClientId=cid)
-            self.link_index[info[12].decode()] = i
-            if info[2] in (pb.JOINT_REVOLUTE, pb.JOINT_PRISMATIC):
-                self.joint_index[info[1].decode()] = i
-                self.limits[i] = (info[8], info[9])
-                pb.changeDynamics(self.rid, i, jointDamping=info[6], physicsClientId=cid)  # URDF damping
-                # default motor off; Coulomb friction as a zero-velocity motor of force = URDF friction
-                pb.setJointMotorControl2(self.rid, i, pb.VELOCITY_CONTROL, targetVelocity=0.0, force=info[7],
-                                         physicsClientId=cid)
-        self.base_inertial = _pose_to_T(np.concatenate(pb.getDynamicsInfo(self.rid, -1, physicsClientId=cid)[3:5]))
-        if floor is not None:  # friction/restitution 1.0 on it: the parts carry the effective values
-            fid = add_floor(pb, cid, floor)
-        if tip is not None:
-            cyl = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=tip.radius, height=tip.height, physicsClientId=cid)
-            self.tid = pb.createMultiBody(50.0, cyl, basePosition=list(tip.positions[0]), physicsClientId=cid)
-            # ``tip.friction`` is the effective tip-part value; Bullet multiplies it by the
-            # part's own coefficient (the floor friction here), so divide that out as
-            # datasets/synthetic/physics.py does
-            part = floor.friction if floor is not None and floor.friction > 0 else 1.0
-            pb.changeDynamics(self.tid, -1, lateralFriction=tip.friction / part, linearDamping=0, angularDamping=0,
-                              physicsClientId=cid)
-            if floor is not None:
-                pb.setCollisionFilterPair(self.tid, fid, -1, -1, 0, physicsClientId=cid)
-
-    def close(self) -> None:
-        self.pb.disconnect(self.cid)
-
-    def enable_limits(self, on: bool) -> None:
-        """Switch the URDF joint limits on or off (off: +-1e4, e.g. while fitting a state)."""
-        for i, (lo, hi) in self.limits.items():
-            if hi > lo:
-                lo, hi = (lo, hi) if on else (-1e4, 1e4)
-                self.pb.changeDynamics(self.rid, i, jointLowerLimit=lo, jointUpperLimit=hi, physicsClientId=self.cid)
-
-    def set_state(self, names, q, qd, root=None, root_v=None, root_w=None) -> None:
-        """Joint q/qd by name; a floating root's link pose (7,) and twist (world, about the link origin)."""
-        pb = self.pb
-        for n, qi, vi in zip(names, q, qd):
-            if n in self.joint_index:
-                pb.resetJointState(self.rid, self.joint_index[n], float(qi), float(vi), physicsClientId=self.cid)
-        if self.floating and root is not None:
-            T_wl = _pose_to_T(root)
-            T_wi = T_wl @ self.base_inertial  # PyBullet's base pose is its inertial frame
-            pb.resetBasePositionAndOrientation(self.rid, T_wi[:3, 3], Rotation.from_matrix(T_wi[:3, :3]).as_quat(),
-                                               physicsClientId=self.cid)
-            v_com = np.asarray(root_v) + np.cross(root_w, T_wi[:3, 3] - T_wl[:3, 3])
-            pb.resetBaseVelocity(self.rid, v_com, root_w, physicsClientId=self.cid)
-
-    def step_frame(self, fps: float, frame: int = 0) -> None:
-        """Advance one frame period; a tip moves linearly from its frame to the next meanwhile."""
-        n = max(1, int(round(self.sim_hz / fps)))
-        for s in range(n):
-            if self.tip is not None:
-                P = self.tip.positions
-                a, b = P[min(frame, len(P) - 1)], P[min(frame + 1, len(P) - 1)]
-                self.pb.resetBasePositionAndOrientation(self.tid, a + (b - a) * s / n, [0, 0, 0, 1], physicsClientId=self.cid)
-                self.pb.resetBaseVelocity(self.tid, list((b - a) * fps), [0, 0, 0], physicsClientId=self.cid)
-            self.pb.stepSimulation(physicsClientId=self.cid)
-
-    def body_poses(self, bodies: list[str]) -> np.ndarray:
-        """(M, 4, 4) world poses of the bodies (shape frames)."""
-        pb, out = self.pb, []
-        for b in bodies:
-            if b == self.root:
-                p, o = pb.getBasePositionAndOrientation(self.rid, physicsClientId=self.cid)
-                T_wl = _pose_to_T(np.concatenate([p, o])) @ np.linalg.inv(self.base_inertial)
-            else:
-                s = pb.getLinkState(self.rid, self.link_index[b], computeForwardKinematics=True, physicsClientId=self.cid)
-                T_wl = _pose_to_T(np.concatenate([s[4], s[5]]))
-            out.append(T_wl @ self.T_link_body[b])
-        return np.stack(out)
-
-
-def _pose_to_T(pose) -> np.ndarray:
-    T = np.eye(4)
-    T[:3, :3] = Rotation.from_quat(pose[3:7]).as_matrix()
-    T[:3, 3] = pose[:3]
-    return T
-
-
 def link_body_offsets(art: Articulation, poses: PoseTracks) -> dict[str, np.ndarray]:
     frames = export.link_frames(art, poses)
     idx = {b: i for i, b in enumerate(poses.body_names)}
@@ -316,8 +196,9 @@ def link_body_offsets(art: Articulation, poses: PoseTracks) -> dict[str, np.ndar
 def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
     """A floor at z = 0 when something is unconstrained (free or planar joint), else None.
 
-    Its coefficients come from params.json: ``floor.friction`` (else 0.5),
-    ``floor.restitution`` (else 0) and, for compliant contacts, ``floor.stiffness`` /
+    Its coefficients come from params.json: ``extra["floor_bullet"]``'s friction and
+    restitution where identify calibrated them in PyBullet, else ``floor.friction`` (else
+    0.5), ``floor.restitution`` (else 0); for compliant contacts, ``floor.stiffness`` /
     ``floor.damping`` (else rigid). The identify stage does not estimate them. Compliance
     matters for parts lying flat on the floor: on a rigid floor they are statically
     indeterminate and Bullet's answer depends on contact history that a restart from a
@@ -327,7 +208,10 @@ def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
     (synthetic thrown: silhouette IoU 1.00 -> 0.20 with a 10 kN/m floor in the twin)."""
     if not any(j.type in ("free", "planar") for j in art.joints):
         return None
-    est = post.estimate if post is not None else {}
+    est = dict(post.estimate) if post is not None else {}
+    bullet = post.extra.get("floor_bullet") if post is not None else None
+    if bullet:   # calibrated in PyBullet itself (identify_floor): the penalty model's values are biased here
+        est.update({"floor.friction": bullet["friction"], "floor.restitution": bullet["restitution"]})
     k = est.get("floor.stiffness")
     return Floor(0.0, est.get("floor.friction", 0.5), est.get("floor.restitution", 0.0),
                  float(k) if k else None, float(est.get("floor.damping", 0.0)) if k else None)
@@ -339,64 +223,129 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
                   shapes: dict[str, Shape] | None = None) -> np.ndarray:
     """Body poses (steps, M, 4, 4), bodies in ``art.bodies`` order, row k = frame ``at + 1 + k``.
 
-    State estimation from the tracked frames ``lo = at-observe+1 .. at``: a quadratic fit of
-    the joint coordinates (and the floating root's pose) at ``lo`` as the initial guess,
-    refined by single shooting (``shoot``): the state at ``lo`` whose simulation best
-    matches the tracked body poses over the window (Levenberg-Marquardt, scipy), which
-    is far less biased than a polynomial's derivative at the window's end. The twin is
-    then simulated from ``lo`` through the window and on for ``steps`` frames.
+    State estimation from the tracked frames ``lo .. at``, ``lo = at-observe+1`` or, with a
+    floor and ``shapes``, the first frame after the window's last floor contact where that
+    leaves ``SHOOT_FIRST`` frames (``after_contact``: an impact's outcome depends on contact
+    details the twin need not match, a flight does not): a quadratic fit of the joint
+    coordinates (and the floating root's pose) at ``lo`` as the initial guess, refined by
+    single shooting (``shoot``, ``Restart.fit``): the state at ``lo`` whose simulation best
+    matches the tracked body poses over the window, which is far less biased than a
+    polynomial's derivative at the window's end. The twin is then simulated from ``lo``
+    through the window and on for ``steps`` frames.
     Joint coordinates are ``jp``'s (articulate's, model.urdf's convention), else computed
     from the tracks by ``export.joint_coordinates``. With ``shapes`` (the library), the
     shooting residual ignores what a body's shape does not show: a capsule's or cylinder's
     spin about its axis, a sphere's orientation.
     """
-    from scipy.optimize import least_squares
-
-    dt, lo = 1.0 / fps, max(0, at - observe + 1)
+    lo = max(0, at - observe + 1)
     if jp is not None:
         names, Q, R = list(jp.names), jp.q, jp.root_pose
     else:
         names, Q = export.joint_coordinates(art, poses)
         R = export.root_poses(art, poses)
     order = [poses.body_names.index(b) for b in art.bodies]
-    kinds = [shapes[poses.shape_names[i]].type if shapes else "box" for i in order]
+    body_shapes = [shapes[poses.shape_names[i]] for i in order] if shapes else None
+    kinds = [s.type for s in body_shapes] if body_shapes else ["box"] * len(order)
+    if floor is not None and body_shapes:
+        lo = after_contact(poses.world_from_body[:at + 1][:, order], body_shapes, floor.height, lo, fps)
     observed = poses.world_from_body[lo:at + 1][:, order]
-    q0, qd0 = fit_state(Q[lo:at + 1], dt, 0)
-    root0 = fit_root(R[lo:at + 1], dt, 0) if R is not None else None
     twin = BulletTwin(str(urdf_path), link_body_offsets(art, poses), R is not None, floor, sim_hz, tip)
-    n = len(names)
-
-    def state(x):
-        if root0 is None:
-            return x[:n], x[n:2 * n], None, None, None
-        p, r, v, w = x[2 * n:2 * n + 3], x[2 * n + 3:2 * n + 6], x[2 * n + 6:2 * n + 9], x[2 * n + 9:2 * n + 12]
-        rot = Rotation.from_rotvec(r) * Rotation.from_quat(root0[0][3:])
-        return x[:n], x[n:2 * n], np.concatenate([root0[0][:3] + p, rot.as_quat()]), v, w
-
-    def simulate(x, frames):
-        twin.set_state(names, *state(x))
-        out = [twin.body_poses(art.bodies)]
-        for k in range(frames - 1):
-            twin.step_frame(fps, lo + k)
-            out.append(twin.body_poses(art.bodies))
-        return np.stack(out)
-
-    def residual(x):
-        W = simulate(x, len(observed))
-        return pose_residual(W, observed, kinds)
-
-    x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), root0[1], root0[2]] if root0 is not None else []))
     try:
-        if shoot and len(observed) > 2 and x0.size:
-            # without limits: a poor first guess can drive a joint into one, where the
-            # residual stops being smooth and the fit stalls (the observed window is within them)
-            twin.enable_limits(False)
-            x0 = least_squares(residual, x0, method="lm", diff_step=1e-4, x_scale=np.maximum(np.abs(x0), 0.1),
-                               max_nfev=40 * x0.size).x  # PyBullet poses carry float32-level noise
-            twin.enable_limits(True)
-        return simulate(x0, len(observed) + steps)[len(observed):]
+        restart = Restart(twin, list(art.bodies), names, Q[lo:at + 1], None if R is None else R[lo:at + 1], lo, fps)
+        x = restart.fit(observed, kinds) if shoot else restart.x0
+        return restart.simulate(x, len(observed) + steps)[len(observed):]
     finally:
         twin.close()
+
+
+CONTACT_GAP_M = 0.005   # a tracked lowest point within this of the floor (m) counts as touching it
+IMPACT_ACCEL = 0.5 * 9.81  # m/s^2: an upward second difference of the lowest point beyond this near the floor is an impact
+
+
+def after_contact(W: np.ndarray, shapes: list[Shape], height: float, lo: int, fps: float) -> int:
+    """W: (T, M, 4, 4) tracked body poses up to the restart frame T-1 -> the first frame after the
+    last one in [lo, T-1] that touches the floor z = ``height``, when at least ``SHOOT_FIRST``
+    frames follow it; else ``lo``. A frame touches when its lowest body point
+    (``identify_roots.lowest_points``) is within ``CONTACT_GAP_M`` of the floor, or within that
+    plus the frame's travel while it accelerates upward by more than ``IMPACT_ACCEL`` (an
+    impact between samples; the last frame has no second difference)."""
+    from vid2sim.pipeline.identify_roots import lowest_points, surface_points
+
+    low = lowest_points(W[lo:], [surface_points(s) for s in shapes]) - height
+    travel = np.abs(np.diff(low, prepend=low[0]))
+    accel = np.zeros_like(low)
+    accel[1:-1] = (low[2:] - 2 * low[1:-1] + low[:-2]) * fps * fps
+    touching = np.flatnonzero((low <= CONTACT_GAP_M) | ((accel > IMPACT_ACCEL) & (low <= CONTACT_GAP_M + travel)))
+    start = lo + int(touching[-1]) + 1 if touching.size else lo
+    return start if len(W) - start >= SHOOT_FIRST else lo
+
+
+class Restart:
+    """A ``BulletTwin`` restarted at frame ``lo`` from a state vector x: joint q, qd (n each)
+    and, with a floating root, its position offset (3, m) and rotation vector (3, rad, world)
+    from the guess, then its linear and angular velocity (3 + 3, world, about the link
+    origin). ``Q`` (K, n) joint coordinates and ``R`` (K, 7) root poses (or None) of frames
+    ``lo ..``: the guess ``x0`` is their quadratic fit at ``lo``."""
+
+    def __init__(self, twin: BulletTwin, bodies: list[str], names: list[str], Q: np.ndarray, R: np.ndarray | None,
+                 lo: int, fps: float):
+        self.twin, self.bodies, self.names, self.lo, self.fps = twin, bodies, names, lo, fps
+        q0, qd0 = fit_state(Q, 1.0 / fps, 0)
+        self.root0 = fit_root(R, 1.0 / fps, 0) if R is not None else None
+        r = self.root0
+        self.x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), r[1], r[2]] if r is not None else []))
+
+    def state(self, x: np.ndarray) -> tuple:
+        """``BulletTwin.set_state``'s arguments after the names."""
+        n = len(self.names)
+        if self.root0 is None:
+            return x[:n], x[n:2 * n], None, None, None
+        p, r, v, w = x[2 * n:2 * n + 3], x[2 * n + 3:2 * n + 6], x[2 * n + 6:2 * n + 9], x[2 * n + 9:2 * n + 12]
+        rot = Rotation.from_rotvec(r) * Rotation.from_quat(self.root0[0][3:])
+        return x[:n], x[n:2 * n], np.concatenate([self.root0[0][:3] + p, rot.as_quat()]), v, w
+
+    def simulate(self, x: np.ndarray, frames: int) -> np.ndarray:
+        """(frames, M, 4, 4) body poses of frames lo, lo + 1, ... from state x."""
+        self.twin.set_state(self.names, *self.state(x))
+        out = [self.twin.body_poses(self.bodies)]
+        for k in range(frames - 1):
+            self.twin.step_frame(self.fps, self.lo + k)
+            out.append(self.twin.body_poses(self.bodies))
+        return np.stack(out)
+
+    def fit(self, observed: np.ndarray, kinds: list[str]) -> np.ndarray:
+        """The state x whose simulation best matches ``observed`` (K, M, 4, 4) body poses of
+        frames lo .. (``pose_residual``, ``shoot_state``); the guess when K <= 2."""
+        if len(observed) <= 2 or not self.x0.size:
+            return self.x0
+        # without limits: a poor first guess can drive a joint into one, where the
+        # residual stops being smooth and the fit stalls (the observed window is within them)
+        self.twin.enable_limits(False)
+        try:
+            return shoot_state(lambda x, k: pose_residual(self.simulate(x, k), observed[:k], kinds), self.x0,
+                               len(observed))
+        finally:
+            self.twin.enable_limits(True)
+
+
+SHOOT_FIRST = 3  # frames of the first single-shooting window; each next window doubles, up to the observed ones
+
+
+def shoot_state(residual, x0: np.ndarray, n: int) -> np.ndarray:
+    """The start state x minimising ``residual(x, k)`` over the first k = n observed frames, by
+    Levenberg-Marquardt over growing windows k = ``SHOOT_FIRST``, 2x, 4x, ... n, each started
+    from the last one's solution. Over a short window the residual is nearly linear in x, so
+    the fit does not stall far from the tracks as a fit of the whole window from a
+    polynomial guess can (a tumbling free body's spin)."""
+    from scipy.optimize import least_squares
+
+    k = min(SHOOT_FIRST, n)
+    while True:
+        x0 = least_squares(lambda x: residual(x, k), x0, method="lm", diff_step=1e-4,  # PyBullet: float32-level noise
+                           x_scale=np.maximum(np.abs(x0), 0.1), max_nfev=40 * x0.size).x
+        if k == n:
+            return x0
+        k = min(2 * k, n)
 
 
 ROTATION_WEIGHT_M = 0.1  # shooting residual: metres of position error worth one radian of rotation error

@@ -42,6 +42,9 @@ damping fitted in flight scale with the anchor: thrown's truth (0.8 / 0.25 kg, 0
 reads 1.568 / 0.49 kg, 0.0039 N m s at the anchor 1.568 kg.
 The penalty stiffness is a simulation device for a rigid floor; ``floor.stiffness`` /
 ``floor.damping`` (which make forecast's PyBullet floor compliant) are not written.
+The penalty model's friction and restitution are biased against PyBullet's rigid contacts,
+so ``finish`` also calibrates them in PyBullet (``identify_floor``) for the exported
+twin: ``extra["floor_bullet"]``.
 
 Planar roots rest on the floor through their joint (it absorbs the weight, and would leave
 the penalty normal force at 0): their lowest contact points are set at the depth where
@@ -287,11 +290,14 @@ class RootProblem:
     problem: object = None  # the inference Problem (identify.floating_setup)
     held: dict = field(default_factory=dict)  # parameters fitted before the main fit and held in it (flight_prefit)
     candidate: tuple | None = None  # (values, log-likelihood, start state) of the least squares on the main problem
+    inputs: tuple | None = None  # (art, jp, poses, shapes, fps) as build_root_problem got them (identify_floor)
 
     def finish(self, post):
         """``post`` with the anchored masses added to its estimate (they are not fitted names) and,
         with a floor hit at a known speed, the derived ``floor.restitution`` as one more
-        parameter (``restitution`` of each particle's ``contact.damping``; limits [0, 1])."""
+        parameter (``restitution`` of each particle's ``contact.damping``; limits [0, 1]), and
+        ``extra["floor_bullet"]``: the floor friction and restitution of the PyBullet twin
+        (``identify_floor.calibrate``), which forecast's floor uses."""
         from vid2sim.pipeline.artifacts import Posterior
 
         names, limits, est, X = list(post.names), dict(post.limits), dict(post.estimate), post.particles
@@ -315,7 +321,14 @@ class RootProblem:
             extra["derived"] = {"floor.restitution": f"Hunt-Crossley rebound at the impact speed {speed:.3f} m/s"}
         est.update(self.anchored)
         est.update(self.held)
-        return Posterior(names, limits, est, X, post.method, ll, extra)
+        out = Posterior(names, limits, est, X, post.method, ll, extra)
+        if speed > 0 and "contact.damping" in names and self.inputs is not None:
+            from vid2sim.pipeline.identify_floor import calibrate
+
+            fit = calibrate(*self.inputs, out, self.floor.first)
+            if fit is not None:
+                out = Posterior(names, limits, est, X, post.method, ll, dict(extra, floor_bullet=fit))
+        return out
 
 
 def _body_points(model, shapes: dict[str, Shape], W0: dict[str, np.ndarray]) -> tuple[list[int], np.ndarray]:
@@ -335,7 +348,7 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
     from vid2sim.models.dynamics import model_from_articulation
     from vid2sim.pipeline.identify import compile_for, joint_trajectory, observation_sigma, substeps_for
 
-    root = root_joint(art)
+    original, root = art, root_joint(art)
     bad = [f"{j.name} ({j.type})" for j in art.joints if j is not root and j.type not in ("revolute", "prismatic", "fixed")]
     if bad:
         raise NotImplementedError(f"identify: joints {bad} below or beside a floating root are not supported yet")
@@ -400,7 +413,8 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
                                                    "impact_speed": floor.impact_speed}}
     log.info("identify: %s root %r; mass scale not observable: %s anchored (not fitted)", root.type, root.name,
              ", ".join(f"{k} = {v:.4g} kg" for k, v in anchored.items()))
-    return RootProblem(sim, q, np.concatenate([q, qd], 1), sigma, floor, anchored, extra)
+    return RootProblem(sim, q, np.concatenate([q, qd], 1), sigma, floor, anchored, extra,
+                       inputs=(original, jp, poses.head(frames), shapes, fps))   # the fitted frames only
 
 
 def _q_names(model) -> list[str]:

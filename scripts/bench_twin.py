@@ -3,7 +3,9 @@ first part of a clip, predict the part it never saw?
 
 For every mechanism (``--mechanisms``, default every synthetic one): a recording of
 ``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s; ``thrown`` 0.67 s + 2 s, since its
-pair lands at about 0.7 s and rests from about 1.3 s); the pipeline (segment ... export)
+pair lands at about 0.7 s and rests from about 1.3 s: its fit ends before the landing, so
+the floor's friction and restitution are not in the frames fitted and the twin gets
+forecast's default floor; ``--fit-seconds 1.0`` fits the landing and first bounces); the pipeline (segment ... export)
 runs on a copy holding only the first ``fit`` frames (``write_first_frames``: no stage
 sees the rest, not even articulate); its ``model.urdf`` is restarted in PyBullet from the
 state estimated over its last tracked frames (``forecast.simulate_twin``) and simulated over
@@ -54,7 +56,7 @@ log = logging.getLogger("bench_twin")
 FPS = 30.0
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 # mechanisms whose motion is over before the default fit window ends: their own window
-FIT_SECONDS = {"thrown": 0.67}  # seed 0: the pair first hits the floor at frames 20-22 and rests from about 38
+FIT_SECONDS = {"thrown": 0.67}  # the pair first hits the floor at frames 20-23 (seeds 0-2) and rests from about 38
 
 
 def silhouettes(rec_path: Path, W: np.ndarray, shapes: list) -> np.ndarray:

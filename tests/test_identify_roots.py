@@ -204,6 +204,8 @@ def test_thrown_landing_fits_the_floor_contact():
     assert ratio == pytest.approx(p["body_b.mass"] / p["body_a.mass"], rel=0.05)
     assert {"floor.friction", "floor.restitution"} <= set(post.names) and "body_b.mass" not in post.names
     assert 0.0 <= post.estimate["floor.restitution"] <= 1.0
+    fb = post.extra["floor_bullet"]   # calibrated in PyBullet, the generator's own simulator
+    assert fb["friction"] == pytest.approx(0.6, abs=0.1) and fb["restitution"] == pytest.approx(0.3, abs=0.1), fb
     rp = identify_roots.build_root_problem(identify.IdentifyConfig(compile=False), art, jp, poses, st.shapes, FPS)
     sim = rp.sim
     sim.model = sim.model.replace(mass=torch.tensor([[post.estimate["body_a.mass"], post.estimate["body_b.mass"]]],
@@ -213,3 +215,21 @@ def test_thrown_landing_fits_the_floor_contact():
     x = sim.simulate(theta, torch.tensor([post.extra["start_state"]], dtype=torch.float64), 26)[0].numpy()
     err = np.linalg.norm(x[:, :3] - rp.q[:, :3], axis=1) * 1e3
     assert err[:20].max() < 10.0 and err[20:25].max() < 60.0, err.round(1)
+
+
+def test_floor_contact_calibrated_in_pybullet_is_the_scenes():
+    """A box thrown onto PyBullet's rigid floor with friction 0.3 and restitution 0.5 (the
+    scene's own simulation, not the twin's): ``identify_floor.calibrate`` from its true
+    tracks and mass recovers both on its 0.1 grid (the penalty model's values are biased;
+    see test_box_thrown_onto_floor_friction_and_rest_position)."""
+    from vid2sim.pipeline import identify_floor
+    from vid2sim.pipeline.artifacts import Posterior
+
+    art, poses, jp, shapes = box_on_floor(30, mu=0.3, e=0.5)
+    low = identify_roots.lowest_points(poses.world_from_body, [identify_roots.surface_points(shapes["box"])])
+    first = identify_roots.floor_plane(low, FPS, 0.005).first
+    assert 3 <= first <= 6
+    post = Posterior(["box.mass"], {"box.mass": (1.0, 1.0)}, {"box.mass": 1.0}, np.ones((1, 1)), "truth", 0.0)
+    fit = identify_floor.calibrate(art, jp, poses, shapes, FPS, post, first)
+    assert fit["friction"] == pytest.approx(0.3, abs=0.051) and fit["restitution"] == pytest.approx(0.5, abs=0.051), fit
+    assert fit["rms"] < 2e-3 and fit["frames"][1] == first

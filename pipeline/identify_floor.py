@@ -1,0 +1,72 @@
+"""Floor friction and restitution for the exported twin, calibrated in PyBullet.
+
+identify fits a free root's floor contact with penalty springs (``identify_roots``), whose
+Coulomb friction and Hunt-Crossley restitution are biased against the rigid contacts of
+PyBullet, which the exported twin and forecast run on. Here the PyBullet twin of the
+identified estimate (``export.build_urdf``, ``models.bullet.BulletTwin`` on forecast's
+floor, ``forecast.default_floor``) is restarted from the free-flight state just before the
+first floor contact (``forecast.Restart``, shot over up to ``FLIGHT_FRAMES`` flight frames)
+and the floor friction mu and restitution e are searched for the simulation that best
+reproduces the tracked body poses over the contact frames (``forecast.pose_residual``,
+mean square): a grid over ``FRICTION_GRID`` x ``RESTITUTION_GRID``, then a grid of half
+the spacing around its best point (impacts make the cost rugged, so no gradient steps).
+Nothing else is fitted here.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from vid2sim.datasets.shapes import Shape
+
+log = logging.getLogger(__name__)
+FLIGHT_FRAMES = 10     # at most this many flight frames before the first contact fix the restart state
+CONTACT_FRAMES = 30    # at most this many frames from the first contact on are compared
+FRICTION_GRID = np.round(np.arange(0.1, 1.51, 0.1), 3)      # Coulomb mu searched (part-floor)
+RESTITUTION_GRID = np.round(np.arange(0.0, 0.91, 0.1), 3)  # restitution searched
+
+
+def calibrate(art, jp, poses, shapes: dict[str, Shape], fps: float, post, first: int) -> dict | None:
+    """The floor friction and restitution that make the PyBullet twin of ``post`` reproduce the
+    tracked frames ``first`` (the first floor contact) .. ``first + CONTACT_FRAMES - 1``:
+    {"friction", "restitution", "rms", "frames": [lo, first, end - 1]} with rms the root mean
+    square of the pose residual there (m; rotations weighed as in ``forecast.pose_residual``).
+    None when fewer than 3 flight frames precede ``first`` or fewer than 2 frames follow it."""
+    from vid2sim.models.bullet import BulletTwin
+    from vid2sim.pipeline import export, forecast
+
+    lo, end = max(0, first - FLIGHT_FRAMES), min(poses.num_frames, jp.q.shape[0], first + CONTACT_FRAMES)
+    if first - lo < 3 or end - first < 2 or jp.root_pose is None:
+        return None
+    order = [poses.body_names.index(b) for b in art.bodies]
+    kinds = [shapes[poses.shape_names[i]].type for i in order]
+    W = poses.world_from_body[:, order]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "twin.urdf"
+        path.write_text(export.build_urdf(export.ExportConfig(), art, post, shapes, poses))
+        twin = BulletTwin(str(path), forecast.link_body_offsets(art, poses), True, forecast.default_floor(art, post))
+    try:
+        restart = forecast.Restart(twin, list(art.bodies), list(jp.names), jp.q[lo:first], jp.root_pose[lo:first],
+                                   lo, fps)
+        x = restart.fit(W[lo:first], kinds)
+
+        def cost(mu: float, e: float) -> float:
+            twin.set_contact(mu, e)
+            r = forecast.pose_residual(restart.simulate(x, end - lo)[first - lo:], W[first:end], kinds)
+            return float(np.mean(r * r))
+
+        best = min(((cost(m, e), m, e) for m in FRICTION_GRID for e in RESTITUTION_GRID))
+        dm, de = FRICTION_GRID[1] - FRICTION_GRID[0], RESTITUTION_GRID[1] - RESTITUTION_GRID[0]
+        fine = [(best[1] + i * dm / 2, best[2] + j * de / 2) for i in (-1, 0, 1) for j in (-1, 0, 1) if i or j]
+        best = min([best] + [(cost(m, e), m, e) for m, e in fine
+                             if FRICTION_GRID[0] <= m <= FRICTION_GRID[-1] and 0.0 <= e <= 1.0])
+    finally:
+        twin.close()
+    out = {"friction": round(float(best[1]), 4), "restitution": round(float(best[2]), 4),
+           "rms": float(np.sqrt(best[0])), "frames": [lo, first, end - 1]}
+    log.info("identify: floor contact calibrated in PyBullet over frames %d-%d: friction %.3f, restitution %.3f "
+             "(pose residual rms %.1f mm)", first, end - 1, out["friction"], out["restitution"], 1e3 * out["rms"])
+    return out
