@@ -144,6 +144,8 @@ class _Scene:
         d_cam = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones_like(u, float)], -1)
         self.dirs = torch.as_tensor(d_cam.reshape(-1, 3), dtype=DT) @ T_wc[:3, :3].T
         self.background = np.zeros((cam.height, cam.width), np.float32)
+        self.hidden: np.ndarray | None = None   # (H, W) bool pixels of a known actuator in the current frame
+        self.hidden_of = lambda i: None
         half = [np.array(p.half_size) if p.kind == "box" else np.array([p.radius, p.radius, p.radius + p.half_length])
                 for p in prims]
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
@@ -332,6 +334,8 @@ class _Tracker:
             obs, flat = obs.subset(keep), flat[keep.numpy()]
         if rgb is not None and scene.body_chroma is not None:
             obs.label = torch.as_tensor(scene.labels(rgb, flat))
+            if scene.hidden is not None:   # an actuator's colour says nothing about the parts
+                obs.label[torch.as_tensor(scene.hidden.reshape(-1)[flat])] = -2
         return obs, flat
 
     def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor], max_rays: int):
@@ -474,7 +478,10 @@ def _roi_of(scene: _Scene, c: np.ndarray, radius: float) -> np.ndarray:
 
 def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
     """Track every segmented instance through ``rec``; writes the overlay video into ``out_dir``."""
+    from vid2sim.pipeline.actuators import explain_actuators, fill_hidden, hidden_pixels
+
     out_dir = Path(out_dir)
+    rec = explain_actuators(rec)   # known actuators' pixels: no reading, colour undecided (scene.hidden)
     if not rec.has_depth:
         raise ValueError(f"{rec.path}: RGB-only tracking (planar silhouette mode) is not implemented yet; "
                          "the track stage needs depth frames")
@@ -495,7 +502,10 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                  1000 * cfg.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
         cfg = replace(cfg, depth_noise_k=noise.k)
     scene = _Scene(rec, prims, cfg)
-    scene.set_background(rec.depth(seg.frame), seg.masks, rec.color(seg.frame) if rec.has_color else None)
+    scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
+                         rec.color(seg.frame) if rec.has_color else None)
+    scene.hidden_of = lambda i: hidden_pixels(rec, i)
+    scene.hidden = scene.hidden_of(seg.frame)
     tracker = _Tracker(cfg, scene, planar)
     T_init = _start_poses(tracker, rec, seg)
     Tn, M = rec.num_frames, len(prims)
@@ -514,6 +524,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
+                scene.hidden = scene.hidden_of(i)
                 depth = rec.depth(i)
                 rgb = rec.color(i) if rec.has_color and cfg.w_color > 0 else None
                 T0 = _predict(T_prev, vel)
