@@ -189,6 +189,9 @@ def _call_stage(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path, shared
         mod.run(cfg, rec, Segmentation.load(p("segmentation.npz")), run_dir).save(p("poses.npz"))
     elif spec.name == "articulate":
         art, jp = mod.run(cfg, PoseTracks.load(p("poses.npz")), run_dir, shapes=shapes)
+        from vid2sim.pipeline.identify_push import planar_root   # a pushed part on a floor slides (planar root)
+
+        art, jp = planar_root(art, jp, PoseTracks.load(p("poses.npz")), rec, shapes) or (art, jp)
         jp.save(p("joint_positions.npz"))
         art.save(p("articulation.json"))
     elif spec.name == "identify":

@@ -46,15 +46,19 @@ __all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording
 log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
+PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder")   # single pushed parts (pushes.py), for scripts/bench_push.py
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
 
 
 def mechanism(name: str) -> Mechanism:
-    """The mechanism definition called ``name`` (one of MECHANISMS)."""
-    if name not in FACTORIES:
-        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS)}")
-    return FACTORIES[name]()
+    """The mechanism definition called ``name`` (one of MECHANISMS or PUSH_MECHANISMS)."""
+    from vid2sim.datasets.synthetic.pushes import PUSH_FACTORIES
+
+    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS)}")
+    return factory()
 
 
 def _corners(shape: Shape) -> np.ndarray:
