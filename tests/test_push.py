@@ -102,6 +102,10 @@ def test_a_pushed_part_hung_from_the_world_becomes_planar(box_problem):
                                poses.world_from_body[:, 0, :3, 3] - poses.world_from_body[:1, 0, :3, 3], atol=1e-9)
     tilted = Articulation(["part"], [Joint("world_to_part", "revolute", "world", "part", (1, 0, 0), c)])
     assert identify_push.planar_root(tilted, jp, poses, rec, rec.shapes) is None
+    leaning = Articulation(["part"], [Joint("world_to_part", "planar", "world", "part", (-0.011, 0, 1), c)])
+    art, _ = identify_push.planar_root(leaning, jp, poses, rec, rec.shapes)
+    assert art.joints[0].axis == (0.0, 0.0, 1.0) and art.joints[0].pivot == c      # the floor's plane
+    assert identify_push.planar_root(art, jp, poses, rec, rec.shapes) is None       # already on it
     no_pusher = types.SimpleNamespace(actuation=None, shapes=rec.shapes)
     assert identify_push.planar_root(hinge, jp, poses, no_pusher, rec.shapes) is None
 
