@@ -112,6 +112,9 @@ def test_a_pushed_part_hung_from_the_world_becomes_planar(box_problem):
 
 def test_side_file_and_forecast_tip(tmp_path, box_problem):
     st, rp = box_problem
+    # forecast's floor: compliant as identify's penalty floor, half critical damping for the part
+    m = rp.sim.model.mass.min().item()
+    assert rp.held == {"floor.stiffness": 1e4, "floor.damping": pytest.approx((1e4 * m) ** 0.5)}
     post = Posterior(["floor.friction", "tip.friction"], {"floor.friction": (0, 1.5), "tip.friction": (0, 1.5)},
                      {"floor.friction": 0.41, "tip.friction": 0.27}, np.array([[0.41, 0.27]]), "cmaes", 0.0,
                      {"pusher": rp.extra["pusher"], "floor": {"height": 0.0}})
