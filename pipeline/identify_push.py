@@ -91,7 +91,8 @@ def planar_root(art, jp, poses, rec, shapes: dict[str, Shape], tolerance: float 
     friction-held pivot looks like a hinge to the world, which cannot slide when the pusher
     pushes harder. The plane is the floor's (identify's floor is z = h): a plane tilted by
     0.6 deg (fitted to a box's tracks) lifts a part 1.6 mm off a floor over 15 cm of slide,
-    30 times the depth at which its contacts carry it."""
+    30 times the depth at which its contacts carry it; hinges below it within 10 deg of the
+    vertical are made vertical for the same reason (``_upright``)."""
     from vid2sim.pipeline import export
     from vid2sim.pipeline.artifacts import JointPositions
     from vid2sim.pipeline.identify_roots import floor_plane, lowest_points, surface_points
@@ -104,8 +105,7 @@ def planar_root(art, jp, poses, rec, shapes: dict[str, Shape], tolerance: float 
     j = roots[0]
     vertical = abs(float(np.asarray(j.axis) @ [0, 0, 1.0])) / max(np.linalg.norm(j.axis), 1e-12)
     if (j.type in ("revolute", "planar") and vertical < math.cos(math.radians(10))) or \
-            (j.type == "prismatic" and vertical > math.sin(math.radians(10))) or \
-            (j.type == "planar" and vertical == 1.0):
+            (j.type == "prismatic" and vertical > math.sin(math.radians(10))):
         return None
     shape_of = dict(zip(poses.body_names, poses.shape_names))
     W = poses.world_from_body[:, [poses.body_names.index(b) for b in art.bodies]]
@@ -114,12 +114,25 @@ def planar_root(art, jp, poses, rec, shapes: dict[str, Shape], tolerance: float 
     if not floor.seen:
         return None
     pivot = tuple(float(v) for v in W[0, art.bodies.index(j.child), :3, 3]) if j.type != "planar" else j.pivot
-    joints = [replace(x, type="planar", axis=(0.0, 0.0, 1.0), pivot=pivot) if x is j else x for x in art.joints]
+    joints = [replace(x, type="planar", axis=(0.0, 0.0, 1.0), pivot=pivot) if x is j else _upright(x)
+              for x in art.joints]
+    if joints == list(art.joints):
+        return None
     new = replace(art, joints=joints)
     names, q = export.joint_coordinates(new, poses)
     log.info("articulate: %s (%s to the world) made planar: pushed by a known actuator on a floor (%s)",
              j.name, j.type, floor.reason)
     return new, JointPositions(q, names, export.root_poses(new, poses))
+
+
+def _upright(j):
+    """A revolute joint whose axis is within 10 deg of the vertical, made vertical (its sign kept):
+    a hinge 0.4 deg off tilts a 16-cm link 0.5 mm up or down as it turns half a radian, 17x the
+    depth at which the floor carries it."""
+    a = np.asarray(j.axis, float) / max(np.linalg.norm(j.axis), 1e-12)
+    if j.type != "revolute" or abs(a[2]) < math.cos(math.radians(10)) or abs(a[2]) == 1.0:
+        return j
+    return replace(j, axis=(0.0, 0.0, float(np.sign(a[2]))))
 
 
 def _tip_track(act, a: int, fps: float) -> tuple[np.ndarray, tuple]:
