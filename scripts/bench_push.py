@@ -13,7 +13,8 @@ Reported per case, against the truth of the unseen frames:
 - ``pos_err_1s_m``, ``pos_err_2s_m``: mean over bodies of the centre distance after 1 s / 2 s;
 - ``rot_err_1s_deg``, ``rot_err_2s_deg``: mean over bodies of the angle between predicted and
   true rotation change since the last fitted frame (box symmetries cancel);
-- ``iou``: silhouette IoU with the true body masks, mean over the unseen frames;
+- ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
+  where the tip is in front are left out of the prediction: the masks do not show them);
 - ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``;
 beside, in the same run: ``oracle_*`` (the true URDF, floor and tip restarted from the true
 poses) and ``baseline_*`` (the pipeline's twin without the pusher: no contact).
@@ -38,10 +39,11 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
-from vid2sim.datasets.synthetic import make_recording, recording_shapes, simulate, true_masks  # noqa: E402
+from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes, simulate, true_masks  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 from vid2sim.pipeline.cli import parse_sets  # noqa: E402
@@ -83,9 +85,15 @@ def pose_errors(W: np.ndarray, true: np.ndarray, W_at: np.ndarray, true_at: np.n
     return float(np.mean(pos)), float(np.mean(rot))
 
 
+def tip_masks(rec_path: Path, frames: range) -> np.ndarray:
+    """(N, H, W) bool pixels where the recording shows the pusher tip (truth_masks ``TIP_ID``)."""
+    return np.stack([cv2.imread(str(rec_path / "truth_masks" / f"{i:06d}.png"), cv2.IMREAD_UNCHANGED) == TIP_ID
+                     for i in frames])
+
+
 def _scores(prefix: str, W: np.ndarray, shapes: list, true: np.ndarray, W_at, true_at, rec_path: Path,
-            real: np.ndarray) -> dict:
-    iou = forecast.mask_iou(silhouettes(rec_path, W, shapes), real)
+            real: np.ndarray, tip: np.ndarray) -> dict:
+    iou = forecast.mask_iou(silhouettes(rec_path, W, shapes) & ~tip, real)   # the tip hides what it covers
     out = {f"{prefix}iou": round(float(iou.mean()), 4)}
     for s in (1, 2):
         k = int(round(s * FPS)) - 1
@@ -101,7 +109,7 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
     rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, overwrite=True)
     st = simulate(name, seed=seed, frames=frames, fps=FPS)
     at = fit - 1
-    real = true_masks(rec_path, range(fit, frames))
+    real, tip_px = true_masks(rec_path, range(fit, frames)), tip_masks(rec_path, range(fit, frames))
     true = st.world_from_body[fit:]
     res: dict = {}
     # oracle: the true model, floor and tip (true friction) restarted from the true poses
@@ -111,7 +119,7 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
     W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post),
                                tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes)
     Wo, so = _ordered(art, poses, shapes)
-    res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real))
+    res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real, tip_px))
     run = out / "run"
     try:
         fit_rec = write_first_frames(open_recording(rec_path), out / "rec_fit", fit, overwrite=True)
@@ -124,7 +132,7 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         for prefix, tip in (("", forecast_tip(rec, post)), ("baseline_", None)):
             W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS, floor=floor, tip=tip,
                                        jp=jp, shapes=rec.shapes)
-            res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real))
+            res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))
         truth = {"floor.friction": st.truth["params"]["floor.friction"], "tip.friction": st.truth["tip"]["friction"]}
         est = {k: post.estimate.get(k) for k in truth}
         res["friction"] = {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()}
