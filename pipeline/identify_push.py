@@ -18,8 +18,9 @@ What the URDF cannot hold (the pusher, the floor and tip friction, the contact m
 goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
 the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
 a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact point,
-``floor.damping`` half critical for the lightest part: on a rigid PyBullet floor the
-pushed linkage's twin ended 115 mm / 52 deg off after 1 s, on this one 32 mm / 15 deg).
+``floor.damping`` half critical for the lightest part: with one and the same fit, the
+pushed linkage's twin ended 115 mm / 52 deg off after 1 s on a rigid PyBullet floor and
+39 mm / 16 deg on this one).
 It does not model the pusher's own dynamics, rolling resistance, or part-part contact.
 """
 from __future__ import annotations
