@@ -21,6 +21,8 @@ from typing import Iterator
 import cv2
 import numpy as np
 
+from vid2sim.datasets.actuation import FILE as ACTUATION_FILE
+from vid2sim.datasets.actuation import Actuation, load_actuation
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.shapes import Shape, load_shapes, shapes_to_json
 
@@ -136,6 +138,7 @@ class Recording(ABC):
     has_depth: bool
     has_color: bool
     shapes: dict[str, Shape] | None
+    actuation: "Actuation | None" = None  # known actuators (actuation.npz, docs/formats.md §1.2)
 
     @abstractmethod
     def depth_raw(self, i: int) -> np.ndarray:
@@ -219,6 +222,8 @@ class FolderRecording(Recording):
         self.num_frames = len(self._depth_files or self._color_files)
         shapes_path = self.path / "shapes.json"
         self.shapes = load_shapes(shapes_path) if shapes_path.exists() else None
+        act_path = self.path / ACTUATION_FILE
+        self.actuation = load_actuation(act_path, self.shapes or {}, self.num_frames) if act_path.exists() else None
         # Validate the first frame now so that a wrong size, dtype or unit fails at open.
         if self.has_depth:
             d = self.depth_raw(0)
@@ -277,6 +282,9 @@ class FolderRecording(Recording):
             if files:
                 st = files[-1].stat()
                 stats.append(f"{len(files)}:{st.st_size}:{st.st_mtime_ns}")
+        if self.actuation is not None:
+            st = (self.path / ACTUATION_FILE).stat()
+            stats.append(f"actuation:{st.st_size}:{st.st_mtime_ns}")
         return super().fingerprint() + ":" + ",".join(stats)
 
 
@@ -376,10 +384,13 @@ def open_recording(path: str | Path) -> Recording:
 
 def write_first_frames(rec: Recording, dst: str | Path, frames: int, overwrite: bool = False) -> Path:
     """A recording folder at ``dst`` with the first ``frames`` frames of ``rec`` (depth and colour
-    as stored, same camera and shapes.json): a clip cut in time, e.g. to hold its end back."""
+    as stored, same camera and shapes.json): a clip cut in time, e.g. to hold its end back.
+    Its ``actuation.npz`` keeps every row: past the cut they are the actuator's planned motion."""
     if not 1 <= frames <= rec.num_frames:
         raise ValueError(f"{rec.path}: cannot keep {frames} of its {rec.num_frames} frames")
     with RecordingWriter(dst, rec.camera, rec.shapes, overwrite=overwrite) as w:
+        if rec.actuation is not None:
+            w.add_file(ACTUATION_FILE, rec.actuation.to_bytes())
         for i in range(frames):
             w.add(rec.depth(i) if rec.has_depth else None, rec.color(i) if rec.has_color else None)
     return Path(dst)

@@ -577,3 +577,16 @@ def _plots(art: Articulation, jp: JointPositions, W0: np.ndarray, names: list[st
     with atomic_path(out / "joints_3d.png") as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
+
+
+def run_with_actuators(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None,
+                       rec=None) -> tuple[Articulation, JointPositions]:
+    """``run``, then, when ``rec`` carries a known pusher and the parts rest on a floor, the
+    world joint made planar in the floor's plane (``identify_push.planar_root``): the stage's
+    entry point."""
+    art, jp = run(cfg, poses, out_dir, shapes=shapes)
+    if rec is not None:
+        from vid2sim.pipeline.identify_push import planar_root   # pipeline-level rule with identify's floor
+
+        art, jp = planar_root(art, jp, poses, rec, shapes) or (art, jp)
+    return art, jp

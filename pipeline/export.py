@@ -545,5 +545,9 @@ def run(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: di
     write_text(path, urdf)
     if cfg.mjcf:
         write_text(out_dir / MJCF_FILE, build_mjcf(urdf))
+    if post is not None:   # floor and pusher friction, contact model: contacts.json beside model.urdf
+        from vid2sim.pipeline.identify_push import write_side_file
+
+        write_side_file(post, out_dir)
     log.info("export: wrote %s (%d links, %d joints)", path, len(art.bodies), len(art.joints))
     return path

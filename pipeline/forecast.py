@@ -477,8 +477,11 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
 
     _, tracked_sil = render_seq(tracks.world_from_body[at + 1:at + 1 + steps])
     floor = default_floor(art, post_train or post)
+    from vid2sim.pipeline.identify_push import forecast_tip   # a known pusher replayed with its friction
+
+    tip = forecast_tip(rec, post_train or post)
     sim = lambda path: simulate_twin(path, art, fitted, at, steps, fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
-                                     jp=jp, shapes=rec.shapes)
+                                     jp=jp, shapes=rec.shapes, tip=tip)
     urdf = out_dir / ".forecast_train.urdf"
     urdf.write_text(export.build_urdf(export.ExportConfig(), art, post_train or post, rec.shapes, fitted))
     try:

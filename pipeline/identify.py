@@ -110,6 +110,8 @@ class IdentifyConfig:
     augment_lr: float = 0.02       # Adam learning rate of the augmented fit
     augment_lasso: float = 0.2     # group-lasso weight per input (proximal steps)
     augment_hidden: int = 5        # units per hidden layer (TDS: 5)
+    push_iterations: int = 15      # iterations instead of ``iterations`` with a known pusher (actuation.npz): each
+                                   # rollout then costs ~10x a contact-free one (480 Hz, hundreds of contact points)
     compile: bool | str = "auto"   # torch.compile the simulator step (same results): True | False | "auto";
                                    # compiling costs seconds per batch size, then each rollout is faster;
                                    # auto: on when a rollout's steps x iterations >= COMPILE_STEPS
@@ -297,7 +299,7 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem,
 
 
 def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
-                   shapes: dict[str, Shape], fps: float):
+                   shapes: dict[str, Shape], fps: float, rec=None):
     """``identify_roots.RootProblem`` for an articulation with a free/planar root (video
     observation and augmentation are not supported there), else None."""
     from vid2sim.pipeline import identify_roots
@@ -308,6 +310,11 @@ def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, p
         if flag:
             raise NotImplementedError(f"identify: {what} is not supported for a floating/planar root yet")
     rp = identify_roots.build_root_problem(cfg, art, jp, poses, shapes, fps)
+    if rec is not None:   # a known pusher (actuation.npz) in contact with the parts
+        from vid2sim.pipeline.identify_push import attach_pusher
+
+        if attach_pusher(cfg, rp, rec, shapes, poses, art):
+            return rp
     identify_roots.flight_prefit(cfg, rp)
     return rp
 
@@ -329,7 +336,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if cfg.observation == "video" and rec is None:
         raise ValueError("identify: observation 'video' needs the recording (identify.run(..., rec=...))")
     fps = float(poses.fps)
-    root = floating_setup(cfg, art, jp, poses, shapes, fps)
+    root = floating_setup(cfg, art, jp, poses, shapes, fps, rec)
     if root is None:
         sim = build_simulator(cfg, art, poses, shapes, fps)
         if not sim.dof_names:
@@ -339,7 +346,9 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     else:
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
-    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed,
+    pushed = root is not None and "pusher" in root.extra
+    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.push_iterations if pushed else cfg.iterations,
+                seed=cfg.seed,
                 **method_options(cfg, cfg.method))
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)

@@ -93,7 +93,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("track", "TrackConfig", ("segmentation.npz",), ("poses.npz",),
               args=("cfg", "rec", "segmentation.npz", "run_dir"), saves=("poses.npz",)),
     StageSpec("articulate", "ArticulateConfig", ("poses.npz",), ("articulation.json", "joint_positions.npz"),
-              args=("cfg", "poses.npz", "run_dir"), kwargs=(("shapes", "shapes"),),
+              entry="run_with_actuators", args=("cfg", "poses.npz", "run_dir"), kwargs=(("shapes", "shapes"), ("rec", "rec")),
               saves=("articulation.json", "joint_positions.npz")),
     StageSpec("identify", "IdentifyConfig", ("articulation.json", "joint_positions.npz", "poses.npz"),
               ("params.json", "params_train.json"), reads=("forecast.holdout",), entry="run_with_holdout",

@@ -464,7 +464,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.datasets.atomic import write_bytes
+    from vid2sim.pipeline.actuators import explain_actuators
 
+    rec = explain_actuators(rec)   # known actuators' pixels are holes, their shapes no part
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:
         raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")

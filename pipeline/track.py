@@ -177,6 +177,8 @@ class _Scene:
         self.origin = T_wc[:3, 3]
         self.dirs = torch.as_tensor(cam.pixel_rays().reshape(-1, 3), dtype=FLOAT) @ T_wc[:3, :3].T
         self.background = np.zeros((cam.height, cam.width), np.float32)
+        self.hidden: np.ndarray | None = None   # (H, W) bool pixels of a known actuator in the current frame
+        self.hidden_of = lambda i: None
         half = [np.array(p.half_size) if p.kind == "box" else np.array([p.radius, p.radius, p.radius + p.half_length])
                 for p in prims]
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
@@ -364,6 +366,8 @@ class _Tracker:
             obs, flat = obs.subset(keep), flat[keep.numpy()]
         if rgb is not None and scene.body_chroma is not None:
             obs.label = torch.as_tensor(scene.labels(rgb, flat))
+            if scene.hidden is not None:   # an actuator's colour says nothing about the parts
+                obs.label[torch.as_tensor(scene.hidden.reshape(-1)[flat])] = -2
         return obs, flat
 
     def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor], max_rays: int):
@@ -504,9 +508,36 @@ def _roi_of(scene: _Scene, c: np.ndarray, radius: float) -> np.ndarray:
     return out
 
 
+def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> TrackConfig:
+    """``cfg`` with ``noise.depth_noise_k`` (1/m) measured from the recording when it is unset:
+    static pixels away from the segmented parts, else the parts' own surfaces."""
+    if cfg.noise.depth_noise_k is not None:
+        return cfg
+    fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
+    noise = estimate_depth_noise(rec, exclude=fg, surface=seg.masks, surface_frame=seg.frame)
+    log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; "
+             "from %s: %d pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k,
+             1000 * cfg.noise.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
+    return replace(cfg, noise=replace(cfg.noise, depth_noise_k=noise.k))
+
+
+def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
+                    out_dir: Path) -> None:
+    """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``."""
+    M = lost.shape[1]
+    colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
+                       [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
+    frames = [overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
+              for i in sorted(render_cache)]
+    write_overlay(frames, rec.fps, out_dir)
+
+
 def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
     """Track every segmented instance through ``rec``; writes the overlay video into ``out_dir``."""
+    from vid2sim.pipeline.actuators import explain_actuators, fill_hidden, hidden_pixels
+
     out_dir = Path(out_dir)
+    rec = explain_actuators(rec)   # known actuators' pixels: no reading, colour undecided (scene.hidden)
     if not rec.has_depth:
         raise ValueError(f"{rec.path}: RGB-only tracking (planar silhouette mode) is not implemented yet; "
                          "the track stage needs depth frames")
@@ -519,15 +550,12 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
     planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
-    if cfg.noise.depth_noise_k is None:
-        fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
-        noise = estimate_depth_noise(rec, exclude=fg, surface=seg.masks, surface_frame=seg.frame)
-        log.info("track: depth noise k = %.5f /m (sigma %.1f mm at 1 m, %.1f mm at 2 m, never below %.1f mm; "
-                 "from %s: %d pixels, %d frame pairs)", noise.k, 1000 * noise.k, 4000 * noise.k,
-                 1000 * cfg.noise.depth_noise_floor_m, noise.source, noise.pixels, noise.pairs)
-        cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=noise.k))
+    cfg = _with_depth_noise(cfg, rec, seg)
     scene = _Scene(rec, prims, cfg)
-    scene.set_background(rec.depth(seg.frame), seg.masks, rec.color(seg.frame) if rec.has_color else None)
+    scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
+                         rec.color(seg.frame) if rec.has_color else None)
+    scene.hidden_of = lambda i: hidden_pixels(rec, i)
+    scene.hidden = scene.hidden_of(seg.frame)
     tracker = _Tracker(cfg, scene, planar)
     T_init = _start_poses(tracker, rec, seg)
     Tn, M = rec.num_frames, len(prims)
@@ -546,6 +574,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
+                scene.hidden = scene.hidden_of(i)
                 depth = rec.depth(i)
                 rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
                 T0 = _predict(T_prev, vel)
@@ -574,9 +603,5 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
         if nlost[m]:
             log.warning("track: %s lost in %d of %d frames (held at its last good pose there)", names[m], nlost[m], Tn)
     if cfg.overlay and render_cache:
-        colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
-                           [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
-        frames = [overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
-                  for i in sorted(render_cache)]
-        write_overlay(frames, rec.fps, out_dir)
+        _write_overlays(rec, render_cache, lost, names, out_dir)
     return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.noise.depth_noise_k))

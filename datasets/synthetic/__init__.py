@@ -5,7 +5,8 @@
 >>> make_recording("cartpole", "out/cartpole", noise="realistic")
 
 A recording folder gets, besides what docs/formats.md §1 requires
-(camera.json, depth/, color/, shapes.json, truth.json, truth_poses.npz):
+(camera.json, depth/, color/, shapes.json, truth.json, truth_poses.npz, and for
+``pushed`` actuation.npz with the tip as actuator ``pusher`` of shape ``pusher_tip``):
   - ``truth.urdf``: the URDF PyBullet simulated (world coordinates);
   - ``truth_masks/000000.png``: uint8 body ids per pixel (0 background, i + 1 body i
     in truth.json order, 255 the pusher tip of ``pushed``);
@@ -45,15 +46,19 @@ __all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording
 log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
+PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder")   # single pushed parts (pushes.py), for scripts/bench_push.py
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
 
 
 def mechanism(name: str) -> Mechanism:
-    """The mechanism definition called ``name`` (one of MECHANISMS)."""
-    if name not in FACTORIES:
-        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS)}")
-    return FACTORIES[name]()
+    """The mechanism definition called ``name`` (one of MECHANISMS or PUSH_MECHANISMS)."""
+    from vid2sim.datasets.synthetic.pushes import PUSH_FACTORIES
+
+    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS)}")
+    return factory()
 
 
 def _corners(shape: Shape) -> np.ndarray:
@@ -130,6 +135,28 @@ def _tip_pose(st: SyntheticTruth, k: int) -> np.ndarray | None:
     return T
 
 
+PUSHER, PUSHER_SHAPE = "pusher", "pusher_tip"   # the tip's actuator and shapes.json names
+
+
+def recording_shapes(st: SyntheticTruth) -> dict[str, Shape]:
+    """shapes.json of clip ``st``: the bodies' shapes and, with a pusher, its tip's cylinder."""
+    if st.tip_position is None:
+        return st.shapes
+    t = st.truth["tip"]
+    return dict(st.shapes, **{PUSHER_SHAPE: Shape(PUSHER_SHAPE, "cylinder", radius=t["radius"], length=t["height"])})
+
+
+def actuation_of(st: SyntheticTruth):
+    """The pusher of clip ``st`` as known actuation (docs/formats.md §1.2), or None."""
+    from vid2sim.datasets.actuation import Actuation
+
+    if st.tip_position is None:
+        return None
+    W = np.tile(np.eye(4), (len(st.tip_position), 1, 1, 1))
+    W[:, 0, :3, 3] = st.tip_position
+    return Actuation((PUSHER,), (PUSHER_SHAPE,), W)
+
+
 def _npz_bytes(**arrays) -> bytes:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -166,7 +193,7 @@ def make_recording(name: str, out: str | Path, seed: int = 0, frames: int = 120,
         return _write_random(st, out, seed, noise, overwrite)
     noise = noise or "none"
     renderer = renderer_for(st)
-    with RecordingWriter(out, st.camera, st.shapes, overwrite=overwrite) as w:
+    with RecordingWriter(out, st.camera, recording_shapes(st), overwrite=overwrite) as w:
         for k in range(frames):
             depth, rgb, mask = renderer.render(st.world_from_body[k], _tip_pose(st, k))
             if noise == "realistic":
@@ -193,6 +220,9 @@ def _write_truth(w: RecordingWriter, st: SyntheticTruth, truth: dict) -> None:
     if st.tip_position is not None:
         arrays["tip_position"] = st.tip_position
     w.add_file("truth_poses.npz", _npz_bytes(**arrays))
+    act = actuation_of(st)
+    if act is not None:
+        w.add_file("actuation.npz", act.to_bytes())
 
 
 def scene_renderer(st: SyntheticTruth, sc):
@@ -212,7 +242,7 @@ def _write_random(st: SyntheticTruth, out: Path, seed: int, noise: str | None, o
     renderer = scene_renderer(st, sc)
     coverages = []
     try:
-        with RecordingWriter(out, sc.camera, st.shapes, overwrite=overwrite) as w:
+        with RecordingWriter(out, sc.camera, recording_shapes(st), overwrite=overwrite) as w:
             for k in range(len(st.world_from_body)):
                 depth, rgb, mask = renderer.render(st.world_from_body[k], _tip_pose(st, k), k / st.fps)
                 coverages.append(float(((mask > 0) & (mask < 254)).mean()))

@@ -69,7 +69,8 @@ Public API
                 joint frame in the parent body frame; ``contact_body`` (P,) long,
                 ``contact_points`` (P, 3) in body frames; ``ground`` (bool),
                 ``ground_height``; ``tip_radius``, ``tip_half_length`` (cylinder with
-                world axis ``tip_axis``). ``nets``: neural augmentations (below).
+                world axis ``tip_axis``), ``tip_friction`` (B,) its Coulomb mu with the
+                parts or None (then ``contact_friction``). ``nets``: neural augmentations (below).
                 Names: ``body_names``, ``joint_names``, ``joint_types``, ``parents``,
                 ``nq``, ``nv``, ``batch``, ``q_slice(joint)``, ``v_slice(joint)``,
                 ``dof_names`` (nv names "joint" or "joint/k").

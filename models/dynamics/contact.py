@@ -52,7 +52,8 @@ def point_forces(model, x, xdot, control: Control | None, friction_net=None) -> 
         v_rel = xdot - (control.tip_vel[:, None, :] if control.tip_vel is not None else 0.0)
         inside = (along[..., 0].abs() <= m.tip_half_length).to(x.dtype)
         depth = (m.tip_radius - dist) * inside - (1.0 - inside)
-        F = F + _penalty(depth, -(v_rel * n).sum(-1), n, v_rel, k, d, mu, m.slip_velocity, friction_net)
+        mu_tip = mu if m.tip_friction is None else m.tip_friction
+        F = F + _penalty(depth, -(v_rel * n).sum(-1), n, v_rel, k, d, mu_tip, m.slip_velocity, friction_net)
     return F
 
 

@@ -72,6 +72,7 @@ class Model:
     tip_radius: float = 0.0
     tip_half_length: float = float("inf")
     tip_axis: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    tip_friction: torch.Tensor | None = None  # (B,) Coulomb mu between the tip and the parts; None: contact_friction
     friction_velocity: float = 1e-2   # joint Coulomb smoothing (rad/s or m/s)
     slip_velocity: float = 1e-2       # contact friction smoothing (m/s)
     nets: tuple = ()                  # NeuralAugmentation instances
@@ -212,19 +213,23 @@ class Model:
             return self
         if self.batch != 1:
             raise ValueError(f"expand: model has batch {self.batch}, only 1 can be expanded")
-        new = {k: getattr(self, k).expand((batch,) + tuple(getattr(self, k).shape[1:])) for k in BATCHED_FIELDS}
+        new = {k: getattr(self, k).expand((batch,) + tuple(getattr(self, k).shape[1:])) for k in self._batched()}
         return dataclasses.replace(self, **new)
+
+    def _batched(self) -> tuple[str, ...]:
+        """The batched tensor fields present (``tip_friction`` is optional)."""
+        return BATCHED_FIELDS + (("tip_friction",) if self.tip_friction is not None else ())
 
     def select(self, rows) -> "Model":
         """The particles ``rows`` (index, slice or index tensor) as a new Model."""
         if isinstance(rows, int):
             rows = slice(rows, rows + 1)
-        new = {k: getattr(self, k)[rows] for k in BATCHED_FIELDS}
+        new = {k: getattr(self, k)[rows] for k in self._batched()}
         nets = tuple(n.select(rows) for n in self.nets)
         return dataclasses.replace(self, nets=nets, **new)
 
     def to(self, dtype: torch.dtype) -> "Model":
-        new = {k: getattr(self, k).to(dtype) for k in BATCHED_FIELDS + ("joint_axis", "joint_rotation", "joint_translation")}
+        new = {k: getattr(self, k).to(dtype) for k in self._batched() + ("joint_axis", "joint_rotation", "joint_translation")}
         if self.contact_points is not None:
             new["contact_points"] = self.contact_points.to(dtype)
         return dataclasses.replace(self, nets=tuple(n.to(dtype) for n in self.nets), **new)

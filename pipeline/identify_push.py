@@ -1,0 +1,277 @@
+"""Identify a mechanism pushed by a known actuator (``actuation.npz``, docs/formats.md §1.2).
+
+The pusher is a kinematic body: the first actuator whose shape is a cylinder (a robot's
+tip), its axis the cylinder's z axis at frame 0, its centre following the recorded poses
+(linear between frames; the last row held past the end). It touches the parts through
+the simulator's penalty contact (``models.dynamics.contact``: Hunt-Crossley normal force,
+regularised Coulomb friction ``tip.friction`` between the tip and the parts) at points
+sampled every ``SIDE_SPACING_M`` along each part's outline in the horizontal plane through
+its centre (``side_points``), where a vertical tip meets parts lying on a floor.
+
+It extends ``identify_roots.RootProblem`` (planar or free root, floor friction
+``floor.friction``): the simulator's state gets one more column, the time (s) of the
+state, so that a rollout started at any frame (a shooting window) replays the pusher from
+that frame; observations and noise are the root problem's. Identified besides the root
+problem's masses (ratios to the anchored root) and floor friction: ``tip.friction``.
+
+What the URDF cannot hold (the pusher, the floor and tip friction, the contact model)
+goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
+the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
+a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact point,
+``floor.damping`` half critical for the lightest part: with one and the same fit, the
+pushed linkage's twin ended 115 mm / 52 deg off after 1 s on a rigid PyBullet floor and
+39 mm / 16 deg on this one).
+It does not model the pusher's own dynamics, rolling resistance, or part-part contact.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vid2sim.datasets.shapes import Shape
+
+log = logging.getLogger(__name__)
+SIDE_SPACING_M = 0.003   # contact points along a part's outline: a 15-mm tip pressing 0.3 mm into a flat face
+                         # meets a 6-mm chord, so two points at least
+TIP_DAMPING = 1.0        # s/m Hunt-Crossley damping of the tip contact (the planar floor's is not felt: its depth is
+                         # fixed by the joint)
+SIDE_FILE = "contacts.json"
+PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
+                         # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
+
+
+def pusher_of(rec) -> tuple[int, Shape] | None:
+    """(actuator index, its cylinder Shape) of the recording's pusher, or None."""
+    act = getattr(rec, "actuation", None)
+    if act is None or not rec.shapes:
+        return None
+    for a, name in enumerate(act.shapes):
+        s = rec.shapes.get(name)
+        if s is not None and s.type == "cylinder":
+            return a, s
+    return None
+
+
+def side_points(shape: Shape, up_body: np.ndarray) -> np.ndarray:
+    """(P, 3) points in the body frame on the outline of ``shape`` cut by the plane through
+    its centre perpendicular to ``up_body`` (the world vertical in the body frame), every
+    ``SIDE_SPACING_M`` along the outline (rays cast inwards every 0.25 deg, resampled by arc length)."""
+    from vid2sim.models.render.primitives import Primitive, ray_hit
+
+    up = np.asarray(up_body, float) / np.linalg.norm(up_body)
+    ref = np.array([1.0, 0, 0]) if abs(up[0]) < 0.9 else np.array([0, 1.0, 0])
+    e1 = ref - up * (ref @ up)
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(up, e1)
+    a = np.linspace(0, 2 * math.pi, 1440, endpoint=False)
+    d = np.cos(a)[:, None] * e1 + np.sin(a)[:, None] * e2
+    reach = float(np.linalg.norm(shape.extents())) + 0.01
+    with torch.no_grad():
+        s = ray_hit(Primitive.from_shape(shape), torch.as_tensor(d * reach), torch.as_tensor(-d)).numpy()
+    ring = d * (reach - s)[:, None]
+    seg = np.linalg.norm(np.roll(ring, -1, 0) - ring, axis=1)
+    arc = np.concatenate([[0.0], np.cumsum(seg)])
+    closed = np.vstack([ring, ring[:1]])
+    at = np.arange(0.0, arc[-1], SIDE_SPACING_M)
+    return np.stack([np.interp(at, arc, closed[:, k]) for k in range(3)], 1)
+
+
+def planar_root(art, jp, poses, rec, shapes: dict[str, Shape], tolerance: float = 0.005):
+    """(Articulation, JointPositions) with the world joint made ``planar`` (axis world z, pivot
+    the root body's frame-0 centre) when the recording has a pusher, the articulation one tree
+    hung from the world by a revolute joint about the vertical (within 10 deg), a horizontal
+    prismatic, a fixed joint or a planar joint whose normal is off the vertical by up to 10 deg,
+    and the tracks rest on a floor (``identify_roots.floor_plane`` within ``tolerance`` m);
+    else None. A part pushed across a floor is pinned by nothing: over a short clip its
+    friction-held pivot looks like a hinge to the world, which cannot slide when the pusher
+    pushes harder. The plane is the floor's (identify's floor is z = h): a plane tilted by
+    0.6 deg (fitted to a box's tracks) lifts a part 1.6 mm off a floor over 15 cm of slide,
+    30 times the depth at which its contacts carry it; hinges below it within 10 deg of the
+    vertical are made vertical for the same reason (``_upright``)."""
+    from vid2sim.pipeline import export
+    from vid2sim.pipeline.artifacts import JointPositions
+    from vid2sim.pipeline.identify_roots import floor_plane, lowest_points, surface_points
+
+    if pusher_of(rec) is None:
+        return None
+    roots = [j for j in art.joints if j.parent == "world"]
+    if len(roots) != 1 or roots[0].type not in ("revolute", "prismatic", "fixed", "planar"):
+        return None
+    j = roots[0]
+    vertical = abs(float(np.asarray(j.axis) @ [0, 0, 1.0])) / max(np.linalg.norm(j.axis), 1e-12)
+    if (j.type in ("revolute", "planar") and vertical < math.cos(math.radians(10))) or \
+            (j.type == "prismatic" and vertical > math.sin(math.radians(10))):
+        return None
+    shape_of = dict(zip(poses.body_names, poses.shape_names))
+    W = poses.world_from_body[:, [poses.body_names.index(b) for b in art.bodies]]
+    floor = floor_plane(lowest_points(W, [surface_points(shapes[shape_of[b]]) for b in art.bodies]), poses.fps,
+                        tolerance)
+    if not floor.seen:
+        return None
+    pivot = tuple(float(v) for v in W[0, art.bodies.index(j.child), :3, 3]) if j.type != "planar" else j.pivot
+    joints = [replace(x, type="planar", axis=(0.0, 0.0, 1.0), pivot=pivot) if x is j else _upright(x)
+              for x in art.joints]
+    if joints == list(art.joints):
+        return None
+    new = replace(art, joints=joints)
+    names, q = export.joint_coordinates(new, poses)
+    log.info("articulate: %s (%s to the world) made planar: pushed by a known actuator on a floor (%s)",
+             j.name, j.type, floor.reason)
+    return new, JointPositions(q, names, export.root_poses(new, poses))
+
+
+def _upright(j):
+    """A revolute joint whose axis is within 10 deg of the vertical, made vertical (its sign kept):
+    a hinge 0.4 deg off tilts a 16-cm link 0.5 mm up or down as it turns half a radian, 17x the
+    depth at which the floor carries it."""
+    a = np.asarray(j.axis, float) / max(np.linalg.norm(j.axis), 1e-12)
+    if j.type != "revolute" or abs(a[2]) < math.cos(math.radians(10)) or abs(a[2]) == 1.0:
+        return j
+    return replace(j, axis=(0.0, 0.0, float(np.sign(a[2]))))
+
+
+def _tip_track(act, a: int, fps: float) -> tuple[np.ndarray, tuple]:
+    """(T, 3) tip centre per row (m, world) and the cylinder axis (world, frame 0)."""
+    W = act.world_from_actuator[:, a]
+    return W[:, :3, 3].copy(), tuple(float(v) for v in W[0, :3, 2])
+
+
+def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
+    """Give the root problem ``rp`` the recording's pusher (module docstring); False without one."""
+    from vid2sim.pipeline.identify_roots import FRICTION_MAX
+
+    found = pusher_of(rec)
+    if found is None:
+        return False
+    a, tip = found
+    fps = float(poses.fps)
+    track, axis = _tip_track(rec.actuation, a, fps)
+    sim = rp.sim
+    model = sim.model
+    shape_of = dict(zip(poses.body_names, poses.shape_names))
+    W0 = {b: poses.world_from_body[0, poses.body_names.index(b)] for b in art.bodies}
+    idx, pts = list(model.contact_body), [model.contact_points.numpy()] if model.contact_points is not None else []
+    for i, b in enumerate(model.body_names):
+        side = side_points(shapes[shape_of[b]], W0[b][:3, :3].T @ np.array([0.0, 0, 1]))
+        pts.append(side @ W0[b][:3, :3].T + model.com[0, i].numpy())   # model body frames are world-aligned at 0
+        idx += [i] * len(side)
+    pts = np.concatenate(pts)
+    model = model.replace(contact_body=tuple(idx), contact_points=torch.as_tensor(pts, dtype=model.dtype),
+                          tip_radius=float(tip.radius), tip_half_length=float(tip.length) / 2, tip_axis=axis,
+                          contact_damping=torch.full((1,), TIP_DAMPING, dtype=model.dtype),
+                          tip_friction=torch.full((1,), 0.5, dtype=model.dtype))
+    names, lower, upper = list(sim.names) + ["tip.friction"], np.append(sim.lower, 0.0), np.append(sim.upper, FRICTION_MAX)
+    sub = max(1, math.ceil(PUSH_HZ / fps - 1e-9))
+    base = replace(sim, names=names, lower=lower, upper=upper, model=model, substeps=sub, dt=1.0 / (fps * sub))
+    push = _push_simulator(type(sim))(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    push.fixed, push.track, push.fps = dict(getattr(sim, "fixed", None) or {}), torch.as_tensor(track), fps
+    rp.sim = push
+    times = np.arange(len(rp.guess)) / fps
+    rp.guess = np.column_stack([rp.guess, times])
+    rp.extra["pusher"] = {"actuator": rec.actuation.names[a], "shape": rec.actuation.shapes[a],
+                          "radius": float(tip.radius), "length": float(tip.length), "axis": list(axis),
+                          "contact_points": int(len(pts)), "tip_damping": TIP_DAMPING}
+    log.info("identify: pusher %r (cylinder r=%.3f m) in contact with %d points on the parts",
+             rec.actuation.names[a], tip.radius, len(pts))
+    from vid2sim.pipeline.identify_roots import PLANAR_STIFFNESS, _problem
+
+    # the twin's PyBullet floor (forecast.default_floor): compliant like the penalty floor fitted here, so
+    # that a flat part's contact forces are determinate; damped at half critical for the lightest part
+    rp.held.update({"floor.stiffness": PLANAR_STIFFNESS,
+                    "floor.damping": float(math.sqrt(PLANAR_STIFFNESS * float(model.mass.min())))})
+
+    # the clip starts at rest before the push: the tracked start state, not estimated
+    rp.problem = _problem(push, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
+    return True
+
+
+def _push_simulator(base):
+    class PushSimulator(base):
+        """The root simulator with the pusher replayed: state (q, qd, t)."""
+
+        track: torch.Tensor = None   # (R, 3) tip centre per recorded row
+        fps: float = 30.0
+
+        def model_for(self, theta: torch.Tensor):
+            m = super().model_for(theta)
+            if "tip.friction" in self.names:
+                m = m.replace(tip_friction=theta[:, self.names.index("tip.friction")].to(m.dtype))
+            return m
+
+        def controls(self, t0: torch.Tensor, n: int, dtype):
+            """Tip positions and velocities (n, B, 3) at times t0 + k dt, k < n."""
+            from vid2sim.models.dynamics import Control
+
+            R = len(self.track)
+            f = (t0[None, :] + torch.arange(n, dtype=dtype)[:, None] * self.dt) * self.fps   # (n, B) fractional rows
+            f = f.clamp(0, R - 1)
+            lo = f.floor().long().clamp(max=R - 2) if R > 1 else f.floor().long()
+            w = (f - lo)[..., None]
+            P = self.track.to(dtype)
+            hi = (lo + 1).clamp(max=R - 1)
+            pos = P[lo] * (1 - w) + P[hi] * w
+            vel = (P[hi] - P[lo]) * self.fps * (hi > lo)[..., None]
+            return Control(tip_pos=pos, tip_vel=vel)
+
+        def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = ()) -> torch.Tensor:
+            from vid2sim.models.dynamics import State, rollout
+
+            model = self.model_for(theta).replace(nets=tuple(nets))
+            nq, nv = model.nq, model.nv
+            t0 = torch.round(start[:, nq + nv].detach() * self.fps) / self.fps   # windows start on frames
+            n = (steps - 1) * self.substeps
+            st = rollout(model, State(start[:, :nq], start[:, nq:nq + nv]), n, dt=self.dt,
+                         controls=self.controls(t0, max(n, 1), start.dtype))
+            x = torch.cat([st.q, st.qd], -1)[:: self.substeps].transpose(0, 1)   # (B, steps, nq + nv)
+            t = t0[:, None] + torch.arange(steps, dtype=start.dtype)[None] / self.fps
+            return torch.cat([x, t[..., None]], -1)
+
+    return PushSimulator
+
+
+def contact_summary(post, rec) -> dict | None:
+    """The side file's content for posterior ``post`` (None without a pusher in ``post``)."""
+    extra = post.extra.get("pusher") if post.extra else None
+    if extra is None:
+        return None
+    est = post.estimate
+    return {"floor": {"height": (post.extra.get("floor") or {}).get("height", 0.0),
+                      "friction": est.get("floor.friction"), "stiffness": est.get("floor.stiffness"),
+                      "damping": est.get("floor.damping")},
+            "pusher": dict(extra, friction=est.get("tip.friction")),
+            "contact_model": "penalty: Hunt-Crossley normal force, regularised Coulomb friction (models.dynamics.contact); "
+                             "the pusher is kinematic (replayed from actuation.npz)"}
+
+
+def write_side_file(post, out_dir: Path) -> Path | None:
+    """``contacts.json`` beside model.urdf (docs/formats.md §2) when ``post`` has a pusher."""
+    from vid2sim.datasets.atomic import write_json
+
+    summary = contact_summary(post, None)
+    if summary is None:
+        return None
+    path = Path(out_dir) / SIDE_FILE
+    write_json(path, summary)
+    return path
+
+
+def forecast_tip(rec, post):
+    """``forecast.Tip`` of the recording's pusher with the identified tip friction, or None."""
+    from vid2sim.pipeline.forecast import Tip
+
+    found = pusher_of(rec)
+    if found is None:
+        return None
+    a, tip = found
+    mu = (post.estimate if post is not None else {}).get("tip.friction", 0.5)
+    return Tip(float(tip.radius), float(tip.length), rec.actuation.world_from_actuator[:, a, :3, 3].copy(), float(mu))
+
+
+def dumps(d: dict) -> str:
+    return json.dumps(d, indent=2)

@@ -1,0 +1,180 @@
+"""Push benchmark, held out in time: parts pushed across a floor by a robot's known tip.
+
+Cases (``--cases``): the three-link ``pushed`` linkage, a single pushed box
+(``pushed_box``) and an upright puck (``pushed_cylinder``). For each: a recording of
+``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s) with the tip in ``actuation.npz``;
+the pipeline (segment ... export) runs on a copy holding only the first ``fit`` frames
+(``write_first_frames``, which keeps every actuation row: the robot's planned motion);
+identify fits all of them. Its twin (``model.urdf`` + ``contacts.json``) is restarted in
+PyBullet from the state estimated over its last tracked frames and simulated over the
+unseen frames with the tip replayed from ``actuation.npz`` at the identified tip friction.
+
+Reported per case, against the truth of the unseen frames:
+- ``pos_err_1s_m``, ``pos_err_2s_m``: mean over bodies of the centre distance after 1 s / 2 s;
+- ``rot_err_1s_deg``, ``rot_err_2s_deg``: mean over bodies of the angle between predicted and
+  true rotation change since the last fitted frame (box symmetries cancel);
+- ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
+  where the tip is in front are left out of the prediction: the masks do not show them);
+- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``;
+beside, in the same run: ``oracle_*`` (the true URDF, floor and tip restarted from the true
+poses) and ``baseline_*`` (the pipeline's twin without the pusher: no contact).
+
+The last stdout line is one JSON object ``{case: {"iou", "oracle_iou", "baseline_iou",
+"pos_err_1s_m", "rot_err_1s_deg", ..., "friction", "friction_rel_err", "joints", "seconds"}}``;
+progress goes to stderr.
+
+    python scripts/bench_push.py [--cases pushed,pushed_box,pushed_cylinder] [--fit-seconds 3]
+        [--seconds 2] [--seed 0] [--out DIR] [--set identify.push_iterations=15 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
+from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes, simulate, true_masks  # noqa: E402
+from vid2sim.pipeline import export, forecast  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.cli import parse_sets  # noqa: E402
+from vid2sim.pipeline.identify_push import forecast_tip  # noqa: E402
+from vid2sim.pipeline.run import resolve_configs, run_pipeline  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_forecast import truth_inputs  # noqa: E402
+from bench_twin import silhouettes  # noqa: E402
+
+log = logging.getLogger("bench_push")
+FPS = 30.0
+CASES = ("pushed", "pushed_box", "pushed_cylinder")
+STAGES = ["segment", "track", "articulate", "identify", "export"]
+
+
+def _ordered(art: Articulation, poses: PoseTracks, shapes: dict) -> tuple[np.ndarray, list]:
+    idx = [poses.body_names.index(b) for b in art.bodies]
+    return poses.world_from_body[:, idx], [shapes[poses.shape_names[i]] for i in idx]
+
+
+def _match(W_at: np.ndarray, true_at: np.ndarray) -> list[int]:
+    """For each body at poses W_at (M, 4, 4), the truth body (index) nearest at the same frame."""
+    d = np.linalg.norm(W_at[:, None, :3, 3] - true_at[None, :, :3, 3], axis=-1)
+    return [int(i) for i in d.argmin(1)]
+
+
+def pose_errors(W: np.ndarray, true: np.ndarray, W_at: np.ndarray, true_at: np.ndarray, k: int) -> tuple[float, float]:
+    """Mean centre distance (m) and rotation-change angle (deg) over bodies at step k.
+    W (N, M, 4, 4) predicted from the last fitted frame (poses W_at (M, 4, 4)); true (N, M', 4, 4)."""
+    match = _match(W_at, true_at)
+    pos, rot = [], []
+    for m, t in enumerate(match):
+        pos.append(np.linalg.norm(W[k, m, :3, 3] - true[k, t, :3, 3]))
+        dR_pred = W[k, m, :3, :3] @ W_at[m, :3, :3].T
+        dR_true = true[k, t, :3, :3] @ true_at[t, :3, :3].T
+        c = (np.trace(dR_pred @ dR_true.T) - 1) / 2
+        rot.append(np.degrees(np.arccos(np.clip(c, -1, 1))))
+    return float(np.mean(pos)), float(np.mean(rot))
+
+
+def tip_masks(rec_path: Path, frames: range) -> np.ndarray:
+    """(N, H, W) bool pixels where the recording shows the pusher tip (truth_masks ``TIP_ID``)."""
+    return np.stack([cv2.imread(str(rec_path / "truth_masks" / f"{i:06d}.png"), cv2.IMREAD_UNCHANGED) == TIP_ID
+                     for i in frames])
+
+
+def _scores(prefix: str, W: np.ndarray, shapes: list, true: np.ndarray, W_at, true_at, rec_path: Path,
+            real: np.ndarray, tip: np.ndarray) -> dict:
+    iou = forecast.mask_iou(silhouettes(rec_path, W, shapes) & ~tip, real)   # the tip hides what it covers
+    out = {f"{prefix}iou": round(float(iou.mean()), 4)}
+    for s in (1, 2):
+        k = int(round(s * FPS)) - 1
+        if k < len(W):
+            p, r = pose_errors(W, true, W_at, true_at, k)
+            out[f"{prefix}pos_err_{s}s_m"], out[f"{prefix}rot_err_{s}s_deg"] = round(p, 5), round(r, 3)
+    return out
+
+
+def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) -> dict:
+    t0 = time.time()
+    frames = fit + steps
+    rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, overwrite=True)
+    st = simulate(name, seed=seed, frames=frames, fps=FPS)
+    at = fit - 1
+    real, tip_px = true_masks(rec_path, range(fit, frames)), tip_masks(rec_path, range(fit, frames))
+    true = st.world_from_body[fit:]
+    res: dict = {}
+    # oracle: the true model, floor and tip (true friction) restarted from the true poses
+    art, poses, jp, post = truth_inputs(st, FPS)
+    shapes = recording_shapes(st)
+    urdf = export.run(export.ExportConfig(), art, post, shapes, poses, out / "oracle")
+    W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post),
+                               tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes)
+    Wo, so = _ordered(art, poses, shapes)
+    res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real, tip_px))
+    run = out / "run"
+    try:
+        fit_rec = write_first_frames(open_recording(rec_path), out / "rec_fit", fit, overwrite=True)
+        run_pipeline(fit_rec, run, configs, stages=STAGES)
+        art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
+        post, jp = Posterior.load(run / Posterior.FILE), JointPositions.load(run / JointPositions.FILE)
+        rec = open_recording(fit_rec)
+        Wt, body_shapes = _ordered(art, poses, rec.shapes)
+        floor = forecast.default_floor(art, post)
+        for prefix, tip in (("", forecast_tip(rec, post)), ("baseline_", None)):
+            W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS, floor=floor, tip=tip,
+                                       jp=jp, shapes=rec.shapes)
+            res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))
+        truth = {"floor.friction": st.truth["params"]["floor.friction"], "tip.friction": st.truth["tip"]["friction"]}
+        est = {k: post.estimate.get(k) for k in truth}
+        res["friction"] = {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()}
+        res["friction_rel_err"] = {k: None if est[k] is None else round(abs(est[k] - v) / v, 4) for k, v in truth.items()}
+        res["joints"] = [f"{j.name}:{j.type}" for j in art.joints]
+        res["side_file"] = (run / "contacts.json").exists()
+    except Exception as e:  # a failing stage is a result to report, not to hide
+        log.warning("%s: pipeline failed: %s: %s", name, type(e).__name__, e)
+        res["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    res["seconds"] = round(time.time() - t0, 1)
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--fit-seconds", type=float, default=3.0, help="seconds of the clip the pipeline sees")
+    ap.add_argument("--seconds", type=float, default=2.0, help="seconds predicted after them, never seen")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
+                    help="override a setting as vid2sim run does (repeatable)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    names = [n for n in args.cases.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    overrides = parse_sets(args.set)
+    overrides.setdefault("forecast", {}).setdefault("holdout", 0.0)   # the pipeline sees only the fit frames already
+    overrides.setdefault("track", {}).setdefault("overlay", False)
+    configs = resolve_configs(overrides)
+    out = Path(args.out or tempfile.mkdtemp(prefix="bench_push_"))
+    fit, steps = int(round(args.fit_seconds * FPS)), int(round(args.seconds * FPS))
+    results = {}
+    for name in names:
+        print(f"bench_push: {name} ...", file=sys.stderr)
+        results[name] = bench(name, out / name, fit, steps, args.seed, configs)
+        print(f"bench_push: {name}: {json.dumps(results[name])}", file=sys.stderr)
+    print(json.dumps(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Identify with a known pusher (pipeline/identify_push.py): contact geometry, the pushed
+simulator against PyBullet (the generator's truth), restarts mid-clip, the planar root of a
+pushed part, the side file."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vid2sim.datasets.shapes import Shape
+from vid2sim.pipeline import identify_push, identify_roots
+from vid2sim.pipeline.artifacts import Articulation, Joint, Posterior
+from vid2sim.pipeline.identify import IdentifyConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+
+def test_side_points_lie_on_the_outline_every_3_mm():
+    box = Shape("b", "box", size=(0.16, 0.05, 0.03))
+    p = identify_push.side_points(box, np.array([0, 0, 1.0]))
+    assert np.allclose(p[:, 2], 0, atol=1e-9)
+    on_edge = np.maximum(np.abs(p[:, 0]) / 0.08, np.abs(p[:, 1]) / 0.025)
+    np.testing.assert_allclose(on_edge, 1.0, atol=1e-3)
+    assert abs(len(p) - 0.42 / identify_push.SIDE_SPACING_M) <= 2
+    gaps = np.linalg.norm(np.diff(np.vstack([p, p[:1]]), axis=0), axis=1)
+    assert gaps.max() < 1.05 * identify_push.SIDE_SPACING_M
+    puck = Shape("c", "cylinder", radius=0.04, length=0.04)
+    np.testing.assert_allclose(np.linalg.norm(identify_push.side_points(puck, np.array([0, 0, 1.0]))[:, :2], axis=1),
+                               0.04, atol=2e-5)
+    lying = identify_push.side_points(puck, np.array([1.0, 0, 0]))        # axis horizontal: a 4 x 8 cm rectangle
+    np.testing.assert_allclose(np.abs(lying).max(0), [0, 0.04, 0.02], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def box_problem():
+    from bench_forecast import truth_inputs
+    from vid2sim.datasets.synthetic import actuation_of, recording_shapes, simulate
+
+    st = simulate("pushed_box", seed=0, frames=75)
+    art, poses, jp, _ = truth_inputs(st, 30.0)
+    rec = types.SimpleNamespace(actuation=actuation_of(st), shapes=recording_shapes(st))
+    rp = identify_roots.build_root_problem(IdentifyConfig(), art, jp, poses, rec.shapes, 30.0)
+    assert identify_push.attach_pusher(IdentifyConfig(), rp, rec, rec.shapes, poses, art)
+    return st, rp
+
+
+def _theta(rp, floor_mu, tip_mu):
+    vals = {"floor.friction": floor_mu, "tip.friction": tip_mu}
+    return torch.tensor([[vals[n] for n in rp.sim.names]], dtype=torch.float64)
+
+
+def test_pushed_box_follows_pybullet(box_problem):
+    """The true coefficients (floor 0.4, tip 0.3) reproduce PyBullet's push: after 2.5 s (the tip
+    touches at about 1.1 s and pushes it 12 cm) within 5 mm and 5 deg; without the pusher the box
+    would not move at all."""
+    st, rp = box_problem
+    assert rp.sim.names == ["floor.friction", "tip.friction"]
+    x = rp.sim.simulate(_theta(rp, 0.4, 0.3), torch.as_tensor(rp.guess[:1]), len(rp.q))[0].numpy()
+    err = x[-1, :3] - rp.q[-1]
+    assert np.linalg.norm(rp.q[-1, :2]) > 0.1                       # it was pushed
+    assert np.linalg.norm(err[:2]) < 0.005 and abs(np.degrees(err[2])) < 5.0, err
+    np.testing.assert_allclose(x[:, -1], np.arange(len(rp.q)) / 30.0)   # the time column
+    # the floor friction shows only in how far the box runs ahead of the tip after it is struck:
+    # mu 0.1 instead of 0.4 more than doubles the rms position error over the clip
+    slippery = rp.sim.simulate(_theta(rp, 0.1, 0.3), torch.as_tensor(rp.guess[:1]), len(rp.q))[0].numpy()
+    rms = [np.sqrt(((y[:, :2] - rp.q[:, :2]) ** 2).sum(1).mean()) for y in (x, slippery)]
+    assert rms[1] > 2 * rms[0], rms
+    free = replace(rp.sim, model=rp.sim.model.replace(tip_radius=0.0))
+    free.track, free.fps = rp.sim.track, rp.sim.fps
+    alone = free.simulate(_theta(rp, 0.4, 0.3), torch.as_tensor(rp.guess[:1]), len(rp.q))[0].numpy()
+    assert np.abs(alone[:, :3]).max() < 1e-3                          # no pusher: the box stays (1 mm, 0.06 deg)
+
+
+def test_a_restart_mid_clip_replays_the_pusher_from_there(box_problem):
+    _, rp = box_problem
+    theta = _theta(rp, 0.4, 0.3)
+    full = rp.sim.simulate(theta, torch.as_tensor(rp.guess[:1]), 60)[0]
+    again = rp.sim.simulate(theta, full[40:41], 20)[0]
+    torch.testing.assert_close(again, full[40:60], atol=1e-9, rtol=0)
+
+
+def test_a_pushed_part_hung_from_the_world_becomes_planar(box_problem):
+    from bench_forecast import truth_inputs
+    from vid2sim.datasets.synthetic import actuation_of, recording_shapes
+
+    st, _ = box_problem
+    _, poses, jp, _ = truth_inputs(st, 30.0)
+    rec = types.SimpleNamespace(actuation=actuation_of(st), shapes=recording_shapes(st))
+    c = tuple(poses.world_from_body[0, 0, :3, 3])
+    hinge = Articulation(["part"], [Joint("world_to_part", "revolute", "world", "part", (0, 0, 1), c)])
+    out = identify_push.planar_root(hinge, jp, poses, rec, rec.shapes)
+    assert out is not None
+    art, jp2 = out
+    assert art.joints[0].type == "planar" and jp2.root_pose.shape == (75, 7)
+    np.testing.assert_allclose(jp2.root_pose[:, :3] - jp2.root_pose[:1, :3],
+                               poses.world_from_body[:, 0, :3, 3] - poses.world_from_body[:1, 0, :3, 3], atol=1e-9)
+    tilted = Articulation(["part"], [Joint("world_to_part", "revolute", "world", "part", (1, 0, 0), c)])
+    assert identify_push.planar_root(tilted, jp, poses, rec, rec.shapes) is None
+    leaning = Articulation(["part"], [Joint("world_to_part", "planar", "world", "part", (-0.011, 0, 1), c)])
+    art, _ = identify_push.planar_root(leaning, jp, poses, rec, rec.shapes)
+    assert art.joints[0].axis == (0.0, 0.0, 1.0) and art.joints[0].pivot == c      # the floor's plane
+    assert identify_push.planar_root(art, jp, poses, rec, rec.shapes) is None       # already on it
+    no_pusher = types.SimpleNamespace(actuation=None, shapes=rec.shapes)
+    assert identify_push.planar_root(hinge, jp, poses, no_pusher, rec.shapes) is None
+
+
+def test_side_file_and_forecast_tip(tmp_path, box_problem):
+    st, rp = box_problem
+    # forecast's floor: compliant as identify's penalty floor, half critical damping for the part
+    m = rp.sim.model.mass.min().item()
+    assert rp.held == {"floor.stiffness": 1e4, "floor.damping": pytest.approx((1e4 * m) ** 0.5)}
+    post = Posterior(["floor.friction", "tip.friction"], {"floor.friction": (0, 1.5), "tip.friction": (0, 1.5)},
+                     {"floor.friction": 0.41, "tip.friction": 0.27}, np.array([[0.41, 0.27]]), "cmaes", 0.0,
+                     {"pusher": rp.extra["pusher"], "floor": {"height": 0.0}})
+    path = identify_push.write_side_file(post, tmp_path)
+    d = json.loads(path.read_text())
+    assert d["floor"]["friction"] == 0.41 and d["pusher"]["friction"] == 0.27 and d["pusher"]["radius"] == 0.015
+    from vid2sim.datasets.synthetic import actuation_of, recording_shapes
+
+    rec = types.SimpleNamespace(actuation=actuation_of(st), shapes=recording_shapes(st))
+    tip = identify_push.forecast_tip(rec, post)
+    assert tip.friction == 0.27 and tip.radius == 0.015 and tip.height == 0.06
+    np.testing.assert_array_equal(tip.positions, st.tip_position)
+    no_push = Posterior(["a.mass"], {"a.mass": (0, 1)}, {"a.mass": 0.5}, np.array([[0.5]]), "cmaes", 0.0, {})
+    assert identify_push.write_side_file(no_push, tmp_path / "x") is None
