@@ -350,8 +350,25 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
             f"predicted / |error|. Renderer: {html.escape(str(fc.info.get('renderer')))}; simulator: "
             f"{html.escape(str(fc.info.get('simulator')))}</p>")
     video = '<p><a href="forecast.mp4">forecast.mp4</a> (recorded | predicted | error)</p>' if (run / "forecast.mp4").exists() else ""
-    body = verdict + info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + _iou_plot(fc)
+    body = (verdict + info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + _iou_plot(fc)
+            + _band_html(fc.info.get("band")))
     return _section("Validation: predicting held-back frames", body + table + video)
+
+
+def _band_html(band: dict | None) -> str:
+    """The posterior predictive band (forecast.json ``band``, pipeline/forecast_band.py): plot and
+    the share of the held-back motion inside it."""
+    if not band:
+        return ('<p class="missing">No posterior predictive band: forecast simulated no particle '
+                '(forecast.particles=0 or a one-point posterior).</p>')
+    from vid2sim.pipeline.forecast_band import plot_band
+
+    per = ", ".join(f"{html.escape(k)} {100 * v:.0f} %" for k, v in band.get("inside_per_coordinate", {}).items())
+    text = (f"<p><b>Posterior predictive: {100 * band['inside_fraction']:.0f} % of the held-back joint positions lie "
+            f"inside the particles' {100 * band['level']:.0f} % band</b> ({band['particles']} particles of "
+            f"params_train.json, each restarted from its own fitted state; per coordinate: {per}). The band covers "
+            "the parameters' uncertainty as the particles carry it, not the tracks' own noise.</p>")
+    return text + _img(fig_data_uri(plot_band(band)), "posterior predictive band")
 
 
 def _iou_plot(fc) -> str:

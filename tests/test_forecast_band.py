@@ -1,0 +1,53 @@
+"""The forecast's posterior predictive band in joint coordinates (pipeline/forecast_band.py)."""
+import numpy as np
+import pytest
+
+from vid2sim.datasets.synthetic import simulate
+from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
+from vid2sim.pipeline.forecast_band import coordinates, joint_band, pick_particles, plot_band
+
+FRAMES, AT = 40, 24
+
+
+def _tracks(st) -> tuple[Articulation, PoseTracks]:
+    return Articulation.from_truth(st.truth), PoseTracks.from_truth(st.truth, st.world_from_body, 30.0)
+
+
+@pytest.fixture(scope="module")
+def clips():
+    """The cartpole of seed 0 at slider damping 0.1 ... 0.5 N s/m (truth: 0.3), same start."""
+    return {d: simulate("cartpole", seed=0, frames=FRAMES, params={"slider.damping": d})
+            for d in (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)}
+
+
+def test_coordinates_are_pybullets_joint_positions(clips):
+    st = clips[0.3]
+    art, tracks = _tracks(st)
+    names, q = coordinates(art, tracks)
+    ref = np.asarray(st.q)[:, [list(st.joint_names).index(n) for n in names]]
+    assert names == ["slider", "hinge"]
+    assert np.abs(q - (ref - ref[0])).max() < 1e-6     # rad, m: PyBullet's joint states
+
+
+def test_band_of_neighbouring_dampings_holds_the_truth_and_a_shifted_one_does_not(clips):
+    art, tracks = _tracks(clips[0.3])
+    runs = [_tracks(st)[1].world_from_body[AT + 1:] for st in clips.values()]
+    band = joint_band(art, tracks, AT, runs)
+    assert band["frames"] == list(range(AT + 1, FRAMES)) and band["particles"] == 9
+    assert band["inside_fraction"] == 1.0
+    # the median of 9 runs is the middle one, which is the truth itself
+    assert np.allclose(band["median"], band["observed"], atol=1e-9)
+    low = joint_band(art, tracks, AT, runs[5:])        # damping 0.35 ... 0.5 only: the cart stops sooner
+    assert low["inside_per_coordinate"]["slider"] < 0.2, low["inside_per_coordinate"]
+    fig = plot_band(band)
+    assert len(fig.axes) == 2
+
+
+def test_stragglers_are_not_simulated():
+    names = ["a.mass"]
+    ll = [10.0, 9.0, -500.0, 8.0, 9.5]
+    post = Posterior(names, {"a.mass": (0.0, 1.0)}, {"a.mass": 0.5}, np.linspace(0.1, 0.5, 5)[:, None], "csvgd", 10.0,
+                     {"particle_log_likelihood": ll, "start_state": [0.0, 0.0]})
+    assert pick_particles(post, 8).tolist() == [0, 1, 3, 4]
+    assert pick_particles(post, 2).tolist() == [0, 4]
+    assert pick_particles(post, 0).tolist() == []
