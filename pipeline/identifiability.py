@@ -84,6 +84,17 @@ def limit_reason(name: str, side: str, anchor: dict) -> str:
     return "the motion does not pin this parameter down within its limits"
 
 
+def converged(log_likelihood, dims: int, n: int) -> np.ndarray:
+    """(n,) bool: the particles whose log-likelihood is within chi2_dims(0.999) / 2 of the best
+    (every particle when ``log_likelihood`` is None or of another length, or ``dims`` is 0)."""
+    from scipy.stats import chi2
+
+    if log_likelihood is None or len(log_likelihood) != n or dims <= 0 or n == 0:
+        return np.ones(n, bool)
+    ll = np.nan_to_num(np.asarray(log_likelihood, float), nan=-np.inf)
+    return ll >= ll.max() - 0.5 * chi2.ppf(0.999, dims)
+
+
 def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, log_likelihood=None, dims: int = 0,
                       kernel_covariance=None, draws: int = DRAWS, seed: int = 0) -> tuple[np.ndarray, int]:
     """Samples (M, P) of the posterior the particles (N, P) stand for, and how many particles were
@@ -95,13 +106,8 @@ def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, 
     ``kernel_covariance`` (P, P) (a kernel-density method, models/inference/svgd_newton.py), the
     approximation is the particles' kernel density: ``draws`` samples of it (truncated to the
     ``limits``); else the particles themselves."""
-    from scipy.stats import chi2
-
     X = np.asarray(particles, float)
-    keep = np.ones(len(X), bool)
-    if log_likelihood is not None and len(log_likelihood) == len(X) and dims > 0:
-        ll = np.nan_to_num(np.asarray(log_likelihood, float), nan=-np.inf)
-        keep = ll >= ll.max() - 0.5 * chi2.ppf(0.999, dims)
+    keep = converged(log_likelihood, dims, len(X))
     X = X[keep]
     if kernel_covariance is None or len(X) < 2 or np.shape(kernel_covariance) != (X.shape[1], X.shape[1]):
         return X, int((~keep).sum())

@@ -26,6 +26,9 @@ Deliberately not done here: kinematic fine-tuning.
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
 joint damping, only mass *ratios* and damping/mass are observable from free motion.
+One body's mass therefore anchors the scale (a known ``masses`` entry, else volume x
+``density_anchor``), and ``params.json`` says what the posterior determines
+(``identifiability.py``: the ratios with their intervals, parameters at a limit and why).
 """
 from __future__ import annotations
 
@@ -86,8 +89,9 @@ class IdentifyConfig:
                                    # 0: ceil(480 Hz / fps)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
-    density_anchor: float = 500.0  # kg/m^3: a floating root's mass (not observable) = volume x this, unless
-                                   # `masses` names it (export's default density)
+    density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
+                                   # from free motion; the first moving body, or a floating root) = volume x this
+                                   # (export's default density); damping/friction limits apply at this scale
     floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
                                    # identify_roots.floor_plane) | on | off
     floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
@@ -95,7 +99,8 @@ class IdentifyConfig:
                                    # None: from the tracks (identify_roots.floor_plane)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
-                                   # observable), which control needs; their limits shrink to +-0.1 %
+                                   # observable), which control needs; their limits shrink to +-0.1 % and the
+                                   # damping/friction limits scale by the first one / (its volume x density_anchor)
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
