@@ -27,8 +27,8 @@ no reading are 0 in every image compared, so sensor holes score no method.
   (``vid2sim.models.render.primitives.ray_hit``) with the recording's camera; the
   static background (everything not the mechanism) is the per-pixel median of the
   frames observed so far where the tracked mechanism is absent.
-* Posterior forecast: the same for up to ``particles`` particles of params_train.json
-  (stragglers left out); the per-pixel mean and standard deviation are saved and the mean
+* Posterior forecast: the same for up to ``particles`` parameter draws of params_train.json's
+  posterior (``forecast_band.posterior_parameters``); the per-pixel mean and standard deviation are saved and the mean
   is scored too; their joint coordinates give the 90 % predictive band beside the tracked
   held-back frames (``forecast_band.py``, forecast.json ``band``).
 * Baselines in the same run: ``hold`` (the last fitted frame repeated) and
@@ -444,12 +444,11 @@ def _particle_urdfs(post: Posterior, art: Articulation, shapes: dict[str, Shape]
                     out_dir: Path) -> list[Path]:
     if n <= 0 or post.particles.shape[0] == 0:
         return []
-    pick = forecast_band.pick_particles(post, n)
     paths = []
-    for k in pick:
+    for k, row in enumerate(forecast_band.posterior_parameters(post, n)):
         est = dict(post.estimate)
-        est.update({name: float(v) for name, v in zip(post.names, post.particles[k])})
-        p = Posterior(post.names, post.limits, est, post.particles[k:k + 1], post.method, post.log_likelihood)
+        est.update({name: float(v) for name, v in zip(post.names, row)})
+        p = Posterior(post.names, post.limits, est, row[None], post.method, post.log_likelihood)
         path = out_dir / f".forecast_particle{k}.urdf"
         path.write_text(export.build_urdf(export.ExportConfig(), art, p, shapes, poses))
         paths.append(path)

@@ -12,8 +12,9 @@ samples inside the band: for a calibrated posterior predictive about ``LEVEL``, 
 where the band ignores what the particles do not carry (the restart state's error, the
 tracks' own noise, unmodelled forces).
 
-``pick_particles`` chooses which particles are simulated: stragglers (particles far below
-the best log-likelihood, ``identifiability.converged``) are left out.
+``posterior_parameters`` chooses what is simulated: draws of the particles' kernel density
+where that is the method's posterior (csvgd), else particles; stragglers (particles far
+below the best log-likelihood, ``identifiability.converged``) are left out either way.
 """
 from __future__ import annotations
 
@@ -21,9 +22,26 @@ import numpy as np
 
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
-from vid2sim.pipeline.identifiability import converged
+from vid2sim.pipeline.identifiability import converged, posterior_samples
 
 LEVEL = 0.9
+
+
+def posterior_parameters(post: Posterior, n: int) -> np.ndarray:
+    """At most ``n`` parameter vectors (n, P) of ``post``'s posterior: draws of the particles'
+    kernel density where the method's posterior is one (``extra.kernel_covariance``, csvgd;
+    ``identifiability.posterior_samples``, stragglers left out, fixed seed), else the particles
+    of ``pick_particles``."""
+    if n <= 0 or post.particles.shape[0] == 0:
+        return np.zeros((0, len(post.names)))
+    C = post.extra.get("kernel_covariance")
+    if C is not None and np.shape(C) == (len(post.names),) * 2:
+        dims = len(post.names) + len(post.extra.get("start_state", ()))
+        Y, _ = posterior_samples([post.limits[k] for k in post.names], post.particles,
+                                 post.extra.get("particle_log_likelihood"), dims, C, draws=n)
+        if len(Y) == n:
+            return Y
+    return post.particles[pick_particles(post, n)]
 
 
 def pick_particles(post: Posterior, n: int) -> np.ndarray:

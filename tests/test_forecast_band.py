@@ -4,7 +4,7 @@ import pytest
 
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
-from vid2sim.pipeline.forecast_band import coordinates, joint_band, pick_particles, plot_band
+from vid2sim.pipeline.forecast_band import coordinates, joint_band, pick_particles, plot_band, posterior_parameters
 
 FRAMES, AT = 40, 24
 
@@ -51,3 +51,17 @@ def test_stragglers_are_not_simulated():
     assert pick_particles(post, 8).tolist() == [0, 1, 3, 4]
     assert pick_particles(post, 2).tolist() == [0, 4]
     assert pick_particles(post, 0).tolist() == []
+
+
+def test_kernel_density_draws_when_the_method_has_one():
+    names = ["a.mass", "b.damping"]
+    X = np.array([[0.5, 0.1], [0.52, 0.12], [0.9, 0.9]])
+    extra = {"particle_log_likelihood": [10.0, 9.0, -500.0], "start_state": [0.0, 0.0],
+             "kernel_covariance": [[1e-4, 0.0], [0.0, 1e-4]]}
+    post = Posterior(names, {"a.mass": (0.0, 1.0), "b.damping": (0.0, 1.0)}, {"a.mass": 0.5, "b.damping": 0.1}, X,
+                     "csvgd", 10.0, extra)
+    Y = posterior_parameters(post, 200)
+    assert Y.shape == (200, 2) and np.abs(Y - [0.51, 0.11]).max() < 0.06     # the straggler at 0.9 is not drawn
+    assert 0.007 < Y[:, 0].std() < 0.016                                     # kernel sd 0.01, centres 0.01 apart
+    del extra["kernel_covariance"]
+    assert posterior_parameters(post, 8).tolist() == X[:2].tolist()
