@@ -553,7 +553,7 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
             "iou_reference": "tracked silhouettes of the held-back frames", "renderer": RENDERER,
             "simulator": SIMULATOR, "particles": len(runs)}
     if runs:   # the posterior predictive band in joint coordinates (forecast_band.py)
-        info["band"] = forecast_band.joint_band(art, tracks, at, runs)
+        info["band"] = forecast_band.joint_band(art, tracks, at, runs, sigma=(post_train or post).extra.get("sigma"))
         log.info("forecast: %.0f %% of the held-back joint coordinates inside the particles' 90 %% band",
                  100 * info["band"]["inside_fraction"])
     if cfg.video:

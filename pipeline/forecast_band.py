@@ -6,11 +6,12 @@ frames) gives body poses; here they become the URDF joint coordinates
 (``export.joint_coordinates``; a floating root adds its position x, y, z), the same
 function reading the tracked poses of the held-back frames. Per frame and coordinate:
 the particles' median and their equal-tailed ``LEVEL`` band (linear interpolation
-between particles: with few particles, close to their range), and whether the tracked
-value lies inside. ``inside_fraction`` is the share of held-back (frame, coordinate)
-samples inside the band: for a calibrated posterior predictive about ``LEVEL``, lower
-where the band ignores what the particles do not carry (the restart state's error, the
-tracks' own noise, unmodelled forces).
+between particles: with few particles, close to their range) of the forecasts plus
+identify's track noise (the posterior predictive of a tracked value), and whether the
+tracked value lies inside. ``inside_fraction`` is the share of held-back (frame,
+coordinate) samples inside the band: for a calibrated posterior predictive about
+``LEVEL``, lower where something the band does not carry matters (the restart state's
+error, the integrator, unmodelled forces).
 
 ``posterior_parameters`` chooses what is simulated: draws of the particles' kernel density
 where that is the method's posterior (csvgd), else particles; stragglers (particles far
@@ -19,12 +20,14 @@ below the best log-likelihood, ``identifiability.converged``) are left out eithe
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import norm
 
 from vid2sim.pipeline import export
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
 from vid2sim.pipeline.identifiability import converged, posterior_samples
 
 LEVEL = 0.9
+NOISE_DRAWS = 256  # normal quantiles of the track noise added to each forecast
 
 
 def posterior_parameters(post: Posterior, n: int) -> np.ndarray:
@@ -64,13 +67,18 @@ def coordinates(art: Articulation, tracks: PoseTracks) -> tuple[list[str], np.nd
     return list(names), q
 
 
-def joint_band(art: Articulation, tracks: PoseTracks, at: int, runs: list[np.ndarray], level: float = LEVEL) -> dict:
+def joint_band(art: Articulation, tracks: PoseTracks, at: int, runs: list[np.ndarray], level: float = LEVEL,
+               sigma: dict | None = None) -> dict:
     """The band of particle forecasts ``runs`` (K arrays (steps, M, 4, 4), bodies in ``tracks``'
     order, row k = frame at + 1 + k) against ``tracks`` (every frame; ``at``: last fitted frame).
+    ``sigma`` {coordinate: std}: identify's observation noise of the tracks (params ``extra.sigma``),
+    added to each forecast (``NOISE_DRAWS`` normal quantiles) so that the band is the posterior
+    predictive of tracked values; coordinates it lacks get none.
 
     -> {"names", "frames" (steps,), "level", "particles", "median"/"lower"/"upper"/"observed"
     (steps, C) lists, "context_frames", "context" (the fitted frames before, (n, C)),
-    "inside_fraction", "inside_per_coordinate"}."""
+    "inside_fraction", "inside_per_coordinate", "noise" {coordinate: std},
+    "inside_fraction_without_noise" (the band of the forecasts alone)}."""
     steps = min(r.shape[0] for r in runs)
     head = tracks.world_from_body[:at + 1]
 
@@ -81,15 +89,22 @@ def joint_band(art: Articulation, tracks: PoseTracks, at: int, runs: list[np.nda
     names, q_obs = coordinates(art, with_head(tracks.world_from_body[at + 1:at + 1 + steps]))
     Q = np.stack([coordinates(art, with_head(W))[1][at + 1:] for W in runs])           # (K, steps, C)
     a = (1.0 - level) / 2.0
-    lower, median, upper = np.quantile(Q, [a, 0.5, 1.0 - a], axis=0)
     observed = q_obs[at + 1:]
+    bare_lo, bare_hi = np.quantile(Q, [a, 1.0 - a], axis=0)
+    noise = np.array([float((sigma or {}).get(n, 0.0)) for n in names])
+    z = norm.ppf((np.arange(NOISE_DRAWS) + 0.5) / NOISE_DRAWS)
+    Qn = (Q[:, None] + z[None, :, None, None] * noise).reshape(-1, *Q.shape[1:])
+    lower, median, upper = np.quantile(Qn, [a, 0.5, 1.0 - a], axis=0)
     inside = (observed >= lower) & (observed <= upper)
+    bare = (observed >= bare_lo) & (observed <= bare_hi)
     start = max(0, at - 2 * steps)
     return {"names": names, "frames": list(range(at + 1, at + 1 + steps)), "level": level, "particles": len(runs),
             "median": median.tolist(), "lower": lower.tolist(), "upper": upper.tolist(), "observed": observed.tolist(),
             "context_frames": list(range(start, at + 1)), "context": q_obs[start:at + 1].tolist(),
             "inside_fraction": float(inside.mean()) if inside.size else float("nan"),
-            "inside_per_coordinate": {n: float(inside[:, i].mean()) for i, n in enumerate(names)}}
+            "inside_per_coordinate": {n: float(inside[:, i].mean()) for i, n in enumerate(names)},
+            "noise": dict(zip(names, noise.tolist())),
+            "inside_fraction_without_noise": float(bare.mean()) if bare.size else float("nan")}
 
 
 def plot_band(band: dict):

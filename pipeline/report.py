@@ -365,9 +365,10 @@ def _band_html(band: dict | None) -> str:
 
     per = ", ".join(f"{html.escape(k)} {100 * v:.0f} %" for k, v in band.get("inside_per_coordinate", {}).items())
     text = (f"<p><b>Posterior predictive: {100 * band['inside_fraction']:.0f} % of the held-back joint positions lie "
-            f"inside the particles' {100 * band['level']:.0f} % band</b> ({band['particles']} particles of "
-            f"params_train.json, each restarted from its own fitted state; per coordinate: {per}). The band covers "
-            "the parameters' uncertainty as the particles carry it, not the tracks' own noise.</p>")
+            f"inside the {100 * band['level']:.0f} % posterior predictive band</b> ({band['particles']} "
+            f"posterior draws of params_train.json, each restarted from its own fitted state, plus identify's track "
+            f"noise; per coordinate: {per}). Without the track noise the band holds "
+            f"{100 * band.get('inside_fraction_without_noise', float('nan')):.0f} %.</p>")
     return text + _img(fig_data_uri(plot_band(band)), "posterior predictive band")
 
 

@@ -65,3 +65,15 @@ def test_kernel_density_draws_when_the_method_has_one():
     assert 0.007 < Y[:, 0].std() < 0.016                                     # kernel sd 0.01, centres 0.01 apart
     del extra["kernel_covariance"]
     assert posterior_parameters(post, 8).tolist() == X[:2].tolist()
+
+
+def test_track_noise_widens_the_band_by_its_normal_quantiles(clips):
+    """One forecast (the truth itself) plus track noise sigma: the band is the forecast +- 1.645 sigma
+    (the 5 % and 95 % of 256 quantiles of the noise: 1 % narrow)."""
+    art, tracks = _tracks(clips[0.3])
+    run = tracks.world_from_body[AT + 1:]
+    band = joint_band(art, tracks, AT, [run], sigma={"slider": 0.001, "hinge": 0.003})
+    half = (np.asarray(band["upper"]) - np.asarray(band["lower"])) / 2
+    assert half[:, 0] == pytest.approx(1.645 * 0.001, rel=0.03) and half[:, 1] == pytest.approx(1.645 * 0.003, rel=0.03)
+    assert band["inside_fraction"] == 1.0 and band["noise"] == {"slider": 0.001, "hinge": 0.003}
+    assert joint_band(art, tracks, AT, [run])["noise"] == {"slider": 0.0, "hinge": 0.0}
