@@ -251,7 +251,11 @@ class JointPositions:
 
 @dataclass(frozen=True)
 class Posterior:
-    """The identify stage's result: particles (N, P) over parameters ``names`` within ``limits``."""
+    """The identify stage's result: particles (N, P) over parameters ``names`` within ``limits``.
+
+    ``identifiable`` (pipeline/identifiability.py): the scale anchor, each identifiable
+    combination's estimate, median and 50 %/90 % intervals, and the parameters that end at a
+    limit with the reason; empty where nothing was identified."""
 
     names: list[str]
     limits: dict[str, tuple[float, float]]
@@ -260,6 +264,7 @@ class Posterior:
     method: str
     log_likelihood: float
     extra: dict = field(default_factory=dict)
+    identifiable: dict = field(default_factory=dict)
     FILE = "params.json"
     TRAIN_FILE = "params_train.json"  # the posterior fitted on the frames before the held-back ones
 
@@ -276,7 +281,9 @@ class Posterior:
     def save(self, path: str | Path) -> None:
         write_json(path, {"names": self.names, "limits": {k: list(v) for k, v in self.limits.items()},
                           "estimate": self.estimate, "particles": self.particles.tolist(), "method": self.method,
-                          "log_likelihood": float(self.log_likelihood), **({"extra": self.extra} if self.extra else {})})
+                          "log_likelihood": float(self.log_likelihood),
+                          **({"identifiable": self.identifiable} if self.identifiable else {}),
+                          **({"extra": self.extra} if self.extra else {})})
 
     @staticmethod
     def load(path: str | Path) -> "Posterior":
@@ -284,6 +291,17 @@ class Posterior:
         try:
             return Posterior(list(d["names"]), {k: (float(v[0]), float(v[1])) for k, v in d["limits"].items()},
                              {k: float(v) for k, v in d["estimate"].items()}, np.asarray(d["particles"], float).reshape(-1, len(d["names"])),
-                             str(d["method"]), float(d["log_likelihood"]), d.get("extra", {}))
+                             str(d["method"]), float(d["log_likelihood"]), d.get("extra", {}),
+                             _identifiable(d.get("identifiable", {})))
         except (KeyError, TypeError, ValueError) as e:
             raise ArtifactError(path, f"invalid parameters ({type(e).__name__}: {e})") from None
+
+
+def _identifiable(d) -> dict:
+    """params.json's ``identifiable`` dict, checked for the keys the report reads."""
+    if not isinstance(d, dict):
+        raise TypeError(f"identifiable must be an object, got {type(d).__name__}")
+    for k, v in d.get("quantities", {}).items():
+        if not all(len(v.get(f"interval{p}", ())) == 2 for p in (50, 90)) or "estimate" not in v:
+            raise ValueError(f"identifiable quantity {k!r} lacks its estimate or 50/90 % intervals")
+    return d

@@ -28,8 +28,10 @@ no reading are 0 in every image compared, so sensor holes score no method.
   (``vid2sim.models.render.primitives.ray_hit``) with the recording's camera; the
   static background (everything not the mechanism) is the per-pixel median of the
   frames observed so far where the tracked mechanism is absent.
-* Posterior forecast: the same for up to ``particles`` particles of params_train.json; the
-  per-pixel mean and standard deviation are saved and the mean is scored too.
+* Posterior forecast: the same for up to ``particles`` parameter draws of params_train.json's
+  posterior (``forecast_band.posterior_parameters``); the per-pixel mean and standard deviation are saved and the mean
+  is scored too; their joint coordinates give the 90 % predictive band beside the tracked
+  held-back frames (``forecast_band.py``, forecast.json ``band``).
 * Baselines in the same run: ``hold`` (the last fitted frame repeated) and
   ``constvel`` (tracked body poses extrapolated at constant linear and angular
   velocity, rendered the same way).
@@ -53,7 +55,7 @@ from tqdm import tqdm
 
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
-from vid2sim.pipeline import export
+from vid2sim.pipeline import export, forecast_band
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import atomic_path, write_json, write_npz
 from vid2sim.pipeline.holdout import fit_frames
@@ -391,12 +393,11 @@ def _particle_urdfs(post: Posterior, art: Articulation, shapes: dict[str, Shape]
                     out_dir: Path) -> list[Path]:
     if n <= 0 or post.particles.shape[0] == 0:
         return []
-    pick = np.linspace(0, post.particles.shape[0] - 1, min(n, post.particles.shape[0])).round().astype(int)
     paths = []
-    for k in pick:
+    for k, row in enumerate(forecast_band.posterior_parameters(post, n)):
         est = dict(post.estimate)
-        est.update({name: float(v) for name, v in zip(post.names, post.particles[k])})
-        p = Posterior(post.names, post.limits, est, post.particles[k:k + 1], post.method, post.log_likelihood)
+        est.update({name: float(v) for name, v in zip(post.names, row)})
+        p = Posterior(post.names, post.limits, est, row[None], post.method, post.log_likelihood)
         path = out_dir / f".forecast_particle{k}.urdf"
         path.write_text(export.build_urdf(export.ExportConfig(), art, p, shapes, poses))
         paths.append(path)
@@ -427,6 +428,25 @@ def _not_validated(rec: Recording, cfg: ForecastConfig, frames: int, why: str) -
     return Forecast(np.zeros(0, np.int64), empty, None, None, {},
                     {"config": asdict(cfg), "validated": False, "why": why, "fitted": [0, frames - 1], "predicted": None,
                      "renderer": RENDERER, "simulator": SIMULATOR})
+
+
+def _validation_twin(cfg: ForecastConfig, rec: Recording, art: Articulation, jp: JointPositions, fitted: PoseTracks,
+                     post: Posterior, at: int, steps: int, out_dir: Path):
+    """(sim, W): ``sim(urdf)`` simulates a URDF restarted at frame ``at`` from the fitted frames'
+    state (floor and known pusher included) for ``steps`` frames; W (steps, M, 4, 4) is the
+    world-from-body poses it gives for the twin of ``post`` built from the fitted frames only."""
+    floor = default_floor(art, post)
+    from vid2sim.pipeline.identify_push import forecast_tip   # a known pusher replayed with its friction
+
+    tip = forecast_tip(rec, post)
+    sim = lambda path: simulate_twin(path, art, fitted, at, steps, rec.fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
+                                     jp=jp, shapes=rec.shapes, tip=tip)
+    urdf = out_dir / ".forecast_train.urdf"
+    urdf.write_text(export.build_urdf(export.ExportConfig(), art, post, rec.shapes, fitted))
+    try:
+        return sim, sim(urdf)
+    finally:
+        urdf.unlink(missing_ok=True)
 
 
 def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulation, jp: JointPositions,
@@ -476,18 +496,8 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
         return score(normalise_depth(depth_m, lo, hi), real)
 
     _, tracked_sil = render_seq(tracks.world_from_body[at + 1:at + 1 + steps])
-    floor = default_floor(art, post_train or post)
-    from vid2sim.pipeline.identify_push import forecast_tip   # a known pusher replayed with its friction
-
-    tip = forecast_tip(rec, post_train or post)
-    sim = lambda path: simulate_twin(path, art, fitted, at, steps, fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
-                                     jp=jp, shapes=rec.shapes, tip=tip)
-    urdf = out_dir / ".forecast_train.urdf"
-    urdf.write_text(export.build_urdf(export.ExportConfig(), art, post_train or post, rec.shapes, fitted))
-    try:
-        predicted, twin_sil = render_seq(sim(urdf))
-    finally:
-        urdf.unlink(missing_ok=True)
+    sim, W_twin = _validation_twin(cfg, rec, art, jp, fitted, post_train or post, at, steps, out_dir)
+    predicted, twin_sil = render_seq(W_twin)
     hold = np.where(reading, rec.depth(at)[None], 0.0)
     hold_sil = np.repeat(render_seq(tracks.world_from_body[at:at + 1])[1], steps, axis=0)
     constvel, constvel_sil = render_seq(constant_velocity(tracks, at, steps, cfg.observe))
@@ -496,13 +506,17 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     metrics = {"twin": scored(predicted), "hold": scored(hold), "constvel": scored(constvel)}
     for k, v in ious.items():
         metrics[k]["iou"] = float(v.mean())
-    mean, spread = _posterior_forecast(cfg, post_train or post, art, rec, fitted, out_dir, sim, render_seq, metrics,
-                                       scored, tracked_sil)
+    mean, spread, runs = _posterior_forecast(cfg, post_train or post, art, rec, fitted, out_dir, sim, render_seq,
+                                             metrics, scored, tracked_sil)
     info = {"config": asdict(cfg), "validated": True, "fitted": [0, at], "observed": [start, at],
             "predicted": [at + 1, at + steps], "seconds_predicted": steps / fps, "depth_range_m": [lo, hi],
             "iou_per_frame": {k: [round(float(x), 4) for x in v] for k, v in ious.items()},
             "iou_reference": "tracked silhouettes of the held-back frames", "renderer": RENDERER,
-            "simulator": SIMULATOR, "particles": 0 if mean is None else min(cfg.particles, len((post_train or post).particles))}
+            "simulator": SIMULATOR, "particles": len(runs)}
+    if runs:   # the posterior predictive band in joint coordinates (forecast_band.py)
+        info["band"] = forecast_band.joint_band(art, tracks, at, runs, sigma=(post_train or post).extra.get("sigma"))
+        log.info("forecast: %.0f %% of the held-back joint coordinates inside the particles' 90 %% band",
+                 100 * info["band"]["inside_fraction"])
     if cfg.video:
         write_video(out_dir / "forecast.mp4", real, normalise_depth(predicted, lo, hi), fps)
     log.info("forecast: held-back frames %d-%d (%.1f s): twin %s | hold %s | constvel %s", at + 1, at + steps, steps / fps,
@@ -511,13 +525,14 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
 
 
 def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, metrics, scored, tracked_sil):
-    """Per-pixel mean and spread of up to ``cfg.particles`` particles' forecasts (None, None without);
-    adds ``metrics["posterior"]``."""
+    """Per-pixel mean and spread of up to ``cfg.particles`` particles' forecasts and their body poses
+    (K arrays (steps, M, 4, 4)); (None, None, []) without; adds ``metrics["posterior"]``."""
     paths = _particle_urdfs(post, art, rec.shapes, fitted, cfg.particles, out_dir)
     if not paths:
-        return None, None
+        return None, None, []
     try:
-        runs = [render_seq(sim(p)) for p in paths]
+        poses = [sim(p) for p in paths]
+        runs = [render_seq(W) for W in poses]
     finally:
         for p in paths:
             p.unlink(missing_ok=True)
@@ -525,4 +540,4 @@ def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, m
     mean = stack.mean(0)
     metrics["posterior"] = scored(mean)
     metrics["posterior"]["iou"] = float(np.mean([mask_iou(sil, tracked_sil).mean() for _, sil in runs]))
-    return mean, stack.std(0)
+    return mean, stack.std(0), poses

@@ -26,6 +26,9 @@ Deliberately not done here: kinematic fine-tuning.
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
 joint damping, only mass *ratios* and damping/mass are observable from free motion.
+One body's mass therefore anchors the scale (a known ``masses`` entry, else volume x
+``density_anchor``), and ``params.json`` says what the posterior determines
+(``identifiability.py``: the ratios with their intervals, parameters at a limit and why).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
+from vid2sim.pipeline.identifiability import scale_anchor, summarise
 
 log = logging.getLogger(__name__)
 SIM_HZ = 480.0           # simulator rate of substeps=0
@@ -85,8 +89,9 @@ class IdentifyConfig:
                                    # 0: ceil(480 Hz / fps)
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
-    density_anchor: float = 500.0  # kg/m^3: a floating root's mass (not observable) = volume x this, unless
-                                   # `masses` names it (export's default density)
+    density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
+                                   # from free motion; the first moving body, or a floating root) = volume x this
+                                   # (export's default density); damping/friction limits apply at this scale
     floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
                                    # identify_roots.floor_plane) | on | off
     floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
@@ -94,7 +99,8 @@ class IdentifyConfig:
                                    # None: from the tracks (identify_roots.floor_plane)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
-                                   # observable), which control needs; their limits shrink to +-0.1 %
+                                   # observable), which control needs; their limits shrink to +-0.1 % and the
+                                   # damping/friction limits scale by the first one / (its volume x density_anchor)
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
@@ -148,6 +154,7 @@ class TwinSimulator:
     dt: float
     substeps: int
     compile: bool = False
+    anchor: dict = field(default_factory=dict)  # identifiability.scale_anchor: the body whose mass fixes the scale
 
     def model_for(self, theta: torch.Tensor):
         """theta: (B, P) physical -> Model with batch B (masses, inertias, damping, friction set)."""
@@ -216,19 +223,24 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
                              f"{', '.join(model.body_names)})")
         if not (isinstance(kg, (int, float)) and kg > 0):
             raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
+    # the scale free motion leaves open: a known mass, else one body's at density_anchor (identifiability.py)
+    anchor = scale_anchor(cfg.masses, list(model.body_names), list(model.joint_types),
+                          {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.density_anchor)
+    for b, kg in (cfg.masses or {anchor["body"]: anchor["mass"]}).items():
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
-    joint_parameters(cfg, model, names, lo, hi)
+    joint_parameters(cfg, model, names, lo, hi, scale=anchor["limit_scale"])
     unit = model.inertia.clone()  # built with unit masses
     sub = substeps_for(cfg, fps)
     frames = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
     return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
-                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
+                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames), anchor)
 
 
-def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list) -> None:
+def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list, scale: float = 1.0) -> None:
     """Append each revolute/prismatic dof's damping (and, with ``cfg.estimate_friction``, its
-    Coulomb friction) to the parameter ``names`` and their limits ``lo``/``hi`` (SI units)."""
+    Coulomb friction) to the parameter ``names`` and their limits ``lo``/``hi`` (SI units): the
+    configured maxima x ``scale`` (the mass scale relative to density_anchor's, identifiability.py)."""
     types = dict(zip(model.joint_names, model.joint_types))
     for d in model.dof_names:
         t = types.get(d)
@@ -236,11 +248,11 @@ def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list
             continue
         names.append(f"{d}.damping")
         lo.append(0.0)
-        hi.append(cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic)
+        hi.append(scale * (cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic))
         if cfg.estimate_friction:
             names.append(f"{d}.friction")
             lo.append(0.0)
-            hi.append(cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic)
+            hi.append(scale * (cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic))
 
 
 def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:
@@ -364,6 +376,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     post = posterior_from(res, fit, extra=extra)
     if root is not None:
         post = root.finish(post)
+    post = with_identifiability(cfg, post, sim.anchor if root is None else root_anchor(cfg, root.anchored))
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:
@@ -371,6 +384,27 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         plot_trajectories(res, prob, sim.dof_names if root is None else root.extra["q_names"], fps,
                           out_dir / "trajectories.png")
     return post
+
+
+def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
+    """``identifiability.scale_anchor``'s dict for a floating root's anchored mass (identify_roots)."""
+    name, kg = next(iter(anchored.items()))
+    body = name.rsplit(".", 1)[0]
+    known = body in cfg.masses
+    return {"body": body, "mass": float(kg), "known": known,
+            "source": "identify.masses" if known else f"volume x identify.density_anchor ({cfg.density_anchor:g} kg/m^3)"}
+
+
+def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:
+    """``post`` with its ``identifiable`` summary (identifiability.summarise); logs what ends at a limit."""
+    ex = post.extra
+    ident = summarise(post.names, post.limits, post.estimate, post.particles, anchor, tuple(cfg.masses),
+                      ex.get("particle_log_likelihood"), len(post.names) + len(ex.get("start_state", ())),
+                      ex.get("kernel_covariance"))
+    for hit in ident["at_limit"]:
+        log.warning("identify: %s ends at its %s limit %.4g: %s", hit["parameter"], hit["side"], hit["limit"],
+                    hit["reason"])
+    return replace(post, identifiable=ident)
 
 
 def static_posterior(cfg: IdentifyConfig, sim: TwinSimulator) -> Posterior:
@@ -414,6 +448,9 @@ def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = Non
     extra = dict(extra or {})
     extra.update({"start_state": res.start[b, 0].tolist(), "particle_log_likelihood": res.log_likelihood.tolist(),
                   "evaluations": res.evaluations})  # no wall time: the artifact must be reproducible
+    if res.trace.get("kernel_covariance"):   # unit -> physical: the posterior is the particles' kernel density
+        span = (prob.upper - prob.lower).numpy()
+        extra["kernel_covariance"] = (np.asarray(res.trace["kernel_covariance"]) * np.outer(span, span)).tolist()
     return Posterior(names, {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)},
                      {n: float(v) for n, v in zip(names, res.theta[b])}, res.theta.numpy().astype(float),
                      res.method, float(res.log_likelihood[b]), extra)

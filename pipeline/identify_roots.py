@@ -456,7 +456,9 @@ def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: b
         names.append(f"{b}.mass")
         lo.append(kg * 0.999 if kg else vol * cfg.density_min)
         hi.append(kg * 1.001 if kg else vol * cfg.density_max)
-    joint_parameters(cfg, model, names, lo, hi)
+    root, kg = next(iter(anchored.items()), (None, None))   # damping limits scale with the anchored mass
+    nominal = shapes[root.rsplit(".", 1)[0]].volume() * cfg.density_anchor if root else 0.0
+    joint_parameters(cfg, model, names, lo, hi, scale=kg / nominal if nominal > 0 else 1.0)
     if contact:   # bounce: a free root's normal contact (restitution, stiffness) is observable
         names += ["floor.friction", "contact.damping", "contact.stiffness"][:3 if bounce else 1]
         lo += [0.0, CONTACT_DAMPING[0], CONTACT_STIFFNESS[0]][:3 if bounce else 1]

@@ -226,10 +226,14 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
     n = len(post.names)
     parts = [f"<p>method {html.escape(post.method)}, {post.particles.shape[0]} particles, "
              f"log-likelihood {post.log_likelihood:.4g}</p>"]
+    parts.append(identifiable_html(post))
+    at = {h["parameter"]: h for h in post.identifiable.get("at_limit", [])}
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{post.estimate[k]:.4g}</td><td>{np.mean(post.particles[:, i]):.4g}</td>"
-                   f"<td>{np.std(post.particles[:, i]):.3g}</td><td>[{post.limits[k][0]:.3g}, {post.limits[k][1]:.3g}]</td></tr>"
+                   f"<td>{np.std(post.particles[:, i]):.3g}</td><td>[{post.limits[k][0]:.3g}, {post.limits[k][1]:.3g}]</td>"
+                   f"<td>{'at its ' + at[k]['side'] + ' limit' if k in at else ''}</td></tr>"
                    for i, k in enumerate(post.names))
-    parts.append("<table><tr><th>parameter</th><th>estimate</th><th>mean</th><th>std</th><th>limits</th></tr>" + rows + "</table>")
+    parts.append("<p>All parameters (in the scale above):</p><table><tr><th>parameter</th><th>estimate</th>"
+                 "<th>particle mean</th><th>particle std</th><th>limits</th><th></th></tr>" + rows + "</table>")
     if n:
         cols = min(n, 4)
         fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(2.4 * cols, 1.9 * ((n + cols - 1) // cols)), squeeze=False)
@@ -263,6 +267,43 @@ def posterior_section(run: Path, cfg: ReportConfig) -> str:
         fig.tight_layout()
         parts.append(_img(fig_data_uri(fig), "pairwise posterior"))
     return _section("Posterior", "".join(parts))
+
+
+def identifiable_html(post: Posterior) -> str:
+    """What the posterior determines (params.json ``identifiable``, pipeline/identifiability.py):
+    the scale, each identifiable quantity's estimate, median and 50 %/90 % intervals, and every
+    parameter that ends at a limit with its reason."""
+    ident = post.identifiable
+    if not ident:
+        return '<p class="missing">params.json says nothing about identifiability (written before it did)</p>'
+    out = []
+    if ident.get("particles_identical"):
+        out.append(f'<p class="missing"><b>The {post.particles.shape[0]} particles are one point</b>: method '
+                   f'{html.escape(post.method)} gives an estimate, not a posterior; its intervals are empty. Use '
+                   f'<code>identify.method=csvgd</code> (or mcmc) for a posterior.</p>')
+    scale = ident.get("scale", {})
+    if scale:
+        out.append(f"<p><b>Scale</b>: {html.escape(str(scale.get('note', '')))} (source: "
+                   f"{html.escape(str(scale.get('source', '')))}).</p>")
+    q = ident.get("quantities", {})
+    if q:
+        smp = ident.get("samples", {})
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v['estimate']:.4g}</td><td>{v.get('median', float('nan')):.4g}</td>"
+                       f"<td>[{v['interval50'][0]:.4g}, {v['interval50'][1]:.4g}]</td>"
+                       f"<td>[{v['interval90'][0]:.4g}, {v['interval90'][1]:.4g}]</td></tr>" for k, v in q.items())
+        out.append("<p><b>Identifiable quantities</b> (intervals from the "
+                   f"{html.escape(str(smp.get('from', 'particles')))}"
+                   + (f"; {smp['particles_left_out']} unconverged particle(s) left out" if smp.get("particles_left_out") else "")
+                   + "):</p><table><tr><th>quantity</th><th>estimate</th><th>median</th><th>50 % interval</th>"
+                   "<th>90 % interval</th></tr>" + rows + "</table>")
+    hits = ident.get("at_limit", [])
+    if hits:
+        items = "".join(f"<li><b>{html.escape(h['parameter'])}</b> ends at its {h['side']} limit {h['limit']:.4g} "
+                        f"({h['value']:.4g}): {html.escape(h['reason'])}</li>" for h in hits)
+        out.append(f"<p><b>At a limit</b>:</p><ul>{items}</ul>")
+    else:
+        out.append("<p>No parameter ends at a limit.</p>")
+    return "".join(out)
 
 
 def _set_limits(setter, limits) -> None:
@@ -309,8 +350,26 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
             f"predicted / |error|. Renderer: {html.escape(str(fc.info.get('renderer')))}; simulator: "
             f"{html.escape(str(fc.info.get('simulator')))}</p>")
     video = '<p><a href="forecast.mp4">forecast.mp4</a> (recorded | predicted | error)</p>' if (run / "forecast.mp4").exists() else ""
-    body = verdict + info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + _iou_plot(fc)
+    body = (verdict + info + _img(png_data_uri(np.concatenate(tiles, axis=1)), "forecast strip") + _iou_plot(fc)
+            + _band_html(fc.info.get("band")))
     return _section("Validation: predicting held-back frames", body + table + video)
+
+
+def _band_html(band: dict | None) -> str:
+    """The posterior predictive band (forecast.json ``band``, pipeline/forecast_band.py): plot and
+    the share of the held-back motion inside it."""
+    if not band:
+        return ('<p class="missing">No posterior predictive band: forecast simulated no particle '
+                '(forecast.particles=0 or a one-point posterior).</p>')
+    from vid2sim.pipeline.forecast_band import plot_band
+
+    per = ", ".join(f"{html.escape(k)} {100 * v:.0f} %" for k, v in band.get("inside_per_coordinate", {}).items())
+    text = (f"<p><b>Posterior predictive: {100 * band['inside_fraction']:.0f} % of the held-back joint positions lie "
+            f"inside the {100 * band['level']:.0f} % posterior predictive band</b> ({band['particles']} "
+            f"posterior draws of params_train.json, each restarted from its own fitted state, plus identify's track "
+            f"noise; per coordinate: {per}). Without the track noise the band holds "
+            f"{100 * band.get('inside_fraction_without_noise', float('nan')):.0f} %.</p>")
+    return text + _img(fig_data_uri(plot_band(band)), "posterior predictive band")
 
 
 def _iou_plot(fc) -> str:

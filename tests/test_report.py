@@ -87,3 +87,23 @@ def test_report_renders_in_chromium_without_console_errors(full_run, tmp_path):
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], console
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_posterior_section_says_what_is_identifiable_and_what_ends_at_a_limit(tmp_path):
+    """params.json's ``identifiable``: the scale note, the ratio table with its intervals, the
+    flagged limit with its reason, and the warning when the particles are one point."""
+    from vid2sim.pipeline.artifacts import Posterior
+    from vid2sim.pipeline.identifiability import SCALE_NOTE, summarise
+
+    names = ["cart.mass", "pole.mass", "slider.damping"]
+    limits = {"cart.mass": (2.3976, 2.4024), "pole.mass": (0.12, 3.7), "slider.damping": (0.0, 2.0)}
+    X = np.array([[2.4, 0.48, 1.999]] * 16)
+    est = dict(zip(names, X[0]))
+    anchor = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.density_anchor"}
+    Posterior(names, limits, est, X, "cmaes", 1.0, {}, summarise(names, limits, est, X, anchor)).save(
+        tmp_path / "params.json")
+    page = report.posterior_section(tmp_path, report.ReportConfig())
+    assert SCALE_NOTE in page
+    assert "<td>pole.mass/cart.mass</td><td>0.2</td>" in page          # 0.48 / 2.4
+    assert "<b>slider.damping</b> ends at its upper limit 2" in page and "damping_max" in page
+    assert "The 16 particles are one point" in page

@@ -221,3 +221,15 @@ def test_pushed_tip_moves_linkage_without_interpenetration():
         assert gap.min() > r - 0.002, b  # the tip touches, at most 2 mm deep
     lo, hi = st.truth["joints"][1]["limits"]
     assert st.q.min() > lo - 0.01 and st.q.max() < hi + 0.01  # hinge stops hold
+
+
+def test_params_set_masses_and_damping():
+    """simulate(params=...) replaces masses and damping: recorded in truth.json's params, and
+    the motion changes (a heavier pole swings the cart further); unknown names are refused."""
+    base = simulate("cartpole", seed=0, frames=20)
+    heavy = simulate("cartpole", seed=0, frames=20, params={"pole.mass": 0.6, "slider.damping": 0.1})
+    assert heavy.truth["params"]["pole.mass"] == 0.6 and heavy.truth["params"]["slider.damping"] == 0.1
+    assert heavy.truth["params"]["cart.mass"] == base.truth["params"]["cart.mass"] == 1.0
+    assert np.abs(np.asarray(heavy.q) - np.asarray(base.q)).max() > 1e-3
+    with pytest.raises(ValueError, match="cannot set 'wheel.mass'"):
+        simulate("cartpole", frames=2, params={"wheel.mass": 1.0})

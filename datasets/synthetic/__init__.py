@@ -34,7 +34,7 @@ import numpy as np
 
 from vid2sim.datasets.recording import Camera, RecordingWriter
 from vid2sim.datasets.shapes import Shape
-from vid2sim.datasets.synthetic.mechanisms import FACTORIES, Mechanism
+from vid2sim.datasets.synthetic.mechanisms import FACTORIES, Mechanism, with_params
 from vid2sim.datasets.synthetic.physics import SyntheticTruth, run_pybullet, truth_dict
 from vid2sim.datasets.synthetic.render import TIP_ID, Renderer, fit_camera, shape_mesh
 from vid2sim.datasets.synthetic.sensor import (NOISE_MODES, SensorNoise, apply_depth_noise, apply_realsense_noise,
@@ -80,11 +80,12 @@ def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None,
 
 
 def simulate(name: str, seed: int = 0, frames: int = 120, fps: float = 30.0,
-             size: tuple[int, int] = (320, 240)) -> SyntheticTruth:
-    """Simulate mechanism ``name`` with PyBullet; the seed sets the initial state."""
+             size: tuple[int, int] = (320, 240), params: dict[str, float] | None = None) -> SyntheticTruth:
+    """Simulate mechanism ``name`` with PyBullet; the seed sets the initial state; ``params``
+    replaces masses and joint damping (``mechanisms.with_params``; truth.json records them)."""
     if frames < 1 or fps <= 0:
         raise ValueError(f"need frames >= 1 and fps > 0, got frames={frames}, fps={fps}")
-    mech = mechanism(name)
+    mech = with_params(mechanism(name), params)
     sim = run_pybullet(mech, seed, frames, fps)
     truth = truth_dict(mech, sim, fps)
     tip_height = sim["tip"].height if sim["tip"] is not None else 0.0

@@ -11,7 +11,7 @@ body z), so a body's pose is the pose of its shape centre.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -363,3 +363,24 @@ FACTORIES: dict[str, Callable[[], Mechanism]] = {
     "pushed": pushed,
     "pendulum3": pendulum3,
 }
+
+
+def with_params(mech: Mechanism, params: dict[str, float] | None) -> Mechanism:
+    """``mech`` with body masses and joint damping replaced by ``params`` ({"cart.mass": kg,
+    "slider.damping": N s/m or N m s/rad, ...}, truth.json's parameter names); names it lacks
+    raise ValueError. Inertias follow the masses (the URDF's are computed from shape and mass)."""
+    if not params:
+        return mech
+    bodies = {b.name: b for b in mech.bodies}
+    joints = {j.name: j for j in mech.joints}
+    for key, value in params.items():
+        name, kind = key.rsplit(".", 1) if "." in key else (key, "")
+        if kind == "mass" and name in bodies and value > 0:
+            bodies[name] = replace(bodies[name], mass=float(value))
+        elif kind == "damping" and name in joints and value >= 0:
+            joints[name] = replace(joints[name], damping=float(value))
+        else:
+            raise ValueError(f"{mech.name}: cannot set {key!r} = {value!r} (a body's .mass > 0 or a joint's "
+                             f".damping >= 0; bodies {', '.join(bodies)}, joints {', '.join(joints)})")
+    return replace(mech, bodies=tuple(bodies[b.name] for b in mech.bodies),
+                   joints=tuple(joints[j.name] for j in mech.joints))

@@ -229,7 +229,8 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
                                            kernel_dims=problem.num_params, refresh=refresh, c=c,
                                            constraint_weight=cw, dual_lr=dual_lr, project=project)
     return x, tr, {"newton_iterations": n, "linearisations": lins,
-                   "newton_rollouts": particles * (n + 1 + lins * (D + 1))}
+                   "newton_rollouts": particles * (n + 1 + lins * (D + 1)),
+                   "kernel_covariance": tr.kernel_covariance}   # unit parameter coordinates
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,

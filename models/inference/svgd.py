@@ -55,6 +55,8 @@ class SVGDTrace:
     log_prob: list[float] = field(default_factory=list)
     max_violation: list[float] = field(default_factory=list)
     final_violation: list[float] = field(default_factory=list)   # per particle, max |constraint| at the end
+    kernel_covariance: list = field(default_factory=list)   # (kd, kd) covariance of one kernel at the end, where
+                                                            # the particles' kernel density is the approximation
 
 
 def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, kernel_dims: int | None = None,

@@ -1,0 +1,180 @@
+"""What the identify stage's posterior does and does not determine.
+
+Free motion under gravity, joint damping and Coulomb friction is invariant to scaling
+every mass, inertia (homogeneous parts: inertia = mass x the shape's unit-mass inertia),
+damping and friction by one factor: M(q) qdd + C(q, qd) + g(q) = -D qd - F sign(qd) keeps
+its solutions when M, C, g, D, F are all multiplied by s. So from joint trajectories only
+the mass *ratios* and damping (friction) per unit mass are observable; the overall scale
+is not. Identify removes the unobservable direction by anchoring one body's mass
+(``scale_anchor``): a known mass (``identify.masses``) or, without one, the anchor body's
+volume x ``identify.density_anchor``. The other parameters are fitted in that scale and
+their limits scale with it (``limit_scale``), so a ratio-only fit does not run into a
+limit that belongs to another scale.
+
+``summarise`` turns a posterior's particles into what the user may read off them:
+
+- ``scale``: the anchor, where its mass came from and whether it is observed;
+- ``quantities``: each identifiable combination (a mass ratio ``pole.mass/cart.mass``,
+  damping per anchor mass ``slider.damping/cart.mass``, ..., or, with a known mass, the
+  parameters themselves) with the best particle's value, the posterior median and its
+  equal-tailed 50 % and 90 % intervals (``posterior_samples``: stragglers left out, and
+  for a kernel-density method the particles widened by its kernel);
+- ``at_limit``: parameters whose best value ends within ``LIMIT_FRACTION`` of the
+  limits' span from a limit, with the reason where it is known.
+
+It computes nothing about the mechanism beyond the particles it is given.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+DRAWS = 4000              # samples of a kernel-density posterior the intervals are read from
+LIMIT_FRACTION = 0.01      # a value within this fraction of the limits' span from a limit is "at" it
+SCALED = ("mass", "damping", "friction", "stiffness")   # parameter kinds proportional to the mass scale
+SCALE_NOTE = ("absolute mass is not observable from free motion: give one known mass with identify.masses")
+
+
+def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], volumes: dict[str, float],
+                 density_anchor: float) -> dict:
+    """The body whose mass fixes the scale: the first of ``masses`` (known, kg), else the first
+    body (in ``body_names`` order) moved by a revolute or prismatic joint (``joint_types[i]`` is
+    body i's joint), at ``volumes[body]`` (m^3) x ``density_anchor`` (kg/m^3).
+
+    -> {"body", "mass" (kg), "known" (bool), "source", "limit_scale"}: ``limit_scale`` = mass /
+    (volume x density_anchor), the factor the damping and friction limits are multiplied by
+    (1 unless a known mass sets another scale)."""
+    if masses:
+        body = next(iter(masses))
+        kg, known, source = float(masses[body]), True, "identify.masses"
+    else:
+        moving = [b for b, t in zip(body_names, joint_types) if t in ("revolute", "prismatic")]
+        body = (moving or list(body_names))[0]
+        kg, known = float(volumes[body] * density_anchor), False
+        source = f"volume x identify.density_anchor ({density_anchor:g} kg/m^3)"
+    nominal = volumes[body] * density_anchor
+    return {"body": body, "mass": kg, "known": known, "source": source,
+            "limit_scale": kg / nominal if nominal > 0 else 1.0}
+
+
+def interval(values: np.ndarray, level: float) -> list[float]:
+    """The equal-tailed ``level`` interval of samples ``values`` (n,) (linear interpolation)."""
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(np.asarray(values, float), [a, 1.0 - a])
+    return [float(lo), float(hi)]
+
+
+def _kind(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def limit_reason(name: str, side: str, anchor: dict) -> str:
+    """Why parameter ``name`` may end at its ``side`` ("lower" | "upper") limit, as far as known."""
+    kind = _kind(name)
+    scaled = "" if anchor.get("known") else f" (in the scale of {anchor.get('body')}'s anchored mass)"
+    if kind == "mass":
+        return (f"the mass ratio to {anchor.get('body')} reaches the density limits (identify.density_min/max x "
+                f"volume{scaled}): a part denser or lighter than they allow, a wrong shape volume, or a "
+                f"wrong articulation")
+    if kind in ("damping", "friction") and side == "lower":
+        return f"no {kind} is measurable on this clip: the motion is explained without it"
+    if kind in ("damping", "friction"):
+        return (f"the {kind} limit (identify.{kind}_max_revolute/prismatic, scaled with the mass scale{scaled}) is "
+                f"reached: raise it if the joint is that {'damped' if kind == 'damping' else 'stiff'}, or an "
+                f"unmodelled force (a cable, a motor) is slowing the joint")
+    return "the motion does not pin this parameter down within its limits"
+
+
+def converged(log_likelihood, dims: int, n: int) -> np.ndarray:
+    """(n,) bool: the particles whose log-likelihood is within chi2_dims(0.999) / 2 of the best
+    (every particle when ``log_likelihood`` is None or of another length, or ``dims`` is 0)."""
+    from scipy.stats import chi2
+
+    if log_likelihood is None or len(log_likelihood) != n or dims <= 0 or n == 0:
+        return np.ones(n, bool)
+    ll = np.nan_to_num(np.asarray(log_likelihood, float), nan=-np.inf)
+    return ll >= ll.max() - 0.5 * chi2.ppf(0.999, dims)
+
+
+def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, log_likelihood=None, dims: int = 0,
+                      kernel_covariance=None, draws: int = DRAWS, seed: int = 0) -> tuple[np.ndarray, int]:
+    """Samples (M, P) of the posterior the particles (N, P) stand for, and how many particles were
+    left out as unconverged.
+
+    A particle whose log-likelihood is below the best by more than chi2_dims(0.999) / 2 (what a
+    posterior sample over ``dims`` free coordinates falls short of the maximum by once in a
+    thousand) is a straggler the method did not bring in, and is left out. With
+    ``kernel_covariance`` (P, P) (a kernel-density method, models/inference/svgd_newton.py), the
+    approximation is the particles' kernel density: ``draws`` samples of it (truncated to the
+    ``limits``); else the particles themselves."""
+    X = np.asarray(particles, float)
+    keep = converged(log_likelihood, dims, len(X))
+    X = X[keep]
+    if kernel_covariance is None or len(X) < 2 or np.shape(kernel_covariance) != (X.shape[1], X.shape[1]):
+        return X, int((~keep).sum())
+    rng = np.random.default_rng(seed)
+    C = np.asarray(kernel_covariance, float)
+    w, V = np.linalg.eigh(0.5 * (C + C.T))
+    L = V * np.sqrt(np.clip(w, 0.0, None))
+    lo, hi = (np.array(v) for v in zip(*limits))
+    out, n = [], 0
+    for _ in range(20):                       # rejection: the posterior is zero outside the limits
+        Y = X[rng.integers(len(X), size=draws)] + rng.standard_normal((draws, X.shape[1])) @ L.T
+        Y = Y[np.all((Y >= lo) & (Y <= hi), 1)]
+        out.append(Y)
+        n += len(Y)
+        if n >= draws:
+            break
+    Y = np.concatenate(out)[:draws]
+    return (Y if len(Y) else X), int((~keep).sum())
+
+
+def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndarray, anchor: dict | None,
+              known: tuple = (), log_likelihood=None, dims: int = 0, kernel_covariance=None) -> dict:
+    """{"scale", "quantities", "at_limit", "particles_identical", "samples"} (module docstring) of
+    particles (N, P) over ``names``; ``anchor``: ``scale_anchor``'s dict (None: no anchor, every
+    parameter is reported as it is); ``known``: bodies of known mass (held within a sliver, not
+    reported). The intervals are those of ``posterior_samples`` (``log_likelihood`` (N,) of the
+    particles, ``dims`` free coordinates, ``kernel_covariance`` (P, P) physical)."""
+    P0 = np.asarray(particles, float).reshape(-1, len(names))
+    X, excluded = posterior_samples([limits[n] for n in names], P0, log_likelihood, dims, kernel_covariance)
+    anchor = dict(anchor or {})
+    ref = f"{anchor['body']}.mass" if anchor.get("body") else None
+    fixed = {ref} if ref else set()
+    fixed |= {f"{b}.mass" for b in known}
+    if ref in names:
+        ref_col, ref_est = X[:, names.index(ref)], estimate[ref]
+    else:
+        ref_col, ref_est = np.full(len(X), float(anchor.get("mass", 1.0))), float(anchor.get("mass", 1.0))
+    by_ratio = ref is not None and not anchor.get("known", False)
+    quantities = {}
+    for i, n in enumerate(names):
+        if n in fixed:
+            continue
+        if by_ratio and _kind(n) in SCALED:
+            label, v, est = f"{n}/{ref}", X[:, i] / ref_col, estimate[n] / ref_est
+        else:
+            label, v, est = n, X[:, i], estimate[n]
+        quantities[label] = {"estimate": float(est), "median": float(np.median(v)),
+                             "interval50": interval(v, 0.5), "interval90": interval(v, 0.9)}
+    at_limit = []
+    for n in names:
+        if n in fixed:
+            continue
+        lo, hi = limits[n]
+        tol = LIMIT_FRACTION * (hi - lo)
+        for side, limit, hit in (("lower", lo, estimate[n] - lo <= tol), ("upper", hi, hi - estimate[n] <= tol)):
+            if hit:
+                at_limit.append({"parameter": n, "side": side, "value": float(estimate[n]), "limit": float(limit),
+                                 "reason": limit_reason(n, side, anchor)})
+    scale = {k: anchor[k] for k in ("body", "mass", "known", "source") if k in anchor}
+    if anchor and not anchor.get("known", False):
+        scale["note"] = (f"{SCALE_NOTE}; masses, damping and friction are in the scale of {anchor['body']} = "
+                         f"{anchor['mass']:.4g} kg, and only their ratios to it are identified")
+    elif anchor:
+        scale["note"] = f"the scale is set by the known mass of {anchor['body']} ({anchor['mass']:.4g} kg)"
+    spread = np.ptp(P0, axis=0) if len(P0) else np.zeros(len(names))
+    single = bool(len(P0) > 1 and np.all(spread <= 1e-6 * np.maximum(np.abs(P0).max(0), 1e-12)))
+    kde = np.shape(kernel_covariance) == (len(names), len(names)) and len(P0) - excluded > 1
+    samples = {"from": "kernel density of the particles" if kde else "particles", "count": int(len(X)), "particles_left_out": excluded}
+    return {"scale": scale, "quantities": quantities, "at_limit": at_limit, "particles_identical": single,
+            "samples": samples}
