@@ -18,7 +18,8 @@ until one fails. Per cell it records:
 - topology: ``models.joints.evaluate.compare`` of articulation.json against the tree
   the clip shows must give both ``tree_ok`` and ``types_ok`` (same parent/child tree,
   same joint types; the run's body names come from shape names, and a name the truth
-  does not know is a wrong topology). The tree the clip shows is truth.json's, except
+  does not know is a wrong topology; bodies whose shapes have the same geometry are
+  named after the truth body they track, ``same_shape_names``). The tree the clip shows is truth.json's, except
   that a joint whose child moves relative to its parent by less than ``STILL_SHARE``
   (0.3 %, the tracking target) of the camera distance over the run's frames is
   ``fixed``: a part at rest shows no joint (the pushed linkage before the pusher
@@ -139,15 +140,46 @@ def observable_truth(truth: dict, motion: dict[str, float]) -> dict:
     return dict(truth, joints=joints)
 
 
+def same_shape_names(poses, world_from_body: np.ndarray, truth: dict, shapes: dict) -> dict[str, str]:
+    """Run body name -> the truth body it tracks, among bodies whose library shapes have the same
+    geometry. Such parts look alike (double_pendulum's links: two capsules 0.35 m x 0.025 m,
+    listed as 'link1' and 'link2'), so which of their names a run gives which part is
+    arbitrary: they are matched one-to-one by least mean distance of their tracked positions
+    (poses: poses.npz's arrays) to the true ones (world_from_body: (T, M, 4, 4), truth.json's
+    order). Other bodies keep their names. shapes: the recording's library by name."""
+    def geometry(name: str):
+        sh = shapes.get(name)
+        return name if sh is None or sh.type == "mesh" else (sh.type, sh.size, sh.radius, sh.length)
+
+    run_names = [str(n) for n in poses["body_names"]]
+    run_geom = [geometry(str(s)) for s in poses["shape_names"]]
+    P = poses["world_from_body"][:len(world_from_body), :, :3, 3]
+    Q = world_from_body[:len(P), :, :3, 3]
+    out = {}
+    for g in set(run_geom):
+        mine = [i for i, x in enumerate(run_geom) if x == g]
+        theirs = [k for k, b in enumerate(truth["bodies"]) if geometry(b["shape"]) == g]
+        if len(theirs) < 2:
+            continue
+        cost = np.linalg.norm(P[:, mine][:, :, None] - Q[:, theirs][:, None, :], axis=-1).mean(0)
+        for r, c in zip(*linear_sum_assignment(cost)):
+            out[run_names[mine[r]]] = truth["bodies"][theirs[c]]["name"]
+    return out
+
+
 def _topology_scores(rec: Path, run: Path, truth: dict) -> dict:
     """topology_ok: same tree (rigid groups, one joint per truth joint) with the same joint types
     as the tree the clip shows (``observable_truth``); joints_found: the run's [parent, child,
     type] triples, for reading failures; joints_still: truth joints scored as fixed."""
     art = json.loads((run / "articulation.json").read_text())
+    poses = np.load(run / "poses.npz")
+    W = np.load(rec / "truth_poses.npz")["world_from_body"][:len(poses["world_from_body"])]  # the frames the run saw
+    shapes = load_shapes(rec / "shapes.json")
+    names = same_shape_names(poses, W, truth, shapes)
+    art["joints"] = [dict(j, parent=names.get(j["parent"], j["parent"]), child=names.get(j["child"], j["child"]))
+                     for j in art["joints"]]
     found = sorted([j["parent"], j["child"], j["type"]] for j in art["joints"])
-    W = np.load(rec / "truth_poses.npz")["world_from_body"]
-    W = W[:len(np.load(run / "poses.npz")["world_from_body"])]  # the frames the run saw
-    want = observable_truth(truth, joint_motion_m(truth, W, load_shapes(rec / "shapes.json")))
+    want = observable_truth(truth, joint_motion_m(truth, W, shapes))
     still = [j["name"] for j, w in zip(truth["joints"], want["joints"]) if w["type"] != j["type"]]
     row = {"topology_ok": False, "tree_ok": False, "types_ok": False, "joints_found": found, "joints_still": still}
     try:

@@ -261,6 +261,33 @@ def test_bench_scores_joints_at_rest_as_fixed(clips):
     assert want["joints"] == s.truth["joints"]
 
 
+def test_bench_names_parts_of_the_same_shape_by_where_they_are(tmp_path):
+    """double_pendulum's two links have the same geometry (library shapes 'link1' and 'link2'): a run that calls link1 'link2' and link2
+    'link1' but hangs them right (world -> the upper link -> the lower one) has the right tree;
+    hung the other way round it has not."""
+    from vid2sim.datasets.shapes import shapes_to_json
+    from vid2sim.pipeline.artifacts import PoseTracks
+
+    bench = _bench()
+    s = simulate("double_pendulum", seed=0, frames=12)
+    rec, run = tmp_path / "rec", tmp_path / "run"
+    rec.mkdir()
+    run.mkdir()
+    np.savez(rec / "truth_poses.npz", world_from_body=s.world_from_body)
+    (rec / "shapes.json").write_text(json.dumps(shapes_to_json(s.shapes)))
+    truth = dict(s.truth, scene={"distance_m": 1.5})
+    assert [b["shape"] for b in truth["bodies"]] == ["link1", "link2"] and s.shapes["link1"] == \
+        dataclasses.replace(s.shapes["link2"], name="link1")
+    swapped = {"link1": "link2", "link2": "link1"}
+    PoseTracks(s.world_from_body, ["link2", "link1"], ["link2", "link1"], np.zeros(12), 30.0).save(run / "poses.npz")
+    assert bench.same_shape_names(np.load(run / "poses.npz"), s.world_from_body, truth, s.shapes) == swapped
+    right = [dict(j, parent=swapped.get(j["parent"], "world"), child=swapped[j["child"]]) for j in truth["joints"]]
+    (run / "articulation.json").write_text(json.dumps({"joints": right}))
+    assert bench._topology_scores(rec, run, truth)["topology_ok"]
+    (run / "articulation.json").write_text(json.dumps({"joints": truth["joints"]}))  # upper link hung from the lower
+    assert not bench._topology_scores(rec, run, truth)["topology_ok"]
+
+
 def test_synth_cli_random_scene_and_bad_options(tmp_path, monkeypatch, capsys):
     """``vid2sim synth --scene random`` writes a recording; bad --scene / --noise end in one line, exit code 2."""
     import sys
