@@ -7,7 +7,8 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    given, a rotation the body's shape cannot show, a rod's spin or a ball's turn, gets
    ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
    at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
-   between frames: ``rods_without_flips``), propagated to each pair's relative pose;
+   between frames, ``rods_without_flips``, or its unseen spin from jumping,
+   ``rods_without_spin_jumps``), propagated to each pair's relative pose;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
@@ -108,6 +109,7 @@ class ArticulateConfig:
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
+SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
 UNSEEN_SIGMA = 1.0  # rad: noise of a rotation a body's shape cannot show (a rod's spin about its axis, a ball's turn)
 
 
@@ -141,6 +143,34 @@ def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods:
         for t in np.flatnonzero(valid[:, m]):
             if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
                 W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
+            prev = t
+    return W
+
+
+def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with the jumps of each rod's spin about its own axis (z)
+    taken out. A rod's spin cannot be seen; the tracker leaves it where it was, but a
+    mistracked frame can leave it turned (double_pendulum, realistic depth, seed 1: by 73 deg
+    about the lower link's axis from frame 12 on), and the joint coordinate solved from the
+    rotation then reads that turn as motion. Between valid frames, the spin the tracker
+    changed is measured against the least rotation carrying the previous frame's z axis to
+    this one's (the previous x axis made perpendicular to this z); a change above
+    ``SPIN_JUMP_DEG`` is a jump, undone in this frame and every later one (a turn about the
+    rod's own z axis). Smaller changes, positions and other bodies are kept as they are."""
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        turn, prev = 0.0, None
+        for t in np.flatnonzero(valid[:, m]):
+            if turn:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([turn]))[0]
+            x, z = W[t, m, :3, 0], W[t, m, :3, 2]
+            if prev is not None:
+                carried = W[prev, m, :3, 0] - (W[prev, m, :3, 0] @ z) * z
+                if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg since the previous frame
+                    jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
+                    if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
+                        turn += jump
+                        W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([jump]))[0]
             prev = t
     return W
 
@@ -357,7 +387,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                             f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
                             f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
     unseen_axes = unseen_rotations(poses, shapes)
-    W = rods_without_flips(W, valid, names, [n for n, u in unseen_axes.items() if u == (False, False, True)])
+    rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
+    W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
