@@ -357,8 +357,11 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     jsonl = args.out / "cells.jsonl"
     done = _done(jsonl, args)
-    todo = [(m, s) for m in mechs for s in args.seeds if (m, s) not in done]
-    rows = [done[(m, s)] for m in mechs for s in args.seeds if (m, s) in done]
+    wanted = [(m, s) for m in mechs for s in args.seeds]
+    if args.reuse:  # only the cells that folder has
+        wanted = [c for c in wanted if c in _done(args.reuse / "cells.jsonl", args)]
+    todo = [c for c in wanted if c not in done]
+    rows = [done[c] for c in wanted if c in done]
     print(f"{len(rows)} cells already in {jsonl}, {len(todo)} to run", file=sys.stderr)
     lock = threading.Lock()
     t0 = time.time()
