@@ -37,7 +37,8 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 5. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that
-   ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks.
+   ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks
+   (``vid2sim.pipeline.articulate_world``).
 
 A moving camera (the recording's contract is a static one, camera.json) makes every
 static body appear to move alike: their relative poses stay within the noise, so
