@@ -7,7 +7,8 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    given, a rotation the body's shape cannot show, a rod's spin or a ball's turn, gets
    ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
    at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
-   between frames: ``rods_without_flips``), propagated to each pair's relative pose;
+   between frames, ``rods_without_flips``, or its unseen spin from jumping,
+   ``rods_without_spin_jumps``), propagated to each pair's relative pose;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
@@ -36,7 +37,8 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 5. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that
-   ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks.
+   ``vid2sim.models.joints.forward_kinematics`` reproduces the tracks
+   (``vid2sim.pipeline.articulate_world``).
 
 A moving camera (the recording's contract is a static one, camera.json) makes every
 static body appear to move alike: their relative poses stay within the noise, so
@@ -65,8 +67,8 @@ import numpy as np
 
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints import fit
-from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, topological
-from vid2sim.pipeline.artifacts import ArtifactError, Articulation, Joint, JointPositions, PoseTracks
+from vid2sim.pipeline.articulate_world import Edge, Forest, Root, Tracks, world_frame
+from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 from vid2sim.datasets.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,7 @@ class ArticulateConfig:
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
+SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
 UNSEEN_SIGMA = 1.0  # rad: noise of a rotation a body's shape cannot show (a rod's spin about its axis, a ball's turn)
 
 
@@ -146,11 +149,32 @@ def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods:
     return W
 
 
-@dataclass(frozen=True)
-class _Edge:
-    parent: str
-    child: str
-    fit: fit.JointFit
+def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with the jumps of each rod's spin about its own axis (z)
+    taken out. A rod's spin cannot be seen; the tracker leaves it where it was, but a
+    mistracked frame can leave it turned (double_pendulum, realistic depth, seed 1: by 73 deg
+    about the lower link's axis from frame 12 on), and the joint coordinate solved from the
+    rotation then reads that turn as motion. Between valid frames, the spin the tracker
+    changed is measured against the least rotation carrying the previous frame's z axis to
+    this one's (the previous x axis made perpendicular to this z); a change above
+    ``SPIN_JUMP_DEG`` is a jump, undone in this frame and every later one (a turn about the
+    rod's own z axis). Smaller changes, positions and other bodies are kept as they are."""
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        turn, prev = 0.0, None
+        for t in np.flatnonzero(valid[:, m]):
+            if turn:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([turn]))[0]
+            x, z = W[t, m, :3, 0], W[t, m, :3, 2]
+            if prev is not None:
+                carried = W[prev, m, :3, 0] - (W[prev, m, :3, 0] @ z) * z
+                if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg since the previous frame
+                    jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
+                    if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
+                        turn += jump
+                        W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([jump]))[0]
+            prev = t
+    return W
 
 
 def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str, child: str = "",
@@ -350,26 +374,6 @@ def _scaled(axes: dict, bp: float, br: float) -> dict:
             for n, (pa, ra) in axes.items()}
 
 
-def _canonical_axis(a: np.ndarray) -> np.ndarray:
-    """Sign convention: the largest component of an axis is positive."""
-    return a if a[np.argmax(np.abs(a))] >= 0 else -a
-
-
-def _unwrap(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Continuous angle over valid frames, interpolated over invalid ones, q(0) near 0."""
-    t = np.arange(len(q))
-    if ok.sum() == 0:
-        return np.zeros_like(q)
-    qu = np.unwrap(q[ok])
-    qu -= 2 * np.pi * np.round(qu[0] / (2 * np.pi))
-    return np.interp(t, t[ok], qu)
-
-
-def _interp(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    t = np.arange(len(q))
-    return q if ok.all() or not ok.any() else np.interp(t, t[ok], q[ok])
-
-
 def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
         ) -> tuple[Articulation, JointPositions]:
     """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
@@ -385,7 +389,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                             f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
                             f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
     unseen_axes = unseen_rotations(poses, shapes)
-    W = rods_without_flips(W, valid, names, [n for n, u in unseen_axes.items() if u == (False, False, True)])
+    rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
+    W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
@@ -402,8 +407,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
     tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
-    edges: list[_Edge] = []
-    roots: list[tuple[str, str, fit.JointFit | None]] = []  # (body, 'planar'|'free', fit)
+    edges: list[Edge] = []
+    roots: list[Root] = []
     def comp_order(c: set) -> tuple[int, int]:
         return (0 if "world" in c else 1, min((names.index(b) for b in c if b != "world"), default=-1))
 
@@ -413,21 +418,21 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
         else:  # nothing ties it to the world: a free body, the best-connected one as root
             sub = tree.subgraph(comp)
             root = max(sorted(comp, key=names.index), key=lambda b: sub.degree(b))
-            roots.append((root, "free", None))
+            roots.append(Root(root, "free", None))
         # Neighbours in body order: the MST's adjacency order varies between processes
         # (hash seeds), and the artifact must be byte-identical for the same input.
         for parent, child in nx.bfs_edges(tree, root, sort_neighbors=lambda ns: sorted(ns, key=lambda b: -1 if b == "world" else names.index(b))):
             attr = tree.edges[parent, child]
             kind, f = attr["kind"], attr["fit"]
             if kind == "planar":
-                roots.append((child, "planar", f))
+                roots.append(Root(child, "planar", f))
                 continue
             if attr["parent"] != parent:  # fitted the other way round: refit in this direction
                 f = fit.fit_model(kind, _relative(W, names, parent, child), _valid(valid, names, parent, child),
                                   _settings(cfg, sp, sr, parent, child, axes), np.random.default_rng(cfg.seed))
-            edges.append(_Edge(parent, child, f))
+            edges.append(Edge(parent, child, f))
     _warn_if_one_moving_group(edges, roots, names)
-    art, jp = _world_frame(W, valid, names, edges, roots, sp, sr)
+    art, jp = world_frame(Tracks(W, valid, names), Forest(roots, edges), sp, sr)
     if cfg.plots:
         _plots(art, jp, W[0], names, poses.fps, Path(out_dir))
     costs = {f"{a}|{b}": v for (a, b), v in table.items()}
@@ -442,81 +447,16 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     return art, jp
 
 
-def _warn_if_one_moving_group(edges: list[_Edge], roots: list, names: list[str]) -> None:
+def _warn_if_one_moving_group(edges: list[Edge], roots: list[Root], names: list[str]) -> None:
     """Log a warning when several bodies are all welded together and their group moves
     relative to the world (by one joint with coordinates): what static objects filmed by
     a moving camera look like."""
     if len(names) < 2 or any(e.fit.kind != "fixed" for e in edges if e.parent != "world"):
         return
-    world = [e.fit.kind for e in edges if e.parent == "world"] + [kind for _, kind, _ in roots]
+    world = [e.fit.kind for e in edges if e.parent == "world"] + [r.kind for r in roots]
     if len(world) == 1 and world[0] != "fixed":
         log.warning("all %d bodies move as one rigid group (%s joint to the world): if they are static "
                     "objects, the camera moved (the recording must come from a static camera)", len(names), world[0])
-
-
-def _world_frame(W, valid, names, edges, roots, sp, sr) -> tuple[Articulation, JointPositions]:
-    """Map every fitted joint to world-frame-0 coordinates and solve q root to leaf."""
-    T = W.shape[0]
-    idx = {b: i for i, b in enumerate(names)}
-    W0 = W[0]
-    motion = {"world": np.broadcast_to(np.eye(4), (T, 4, 4))}
-    joints: list[Joint] = []
-    qcols: dict[str, np.ndarray] = {}
-    root_pose = None
-    sole = len(roots) == 1 and not any(e.parent == "world" for e in edges)
-    for body, kind, f in roots:
-        name = f"world_to_{body}"
-        ok = valid[:, idx[body]]
-        if sole:  # floating base: the root body's tracked pose is root_pose
-            root_pose = se3.to_xyzquat(W[:, idx[body]])
-            motion[body] = W[:, idx[body]] @ se3.inv(W0[idx[body]])
-            a = _canonical_axis(f.axis) if kind == "planar" else np.array([0.0, 0.0, 1.0])
-            joints.append(Joint(name, kind, "world", body, tuple(a), tuple(W0[idx[body], :3, 3]),
-                                f.cost if f is not None else 2.0 * 6 * int(ok.sum())))
-        elif kind == "planar":
-            n = _canonical_axis(f.axis)
-            p = W0[idx[body], :3, 3]
-            q = fit.solve_q("planar", W[:, idx[body]], n, p, W0[idx[body]], sp, sr)
-            q = np.stack([_interp(q[:, 0], ok), _interp(q[:, 1], ok), _unwrap(q[:, 2], ok)], 1)
-            for c, cn in zip(q.T, coordinate_names("planar", name)):
-                qcols[cn] = c
-            motion[body] = joint_motion("planar", n, p, q)
-            joints.append(Joint(name, "planar", "world", body, tuple(n), tuple(p), f.cost))
-        else:
-            pose = se3.to_xyzquat(W[:, idx[body]])
-            for c, cn in zip(pose.T, coordinate_names("free", name)):
-                qcols[cn] = c
-            motion[body] = W[:, idx[body]] @ se3.inv(W0[idx[body]])
-            joints.append(Joint(name, "free", "world", body, (0.0, 0.0, 1.0), tuple(W0[idx[body], :3, 3]),
-                                2.0 * 6 * int(ok.sum())))
-    for e in edges:  # BFS order: the parent's motion is known
-        f, P, C = e.fit, e.parent, e.child
-        Mp = motion[P]
-        if P == "world":
-            Wp0 = np.eye(4)
-            ok = valid[:, idx[C]]
-        else:
-            ok = valid[:, idx[C]] & valid[:, idx[P]]
-            Wp0 = se3.mean_pose((se3.inv(Mp) @ W[:, idx[P]])[ok])  # denoised parent pose at frame 0
-        a = _canonical_axis(Wp0[:3, :3] @ f.axis)
-        c = Wp0[:3, :3] @ f.pivot + Wp0[:3, 3]
-        oc = W0[idx[C], :3, 3]
-        p = c + ((oc - c) @ a) * a if f.kind == "revolute" else oc.copy()
-        X = se3.inv(Mp) @ W[:, idx[C]]
-        name = f"{P}_to_{C}"
-        if f.kind == "fixed":
-            q = np.zeros((T, 0))
-        else:
-            q1 = fit.solve_q(f.kind, X, a, p, W0[idx[C]], sp, sr)
-            q1 = _unwrap(q1, ok) if f.kind == "revolute" else _interp(q1, ok)
-            qcols[name] = q1
-            q = q1[:, None]
-        motion[C] = Mp @ joint_motion(f.kind, a, p, q)
-        joints.append(Joint(name, f.kind, P, C, tuple(a), tuple(p), f.cost))
-    art = Articulation(list(names), topological(Articulation(list(names), joints)))
-    cols = [n for j in art.joints for n in coordinate_names(j.type, j.name) if n in qcols]
-    q = np.stack([qcols[n] for n in cols], 1) if cols else np.zeros((T, 0))
-    return art, JointPositions(q, cols, root_pose)
 
 
 # ----------------------------------------------------------------- pictures

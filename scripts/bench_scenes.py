@@ -15,10 +15,15 @@ until one fails. Per cell it records:
   against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
   error does not depend on naming), divided by the camera's distance to the mechanism
   (truth.json ``scene.distance_m``); truth bodies left without a track are counted;
-- topology: ``models.joints.evaluate.compare`` of articulation.json against truth.json
-  must give both ``tree_ok`` and ``types_ok`` (same parent/child tree, same joint
-  types; the run's body names come from shape names, and a name the truth does not
-  know is a wrong topology).
+- topology: ``models.joints.evaluate.compare`` of articulation.json against the tree
+  the clip shows must give both ``tree_ok`` and ``types_ok`` (same parent/child tree,
+  same joint types; the run's body names come from shape names, and a name the truth
+  does not know is a wrong topology; bodies whose shapes have the same geometry are
+  named after the truth body they track, ``same_shape_names``). The tree the clip shows is truth.json's, except
+  that a joint whose child moves relative to its parent by less than ``STILL_SHARE``
+  (0.3 %, the tracking target) of the camera distance over the run's frames is
+  ``fixed``: a part at rest shows no joint (the pushed linkage before the pusher
+  reaches it). The row's ``joints_still`` names those joints.
 
 Cells go to ``OUT/cells.jsonl`` as they finish (a rerun skips cells already there,
 so a long run resumes); recordings and runs of cells where every stage succeeded are
@@ -30,6 +35,13 @@ deleted unless ``--keep``. Progress goes to stderr; the last stdout line is JSON
                                     "tracebacks", "track_err_rel_median"}}}}
 
     python scripts/bench_scenes.py --seeds 3 --mechanisms cartpole cabinet --frames 30 --out /tmp/bench_scenes
+
+``--reuse DIR`` (a folder written with ``--keep``) takes each cell's recording and the
+artifacts of the stages before ``--from`` (default ``articulate``) from DIR and runs only
+the stages from there on: the same scenes, segmentation and tracks, scored again after a
+change to a later stage. ``--seeds 4-7`` runs seeds 4..7 (held out from seeds 0-3).
+
+    python scripts/bench_scenes.py --seeds 0-3 --noise none --reuse /tmp/bench_keep --out /tmp/bench_rescore
 """
 from __future__ import annotations
 
@@ -48,10 +60,13 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.synthetic import MECHANISMS
+from vid2sim.datasets.shapes import load_shapes
+from vid2sim.models import geometry as se3
 from vid2sim.models.joints.evaluate import compare
 
 STAGES = ("segment", "track", "articulate")
 TRACEBACK = "Traceback (most recent call last)"
+STILL_SHARE = 0.003  # a truth joint moving less than this share of the camera distance is scored as fixed
 FACTORS = ("renderer", "framing", "background", "sensor", "size", "distractors", "mechanism")
 
 
@@ -97,21 +112,117 @@ def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
             "bodies_missing": int(Q.shape[1] - len(c)), "lost_share": lost}
 
 
-def _topology_scores(run: Path, truth: dict) -> dict:
-    """topology_ok: same tree (rigid groups, one joint per truth joint) with the same joint types;
-    joints_found: the run's [parent, child, type] triples, for reading failures."""
+def joint_motion_m(truth: dict, world_from_body: np.ndarray, shapes: dict) -> dict[str, float]:
+    """Truth joint name -> how far its child moves relative to its parent over the frames
+    (m): max over frames of the child origin's displacement plus its rotation angle times
+    the child shape's bounding radius (half its extents' diagonal). world_from_body: (T, M,
+    4, 4) true poses, bodies in truth.json order; shapes: recording library by name."""
+    names = [b["name"] for b in truth["bodies"]]
+    W = np.asarray(world_from_body, float)
+    out = {}
+    for j in truth["joints"]:
+        c = names.index(j["child"])
+        X = W[:, c] if j["parent"] == "world" else se3.inv(W[:, names.index(j["parent"])]) @ W[:, c]
+        r = 0.5 * float(np.linalg.norm(shapes[truth["bodies"][c]["shape"]].extents()))
+        turn = se3.rotation_angle(np.swapaxes(X[:1, :3, :3], 1, 2) @ X[:, :3, :3])
+        out[j["name"]] = float(np.max(np.linalg.norm(X[:, :3, 3] - X[0, :3, 3], axis=1) + turn * r))
+    return out
+
+
+def observable_truth(truth: dict, motion: dict[str, float]) -> dict:
+    """The tree the clip can show: truth.json's joints, each one whose child moves relative
+    to its parent by less than ``STILL_SHARE`` of the camera distance (``joint_motion_m``)
+    turned ``fixed`` (a part that never moves in the clip is no evidence of a joint: the
+    pushed linkage before the pusher reaches it is three boxes at rest on the floor)."""
+    still = STILL_SHARE * truth["scene"]["distance_m"]
+    joints = [dict(j, type="fixed") if j["type"] != "fixed" and motion[j["name"]] < still else j
+              for j in truth["joints"]]
+    return dict(truth, joints=joints)
+
+
+def same_shape_names(poses, world_from_body: np.ndarray, truth: dict, shapes: dict) -> dict[str, str]:
+    """Run body name -> the truth body it tracks, among bodies whose library shapes have the same
+    geometry. Such parts look alike (double_pendulum's links: two capsules 0.35 m x 0.025 m,
+    listed as 'link1' and 'link2'), so which of their names a run gives which part is
+    arbitrary: they are matched one-to-one by least mean distance of their tracked positions
+    (poses: poses.npz's arrays) to the true ones (world_from_body: (T, M, 4, 4), truth.json's
+    order). Other bodies keep their names. shapes: the recording's library by name."""
+    def geometry(name: str):
+        sh = shapes.get(name)
+        return name if sh is None or sh.type == "mesh" else (sh.type, sh.size, sh.radius, sh.length)
+
+    run_names = [str(n) for n in poses["body_names"]]
+    run_geom = [geometry(str(s)) for s in poses["shape_names"]]
+    P = poses["world_from_body"][:len(world_from_body), :, :3, 3]
+    Q = world_from_body[:len(P), :, :3, 3]
+    out = {}
+    for g in set(run_geom):
+        mine = [i for i, x in enumerate(run_geom) if x == g]
+        theirs = [k for k, b in enumerate(truth["bodies"]) if geometry(b["shape"]) == g]
+        if len(theirs) < 2:
+            continue
+        cost = np.linalg.norm(P[:, mine][:, :, None] - Q[:, theirs][:, None, :], axis=-1).mean(0)
+        for r, c in zip(*linear_sum_assignment(cost)):
+            out[run_names[mine[r]]] = truth["bodies"][theirs[c]]["name"]
+    return out
+
+
+def _topology_scores(rec: Path, run: Path, truth: dict) -> dict:
+    """topology_ok: same tree (rigid groups, one joint per truth joint) with the same joint types
+    as the tree the clip shows (``observable_truth``); joints_found: the run's [parent, child,
+    type] triples, for reading failures; joints_still: truth joints scored as fixed."""
     art = json.loads((run / "articulation.json").read_text())
+    poses = np.load(run / "poses.npz")
+    W = np.load(rec / "truth_poses.npz")["world_from_body"][:len(poses["world_from_body"])]  # the frames the run saw
+    shapes = load_shapes(rec / "shapes.json")
+    names = same_shape_names(poses, W, truth, shapes)
+    art["joints"] = [dict(j, parent=names.get(j["parent"], j["parent"]), child=names.get(j["child"], j["child"]))
+                     for j in art["joints"]]
     found = sorted([j["parent"], j["child"], j["type"]] for j in art["joints"])
+    want = observable_truth(truth, joint_motion_m(truth, W, shapes))
+    still = [j["name"] for j, w in zip(truth["joints"], want["joints"]) if w["type"] != j["type"]]
+    row = {"topology_ok": False, "tree_ok": False, "types_ok": False, "joints_found": found, "joints_still": still}
     try:
-        c = compare(SimpleNamespace(joints=art["joints"]), truth)
+        c = compare(SimpleNamespace(joints=art["joints"]), want)
     except (KeyError, ValueError):  # a body the truth does not know
-        return {"topology_ok": False, "tree_ok": False, "types_ok": False, "joints_found": found}
-    return {"topology_ok": bool(c["tree_ok"] and c["types_ok"]), "tree_ok": bool(c["tree_ok"]),
-            "types_ok": bool(c["types_ok"]), "joints_found": found}
+        return row
+    return dict(row, topology_ok=bool(c["tree_ok"] and c["types_ok"]), tree_ok=bool(c["tree_ok"]),
+                types_ok=bool(c["types_ok"]))
+
+
+def _reused(mech: str, seed: int, args, cell: Path, row: dict) -> tuple[Path, list[str]] | None:
+    """With ``--reuse``: the kept recording of this cell in that folder, its run's artifacts of the
+    stages before ``--from`` copied into ``cell/run`` (the later stages' outputs and cache records
+    left out) and their rows copied into ``row``; -> (recording, stages still to run). None when
+    that folder has no row for the cell, or the cell's files were not kept. A cell that stopped
+    before ``--from`` is copied as it is (nothing left to run)."""
+    src_rows = _done(args.reuse / "cells.jsonl", args)
+    src, src_cell = src_rows.get((mech, seed)), args.reuse / "cells" / f"{mech}_s{seed}"
+    if src is None:
+        return None
+    first = STAGES.index(args.start)
+    earlier = STAGES[:first]
+    row.update({k: v for k, v in src.items() if k not in ("stages", "topology_ok", "tree_ok", "types_ok",
+                                                           "joints_found", "tracebacks")})
+    row["stages"] = {s: src["stages"][s] for s in earlier if s in src["stages"]}
+    if not all(row["stages"].get(s, {}).get("rc") == 0 for s in earlier):
+        return src_cell / "rec", []
+    if not (src_cell / "rec" / "truth.json").exists():
+        return None
+    later = {f for spec in _stage_specs() if spec.name in STAGES[first:] for f in spec.outputs}
+    shutil.copytree(src_cell / "run", cell / "run", ignore=lambda d, names: [
+        n for n in names if n in later or (Path(d).name == ".cache" and n[:-5] in STAGES[first:])])
+    return src_cell / "rec", list(STAGES[first:])
+
+
+def _stage_specs():
+    from vid2sim.pipeline.run import STAGES as SPECS
+    return SPECS
 
 
 def run_cell(mech: str, seed: int, args) -> dict:
-    """Make one random-scene recording, run the stages, score them."""
+    """Make one random-scene recording (or, with ``--reuse``, take it and the earlier stages'
+    artifacts from that folder), run the stages, score them."""
     cell = Path(args.out) / "cells" / f"{mech}_s{seed}"
     rec, run = cell / "rec", cell / "run"
     shutil.rmtree(cell, ignore_errors=True)
@@ -119,15 +230,20 @@ def run_cell(mech: str, seed: int, args) -> dict:
     row = {"mechanism": mech, "seed": seed, "frames": args.frames, "noise": args.noise, "stages": {},
            "seg_count_ok": False, "seg_shapes_ok": False, "track_err_m": None, "track_err_rel": None,
            "topology_ok": False}
-    synth = _run(_cli("synth", mech, "--out", str(rec), "--scene", "random", "--seed", str(seed),
-                      "--frames", str(args.frames), "--noise", args.noise), args.timeout)
-    row["synth"] = synth
-    if synth["rc"] != 0:
-        row["tracebacks"] = int(synth["traceback"])
-        return row
+    reused = _reused(mech, seed, args, cell, row) if args.reuse else None
+    if reused is not None:
+        rec, stages = reused
+    else:
+        synth = _run(_cli("synth", mech, "--out", str(rec), "--scene", "random", "--seed", str(seed),
+                          "--frames", str(args.frames), "--noise", args.noise), args.timeout)
+        row["synth"] = synth
+        if synth["rc"] != 0:
+            row["tracebacks"] = int(synth["traceback"])
+            return row
+        stages = list(STAGES)
     truth = json.loads((rec / "truth.json").read_text())
     row["scene"] = truth["scene"]
-    for stage in STAGES:
+    for stage in stages:
         res = _run(_cli("--threads", "1", stage, str(rec), "--out", str(run)), args.timeout)
         row["stages"][stage] = res
         if res["rc"] != 0:
@@ -138,7 +254,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
             elif stage == "track":
                 row.update(_tracking_scores(rec, run, truth))
             else:
-                row.update(_topology_scores(run, truth))
+                row.update(_topology_scores(rec, run, truth))
         except Exception as e:  # the artifact is unreadable: the bench says so, it does not stop
             res["score_error"] = f"{type(e).__name__}: {e}"
     row["tracebacks"] = sum(int(s["traceback"]) for s in row["stages"].values())
@@ -206,9 +322,19 @@ def _done(path: Path, args) -> dict[tuple, dict]:
     return rows
 
 
+def _seed_range(text: str) -> range:
+    """``"N"`` -> seeds 0..N-1; ``"A-B"`` -> seeds A..B."""
+    a, sep, b = text.partition("-")
+    try:
+        return range(int(a), int(b) + 1) if sep else range(int(a))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a count N nor a range A-B") from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=40, help="seeds 0..N-1 per mechanism")
+    ap.add_argument("--seeds", type=_seed_range, default=range(40),
+                    help="N: seeds 0..N-1 per mechanism; A-B: seeds A..B (e.g. 4-7, held out from 0-3)")
     ap.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS),
                     help="names, space- or comma-separated (default: every synthetic mechanism)")
     ap.add_argument("--frames", type=int, default=40)
@@ -217,6 +343,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_scenes"), help="folder of cells.jsonl and cell folders")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per command before it counts as failed")
+    ap.add_argument("--reuse", type=Path, default=None,
+                    help="folder of an earlier --keep run: take its recordings and the artifacts of the stages "
+                         "before --from instead of making them again")
+    ap.add_argument("--from", dest="start", choices=STAGES, default="articulate",
+                    help="with --reuse: the first stage to run again")
     ap.add_argument("--keep", action="store_true", help="keep every cell's recording and run (default: failed ones only)")
     args = ap.parse_args(argv)
     mechs = [m for s in args.mechanisms for m in s.split(",") if m]
@@ -226,8 +357,11 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     jsonl = args.out / "cells.jsonl"
     done = _done(jsonl, args)
-    todo = [(m, s) for m in mechs for s in range(args.seeds) if (m, s) not in done]
-    rows = [done[(m, s)] for m in mechs for s in range(args.seeds) if (m, s) in done]
+    wanted = [(m, s) for m in mechs for s in args.seeds]
+    if args.reuse:  # only the cells that folder has
+        wanted = [c for c in wanted if c in _done(args.reuse / "cells.jsonl", args)]
+    todo = [c for c in wanted if c not in done]
+    rows = [done[c] for c in wanted if c in done]
     print(f"{len(rows)} cells already in {jsonl}, {len(todo)} to run", file=sys.stderr)
     lock = threading.Lock()
     t0 = time.time()

@@ -28,7 +28,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 

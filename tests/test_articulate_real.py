@@ -3,7 +3,6 @@ type of every file, which its name tells (door, dishwasher, microwave: revolute;
 drawer, sliding cabinet: prismatic). Axis and radius found are printed (pytest -s)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

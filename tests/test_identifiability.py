@@ -6,7 +6,7 @@ from scipy.stats import norm
 
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.pipeline import identify
-from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
+from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
 from vid2sim.pipeline.identifiability import SCALE_NOTE, posterior_samples, scale_anchor, summarise
 
 NAMES = ["cart.mass", "pole.mass", "slider.damping", "hinge.damping"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -212,12 +213,12 @@ def test_bench_scores_against_truth(tmp_path):
     assert t["track_err_m"] == pytest.approx(0.01, abs=1e-9) and t["bodies_missing"] == 0
     assert t["track_err_rel"] == pytest.approx(0.01 / truth["scene"]["distance_m"])
     (run / "articulation.json").write_text(json.dumps({"joints": truth["joints"]}))
-    top = bench._topology_scores(run, truth)
+    top = bench._topology_scores(rec, run, truth)
     assert top["topology_ok"] and top["joints_found"] == sorted([j["parent"], j["child"], j["type"]]
                                                                 for j in truth["joints"])
     wrong = [dict(j, type="prismatic") if j["type"] == "revolute" else j for j in truth["joints"]]
     (run / "articulation.json").write_text(json.dumps({"joints": wrong}))
-    top = bench._topology_scores(run, truth)
+    top = bench._topology_scores(rec, run, truth)
     assert top["tree_ok"] and not top["types_ok"] and not top["topology_ok"]
     ok = {"mechanism": "cartpole", "seed": 0, "scene": truth["scene"], "topology_ok": True, "tracebacks": 0,
           "seg_count_ok": True, "seg_shapes_ok": True, "track_err_rel": 0.01,
@@ -228,6 +229,63 @@ def test_bench_scores_against_truth(tmp_path):
     assert summary["cells"] == 2 and summary["segment_ok"] == 0.5 and summary["tracebacks"] == 1
     assert summary["track_err_rel_median"] == 0.01 and summary["topology_ok"] == 0.5
     assert summary["by_factor"]["renderer"][truth["scene"]["renderer"]]["cells"] == 2
+
+
+def test_bench_scores_joints_at_rest_as_fixed(clips):
+    """A truth joint whose child does not move in the clip is scored as fixed (the pushed links
+    before the pusher reaches them); joints that move keep their type. Motion checked against
+    the cart's displacement read straight from the poses."""
+    from vid2sim.models.joints.evaluate import compare
+
+    bench = _bench()
+    s = clips["pushed"]
+    motion = bench.joint_motion_m(s.truth, s.world_from_body, s.shapes)
+    assert set(motion) == {"root", "hinge_1", "hinge_3"} and max(motion.values()) < 1e-4, motion
+    truth = dict(s.truth, scene={"distance_m": 1.5})
+    want = bench.observable_truth(truth, motion)
+    assert [j["type"] for j in want["joints"]] == ["fixed"] * 3
+    at_rest = [{"name": f"w_{b['name']}", "type": "fixed", "parent": "world", "child": b["name"]}
+               for b in truth["bodies"]]
+    c = compare(SimpleNamespace(joints=at_rest), want)
+    assert c["tree_ok"] and c["types_ok"]
+    c = compare(SimpleNamespace(joints=truth["joints"]), want)  # the joints the clip does not show
+    assert not (c["tree_ok"] and c["types_ok"])
+
+    s = clips["cartpole"]
+    motion = bench.joint_motion_m(s.truth, s.world_from_body, s.shapes)
+    cart = [b["name"] for b in s.truth["bodies"]].index("cart")
+    x = s.world_from_body[:, cart, :3, 3]
+    assert motion["slider"] == pytest.approx(np.linalg.norm(x - x[0], axis=1).max(), rel=1e-6)
+    assert motion["hinge"] > 0.05
+    want = bench.observable_truth(dict(s.truth, scene={"distance_m": 1.5}), motion)
+    assert want["joints"] == s.truth["joints"]
+
+
+def test_bench_names_parts_of_the_same_shape_by_where_they_are(tmp_path):
+    """double_pendulum's two links have the same geometry (library shapes 'link1' and 'link2'): a run that calls link1 'link2' and link2
+    'link1' but hangs them right (world -> the upper link -> the lower one) has the right tree;
+    hung the other way round it has not."""
+    from vid2sim.datasets.shapes import shapes_to_json
+    from vid2sim.pipeline.artifacts import PoseTracks
+
+    bench = _bench()
+    s = simulate("double_pendulum", seed=0, frames=12)
+    rec, run = tmp_path / "rec", tmp_path / "run"
+    rec.mkdir()
+    run.mkdir()
+    np.savez(rec / "truth_poses.npz", world_from_body=s.world_from_body)
+    (rec / "shapes.json").write_text(json.dumps(shapes_to_json(s.shapes)))
+    truth = dict(s.truth, scene={"distance_m": 1.5})
+    assert [b["shape"] for b in truth["bodies"]] == ["link1", "link2"] and s.shapes["link1"] == \
+        dataclasses.replace(s.shapes["link2"], name="link1")
+    swapped = {"link1": "link2", "link2": "link1"}
+    PoseTracks(s.world_from_body, ["link2", "link1"], ["link2", "link1"], np.zeros(12), 30.0).save(run / "poses.npz")
+    assert bench.same_shape_names(np.load(run / "poses.npz"), s.world_from_body, truth, s.shapes) == swapped
+    right = [dict(j, parent=swapped.get(j["parent"], "world"), child=swapped[j["child"]]) for j in truth["joints"]]
+    (run / "articulation.json").write_text(json.dumps({"joints": right}))
+    assert bench._topology_scores(rec, run, truth)["topology_ok"]
+    (run / "articulation.json").write_text(json.dumps({"joints": truth["joints"]}))  # upper link hung from the lower
+    assert not bench._topology_scores(rec, run, truth)["topology_ok"]
 
 
 def test_synth_cli_random_scene_and_bad_options(tmp_path, monkeypatch, capsys):

@@ -17,7 +17,7 @@ import torch
 
 from vid2sim.models.geometry_torch import plane_basis
 
-from .model import JOINT_NQ, JOINT_NV, Model
+from .model import JOINT_NV, Model
 from .spatial import axis_angle_to_rot, cross_force, cross_motion, motion_transform, quat_to_rot, spatial_inertia
 
 

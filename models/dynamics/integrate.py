@@ -19,11 +19,11 @@ import dataclasses
 import torch
 import torch._functorch.config  # noqa: F401  (activation_memory_budget, see rollout)
 
-from .algorithms import aba_from_kinematics, kinematics, prepare, Prepared
+from .algorithms import aba_from_kinematics, kinematics, prepare
 from .augment import friction_function, generalized_force
 from .contact import contact_wrenches
 from .fast import FastPrep, accel_fast, fast_prepare
-from .model import JOINT_NQ, JOINT_NV, Control, Model, State
+from .model import JOINT_NQ, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
 
 

@@ -189,7 +189,7 @@ def _fmt(v) -> str:
 def model_to_urdf(model: Model, particle: int = 0, name: str = "vid2sim") -> str:
     """URDF text of one particle's parameters. A free root becomes the root link; otherwise "world"."""
     p = particle
-    out = [f'<?xml version="1.0"?>', f'<robot name="{name}">']
+    out = ['<?xml version="1.0"?>', f'<robot name="{name}">']
     free_root = model.joint_types[0] == "free" and model.parents[0] == -1 and \
         sum(1 for q in model.parents if q == -1) == 1
     if not free_root:

@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -19,7 +19,6 @@ import torch
 
 from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import load_checkpoint, save_checkpoint, to_input
-from vid2sim.models.segmenter.network import build_model
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb
 
 log = logging.getLogger(__name__)
