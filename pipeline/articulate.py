@@ -415,9 +415,10 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     for comp in sorted(nx.connected_components(tree), key=comp_order):
         if "world" in comp:
             root = "world"
-        else:  # nothing ties it to the world: a free body, the best-connected one as root
+        else:  # nothing ties it to the world: a free body, the best-connected one as root,
+            # among those the one whose rotation the depth shows fully (not a rod's spin)
             sub = tree.subgraph(comp)
-            root = max(sorted(comp, key=names.index), key=lambda b: sub.degree(b))
+            root = max(sorted(comp, key=names.index), key=lambda b: (sub.degree(b), -sum(unseen_axes.get(b, ()))))
             roots.append(Root(root, "free", None))
         # Neighbours in body order: the MST's adjacency order varies between processes
         # (hash seeds), and the artifact must be byte-identical for the same input.

@@ -2,10 +2,10 @@
 first part of a clip, predict the part it never saw?
 
 For every mechanism (``--mechanisms``, default every synthetic one): a recording of
-``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s; ``thrown`` 0.67 s + 2 s, since its
-pair lands at about 0.7 s and rests from about 1.3 s: its fit ends before the landing, so
-the floor's friction and restitution are not in the frames fitted and the twin gets
-forecast's default floor; ``--fit-seconds 1.0`` fits the landing and first bounces); the pipeline (segment ... export)
+``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s; ``thrown`` 1.0 s + 2 s: its pair
+first touches the floor at frames 20-23 and rests from about 1.3 s, so a fit that ends
+before the landing holds no evidence of the floor's friction and restitution, which decide
+every later frame; 1.0 s holds the landing and the first bounces); the pipeline (segment ... export)
 runs on a copy holding only the first ``fit`` frames (``write_first_frames``: no stage
 sees the rest, not even articulate); its ``model.urdf`` is restarted in PyBullet from the
 state estimated over its last tracked frames (``forecast.simulate_twin``) and simulated over
@@ -56,7 +56,7 @@ log = logging.getLogger("bench_twin")
 FPS = 30.0
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 # mechanisms whose motion is over before the default fit window ends: their own window
-FIT_SECONDS = {"thrown": 0.67}  # the pair first hits the floor at frames 20-23 (seeds 0-2) and rests from about 38
+FIT_SECONDS = {"thrown": 1.0}  # the pair first hits the floor at frames 20-23 (seeds 0-2) and rests from about 38
 
 
 def silhouettes(rec_path: Path, W: np.ndarray, shapes: list) -> np.ndarray:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mechanisms", default=",".join(MECHANISMS))
     ap.add_argument("--fit-seconds", type=float, default=None,
-                    help="seconds of the clip the pipeline sees (default 3, thrown 0.67: FIT_SECONDS)")
+                    help="seconds of the clip the pipeline sees (default 3, thrown 1.0: FIT_SECONDS)")
     ap.add_argument("--seconds", type=float, default=2.0, help="seconds predicted after them, never seen")
     ap.add_argument("--noise", default="none", choices=("none", "realistic"))
     ap.add_argument("--seed", type=int, default=0)
