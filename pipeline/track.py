@@ -73,6 +73,7 @@ class TrackSteps:
     relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
     relax_after: int = 2  # first step of a frame (0-based) that relax applies to
     converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
+    freeze_converged: bool = True  # a body whose step falls below converged_step is not re-solved for the rest of the frame
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class TrackGates:
     roi_pad_px: int = 10  # px: region of interest = projected bounding sphere plus this margin
     stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
     max_rays: int = 20000  # rays per frame at most: a larger region of interest is sampled more coarsely
+    # rays per Gauss-Newton step at most (0: all of max_rays): a weighted sample of the region's rays, up to
+    # edge_share of it within edge_band_px of a depth edge (silhouettes), the rest spread over the interiors
+    ray_budget: int = 0
+    edge_share: float = 0.5  # in [0, 1]: fraction of ray_budget reserved for rays near depth edges
+    edge_band_px: int = 4  # px: a ray this close to a depth discontinuity (or a missing reading) is an edge ray
     background_tol_m: float = 0.02  # m: depth within this of the background depth is background
 
 
@@ -198,7 +204,7 @@ class _Scene:
 
     def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
         """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
-        ch = _chroma(rgb).reshape(-1, 3)[flat]
+        ch = _chroma(rgb.reshape(-1, 3)[flat])
         d_body = np.linalg.norm(ch[:, None, :] - self.body_chroma[None], axis=-1)  # (N, M)
         d_bg = np.linalg.norm(ch - self.bg_chroma[flat], axis=-1)
         best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
@@ -245,13 +251,51 @@ class _Scene:
                           pixel_angle=1.0 / self.cam.fx)
         return obs, flat
 
+    def edges(self, depth: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """(N,) bool: pixels ``flat`` within ``edge_band_px`` of a depth discontinuity (a 3x3
+        depth range above max(freespace_tol_m, 4.3 sigma)) or of a missing reading; computed on
+        the image box that holds ``flat`` only."""
+        W = self.cam.width
+        v, u = np.divmod(flat, W)
+        b = self.cfg.gates.edge_band_px + 1
+        y0, y1 = max(int(v.min()) - b, 0), min(int(v.max()) + b + 1, self.cam.height)
+        x0, x1 = max(int(u.min()) - b, 0), min(int(u.max()) + b + 1, W)
+        d = np.ascontiguousarray(depth[y0:y1, x0:x1], dtype=np.float32)
+        k3 = np.ones((3, 3), np.uint8)
+        jump = cv2.morphologyEx(d, cv2.MORPH_GRADIENT, k3)
+        tol = np.maximum(self.cfg.noise.freespace_tol_m, 4.3 * self.sigma(d)).astype(np.float32)
+        edge = ((jump > tol) | (d <= 0)).astype(np.uint8)
+        band = 2 * self.cfg.gates.edge_band_px + 1
+        edge = cv2.dilate(edge, np.ones((band, band), np.uint8)) > 0
+        return edge[v - y0, u - x0]
+
     def sigma(self, depth: np.ndarray) -> np.ndarray:
         """Depth noise std (m) at depth (m)."""
         return np.maximum(self.cfg.noise.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.noise.depth_noise_floor_m)
 
 
+def _ray_sample(edge: np.ndarray, budget: int, edge_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed budget of rays out of N: up to ``edge_share * budget`` of the ``edge`` (N,) rays
+    and the rest of the budget from the others, each class evenly strided (in raster order,
+    fractional stride); returns the kept indices (K,) and their weights (K,), the number of
+    rays of its class each kept ray stands for (so the weighted sample sums like all N)."""
+    out_i, out_w = [], []
+    idx_e, idx_o = np.flatnonzero(edge), np.flatnonzero(~edge)
+    n_e = min(len(idx_e), int(round(edge_share * budget)))
+    for idx, n in ((idx_e, n_e), (idx_o, budget - n_e)):
+        n = min(n, len(idx))
+        if n <= 0:
+            continue
+        step = len(idx) / n
+        out_i.append(idx[(np.arange(n) * step).astype(np.int64)])
+        out_w.append(np.full(n, step))
+    keep = np.concatenate(out_i)
+    order = np.argsort(keep)
+    return keep[order], np.concatenate(out_w)[order]
+
+
 def _chroma(rgb: np.ndarray) -> np.ndarray:
-    """(H, W, 3) uint8 -> chromaticity r, g, b / (r + g + b): shading changes brightness, not this."""
+    """(..., 3) uint8 -> chromaticity r, g, b / (r + g + b): shading changes brightness, not this."""
     f = rgb.astype(np.float32) + 1.0
     return f / f.sum(-1, keepdims=True)
 
@@ -267,7 +311,9 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
         roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.gates.roi_pad_px + 1,) * 2, np.uint8)) > 0
-        obs, _ = scene.observe(depth, roi, foreground=mask)
+        # at most max_rays rays, as every later frame: a part filling the view needs no more to start from
+        stride = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1))))
+        obs, _ = scene.observe(depth, roi, foreground=mask, stride=stride)
         poses.append(fit_primitive(cfg, prim, obs)[1])
     return torch.stack(poses)
 
@@ -364,6 +410,10 @@ class _Tracker:
         if reach_of is not None:
             keep = relevant_rays(scene.prims, reach_of, obs, cfg.gates.reach_m)
             obs, flat = obs.subset(keep), flat[keep.numpy()]
+        if 0 < cfg.gates.ray_budget < len(flat):
+            keep, weight = _ray_sample(scene.edges(depth, flat), cfg.gates.ray_budget, cfg.gates.edge_share)
+            obs, flat = obs.subset(torch.as_tensor(keep)), flat[keep]
+            obs.weight = torch.as_tensor(weight, dtype=FLOAT)
         if rgb is not None and scene.body_chroma is not None:
             obs.label = torch.as_tensor(scene.labels(rgb, flat))
             if scene.hidden is not None:   # an actuator's colour says nothing about the parts
@@ -404,15 +454,20 @@ class _Tracker:
         gate = torch.full((M,), cfg.gates.gate_m, dtype=FLOAT)
         shrink = (cfg.gates.gate_m - cfg.gates.gate_final_m) / max(n - 1, 1)
         best = None
+        active = torch.ones(M, dtype=torch.bool)
         for it in range(n + max(cfg.steps.search_iterations, cfg.steps.travel_iterations)):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
                                     w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette, damping=cfg.steps.damping,
                                     planar=self.planar, T_prior=T0 if use_prior and cfg.prior.prior_m > 0 else None,
-                                    prior_sigma=(cfg.prior.prior_m, cfg.prior.prior_rad),
+                                    prior_sigma=(cfg.prior.prior_m, cfg.prior.prior_rad), active=active,
                                     step_scale=cfg.steps.relax if it >= cfg.steps.relax_after else 1.0)
             if best is None or res.cost < best[0]:
                 best = (res.cost, T)
             T = res.T
+            if cfg.steps.freeze_converged:  # converged bodies keep their pose; the others go on
+                active &= res.body_step >= cfg.steps.converged_step
+                if not bool(active.any()):
+                    break
             # A body whose render finds few of its points within the gate is far from its
             # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.
             searching = False

@@ -19,7 +19,8 @@ UNGROUPED_TRACK = {
     "relax_after": 2, "converged_step": 2e-5, "planar": "auto", "velocity_smoothing": 0.5, "prior_m": 0.03,
     "prior_rad": 0.03, "roi_pad_px": 10, "stride": 1, "max_rays": 20000, "reach_m": 0.05, "background_tol_m": 0.02,
     "inlier_m": 0.01, "lost_min_pixels": 20, "lost_min_support": 0.3, "stop_check_m": 0.01, "stop_check_rad": 0.1,
-    "reacquire": True, "reacquire_reach": 2.5, "overlay": True, "max_overlay_frames": 600}
+    "reacquire": True, "reacquire_reach": 2.5, "overlay": True, "max_overlay_frames": 600,
+    "ray_budget": 0, "edge_share": 0.5, "edge_band_px": 4, "freeze_converged": True}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():

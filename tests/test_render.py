@@ -224,3 +224,57 @@ def test_tracker_step_leaves_unseen_rotations_alone(kind):
     B = free_basis(prim, T, list(range(6)))
     assert B.shape == (6, n_free) and torch.allclose(B.T @ B, torch.eye(n_free, dtype=DT), atol=1e-12)
     assert free_basis(Primitive.from_shape(SHAPES["box"]), T, list(range(6))).shape == (6, 6)
+
+
+def test_box_margin_gradient_is_the_closed_form_on_piercing_rays():
+    """``ray_margin_and_grad`` on a box: piercing rays take ``pierce_margin``'s closed form,
+    value and derivatives equal to autograd through it; missing rays in the same batch keep
+    the golden-section envelope (value equal to ``ray_margin``, gradient to autograd of it)."""
+    from vid2sim.models.render.primitives import pierce_margin, ray_margin_and_grad
+
+    g = torch.Generator().manual_seed(1)
+    box = Primitive("box", half_size=(0.1, 0.05, 0.2))
+    o = torch.tensor([0.0, 0.0, -1.0], dtype=DT) + 0.05 * torch.randn(300, 3, generator=g, dtype=DT)
+    d = torch.tensor([0.0, 0.0, 1.0], dtype=DT) + 0.15 * torch.randn(300, 3, generator=g, dtype=DT)
+    pierce = torch.isfinite(ray_hit(box, o, d))
+    assert 50 < int(pierce.sum()) < 250
+    m, g_o, g_d = ray_margin_and_grad(box, o, d)
+    oo, dd = o[pierce].clone().requires_grad_(), d[pierce].clone().requires_grad_()
+    ref = pierce_margin(box, oo, dd)
+    ref_o, ref_d = torch.autograd.grad(ref.sum(), (oo, dd))
+    assert torch.allclose(m[pierce], ref.detach(), atol=1e-12)
+    assert torch.allclose(g_o[pierce], ref_o, atol=1e-12) and torch.allclose(g_d[pierce], ref_d, atol=1e-12)
+    om, dm = o[~pierce].clone().requires_grad_(), d[~pierce].clone().requires_grad_()
+    miss = ray_margin(box, om, dm)
+    miss_o, = torch.autograd.grad(miss.sum(), (om,))
+    assert (miss < 0).all() and torch.allclose(m[~pierce], miss.detach(), atol=1e-9)
+    assert torch.allclose(g_o[~pierce], miss_o, atol=1e-6)
+
+
+def test_gauss_newton_ray_weights_count_rays():
+    """A ray of weight 2 counts as that ray twice: the step and the cost on weighted rays equal
+    those on the rays duplicated (``Observation.weight``)."""
+    from vid2sim.models.render.align import Observation, gauss_newton_step, render_hits
+
+    prim = Primitive.from_shape(SHAPES["box"])
+    T = _pose(5, 1.0)
+    origin = torch.zeros(3, dtype=DT)
+    dirs = torch.stack([(CAM_RENDER_PIX[:, 0] - CAM.cx) / CAM.fx, (CAM_RENDER_PIX[:, 1] - CAM.cy) / CAM.fy,
+                        torch.ones(len(CAM_RENDER_PIX), dtype=DT)], -1)
+    hit = render_hits([prim], T[None], origin, dirs)[0]
+    depth = torch.where(torch.isfinite(hit), hit, torch.full_like(hit, 1.3))  # a wall behind: free space
+    g = torch.Generator().manual_seed(2)
+    depth = depth + 0.002 * torch.randn(len(depth), generator=g, dtype=DT)
+    T0 = perturb(T, torch.tensor([0.01, -0.005, 0.008, 0.03, -0.02, 0.04], dtype=DT))
+    w = (torch.arange(len(depth)) % 3 == 0).to(DT) + 1.0  # every third ray counts twice
+    fg = torch.ones(len(depth), dtype=torch.bool)
+    weighted = Observation(origin, dirs, depth, fg, weight=w)
+    rep = torch.cat([torch.arange(len(depth)), torch.nonzero(w > 1).squeeze(-1)])
+    duplicated = Observation(origin, dirs[rep], depth[rep], fg[rep])
+    a = gauss_newton_step([prim], T0[None], weighted, gate=0.05, max_silhouette=10**6)
+    b = gauss_newton_step([prim], T0[None], duplicated, gate=0.05, max_silhouette=10**6)
+    assert bool(a.freespace.any())
+    assert abs(a.cost - b.cost) < 1e-9 * b.cost
+    assert torch.allclose(a.T, b.T, atol=1e-10)
+    plain = gauss_newton_step([prim], T0[None], Observation(origin, dirs, depth, fg), gate=0.05, max_silhouette=10**6)
+    assert not torch.allclose(plain.T, b.T, atol=1e-8)  # the weights do change the step

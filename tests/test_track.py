@@ -253,3 +253,22 @@ def _first_frames(src: Path, dst: Path, n: int) -> Path:
         for f in sorted((src / sub).iterdir())[:n]:
             (dst / sub / f.name).write_bytes(f.read_bytes())
     return dst
+
+
+def test_ray_sample_keeps_the_budget_and_the_counts():
+    """``_ray_sample``: at most ``budget`` rays, edges up to their share, the rest from the
+    interior; each class's weights sum to the number of rays it had (the weighted sample
+    counts like all rays), indices unique and sorted."""
+    import numpy as np
+
+    from vid2sim.pipeline.track import _ray_sample
+
+    rng = np.random.default_rng(0)
+    edge = rng.random(10000) < 0.15  # about 1500 edge rays, 8500 interior
+    keep, w = _ray_sample(edge, 2000, 0.5)
+    assert len(keep) == 2000 and np.all(np.diff(keep) > 0)
+    assert int(edge[keep].sum()) == 1000
+    assert abs(w[edge[keep]].sum() - edge.sum()) < 1e-9 and abs(w[~edge[keep]].sum() - (~edge).sum()) < 1e-9
+    keep, w = _ray_sample(edge, 4000, 0.5)  # fewer edge rays than their share: all of them, weight 1
+    assert int(edge[keep].sum()) == int(edge.sum()) and np.allclose(w[edge[keep]], 1.0) and len(keep) == 4000
+    assert abs(w.sum() - len(edge)) < 1e-9

@@ -44,7 +44,9 @@ class Observation:
     foreground: (N,) bool rays not explained by the static background;
     label: (N,) long body label from colour (-1 no body, -2 undecided) or None;
     sigma: (N,) depth noise std (m) per ray, or None (then ``scale`` alone sets weights);
-    pixel_angle: 1 / focal length: a silhouette residual's noise is one pixel, depth * this.
+    pixel_angle: 1 / focal length: a silhouette residual's noise is one pixel, depth * this;
+    weight: (N,) how many rays each ray stands for (when the rays are a sample of a larger
+    set: every residual and the cost count a ray this many times), or None (1 each).
     """
 
     origin: torch.Tensor
@@ -54,6 +56,7 @@ class Observation:
     label: torch.Tensor | None = None
     sigma: torch.Tensor | None = None
     pixel_angle: float = 0.0
+    weight: torch.Tensor | None = None
 
     @property
     def points(self) -> torch.Tensor:
@@ -62,7 +65,8 @@ class Observation:
     def subset(self, keep: torch.Tensor) -> "Observation":
         return Observation(self.origin, self.dirs[keep], self.depth[keep], self.foreground[keep],
                            None if self.label is None else self.label[keep],
-                           None if self.sigma is None else self.sigma[keep], self.pixel_angle)
+                           None if self.sigma is None else self.sigma[keep], self.pixel_angle,
+                           None if self.weight is None else self.weight[keep])
 
 
 def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, reach: float) -> torch.Tensor:
@@ -95,6 +99,7 @@ class StepResult:
     visible: torch.Tensor  # (N,) rendered body per ray, -1 background
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     step_norm: float
+    body_step: torch.Tensor | None = None  # (M,) each body's largest step component; 0 inactive, inf too few points
     cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 3^2 per free-space ray
 
 
@@ -215,6 +220,7 @@ class _Assignment:
     assigned: torch.Tensor  # (N,) body each point was assigned to (within the gate), -1 none
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
+    weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
 
     def selected(self, m: int, gate: torch.Tensor) -> torch.Tensor:
         """(P,) bool points nearest to body m and within its gate (or GATE_SIGMAS of their noise)."""
@@ -224,8 +230,12 @@ class _Assignment:
 
     def cost(self) -> float:
         """Truncated cost of the rendered poses (``StepResult.cost``)."""
-        cost = float((self.best.values / self.sig).clamp(max=GATE_SIGMAS).square().sum()) if self.idx.numel() else 0.0
-        return cost + GATE_SIGMAS ** 2 * float(self.freespace.sum())
+        if self.weight is None:
+            cost = float((self.best.values / self.sig).clamp(max=GATE_SIGMAS).square().sum()) if self.idx.numel() else 0.0
+            return cost + GATE_SIGMAS ** 2 * float(self.freespace.sum())
+        k = self.weight[self.idx]
+        cost = float(((self.best.values / self.sig).clamp(max=GATE_SIGMAS).square() * k).sum()) if self.idx.numel() else 0.0
+        return cost + GATE_SIGMAS ** 2 * float(self.weight[self.freespace].sum())
 
 
 def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
@@ -260,12 +270,13 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
-    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, jac, best, assigned, point_res, freespace)
+    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, jac, best, assigned, point_res, freespace, obs.weight)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
-                 sel: torch.Tensor, scale: float, grazing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Body m's depth residuals r (K,), Jacobians J (K, 6) and noise stds s (K,): depth along
+                 sel: torch.Tensor, scale: float, grazing: bool) -> tuple[torch.Tensor, ...]:
+    """Body m's depth residuals r (K,), Jacobians J (K, 6), noise stds s (K,) and ray weights k
+    (K,) (``Observation.weight``): depth along
     the rays its render covers, point-to-surface for its points (``sel``) the render does not
     cover yet, and point-to-surface for covered rays meeting it at a grazing angle."""
     # Depth along the ray where the render shows this body (linear in the sensor noise).
@@ -290,18 +301,21 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], a.sd[m][sel], rg[ok_g]])
     J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
     s1 = torch.cat([ray_sig[on][keep_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
-    return r1, J1, s1
+    if obs.weight is None:
+        return r1, J1, s1, torch.ones_like(r1)
+    k1 = torch.cat([obs.weight[on][keep_d], obs.weight[a.idx[sel]], obs.weight[graze][ok_g]])
+    return r1, J1, s1, k1
 
 
 def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, scale: float,
                       max_silhouette: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Body m's silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,) and ray
-    weights k (K,) (``_at_most``'s): free-space rays, and with colour labels the coverage of
+    weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with colour labels the coverage of
     rays labelled m that the render does not show as m."""
     rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
     r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
     s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
-    k2 = torch.full_like(r2, rays[1])
+    k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
     if obs.label is not None:
         cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
         r3, J3 = margin_residuals(prim, T_m, obs.origin, obs.dirs[cover[0]])
@@ -309,7 +323,7 @@ def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observati
         s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
                              else scale)
         r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
-        k2 = torch.cat([k2, torch.full_like(r3, cover[1])])
+        k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
     return r2, J2, s2.clamp(min=MIN_SIGMA_M), k2
 
 
@@ -362,18 +376,21 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     T_new = T.clone()
     step_norm = 0.0
+    body_step = torch.zeros(M, dtype=T.dtype)
     for m, prim in enumerate(prims):
         if active is not None and not bool(active[m]):
             continue
         sel = a.selected(m, gate[m])
         if int(sel.sum()) < len(dofs) and (obs.label is None or bool(a.valid.any())):
+            body_step[m] = float("inf")  # not solved: too few points within its gate
             continue
-        r1, J1, s1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
-        w1 = w_depth * huber_weights(r1 / s1, HUBER_K) / s1**2
+        r1, J1, s1, k1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
+        w1 = w_depth * k1 * huber_weights(r1 / s1, HUBER_K) / s1**2
         r2, J2, s2, k2 = _silhouette_terms(prim, T[m], m, obs, a, scale, max_silhouette)
         w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):
+            body_step[m] = float("inf")
             continue
         H = (J * w.unsqueeze(-1)).T @ J
         g = (J * w.unsqueeze(-1)).T @ r
@@ -385,7 +402,8 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
-        step_norm = max(step_norm, float(delta.abs().max()))
+        body_step[m] = float(delta.abs().max())
+        step_norm = max(step_norm, float(body_step[m]))
     # A fixed, truncated objective of the input poses, comparable across steps (the residual
     # sets above change with the pose, so the caller keeps the best pose it has seen).
-    return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, a.cost())
+    return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost())
