@@ -29,7 +29,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   again, each frame, among the depth points no body explains near its last pose.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
-The mask fits are in ``track_fit.py``, the overlay video in ``track_overlay.py``.
+The settings are in ``track_config.py``, the mask fits in ``track_fit.py``, the overlay video in
+``track_overlay.py``.
 
 Deliberately not here: RGB-only recordings (need an initial depth from the masks;
 raises a clear error, though the silhouette residuals and planar mode are ready for
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -55,108 +56,11 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
 from vid2sim.models.geometry_torch import orthonormalize, so3_exp, so3_log
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
+from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrackSteps:
-    """How the Gauss-Newton steps of one frame run."""
-
-    search_iterations: int = 4  # extra steps allowed while some body widens its gate
-    travel_iterations: int = 8  # extra steps allowed while some body still moves more than travel_step per step
-    travel_step: float = 1e-3  # m or rad: per-step motion above which travel_iterations extend a frame
-    damping: float = 1e-3  # Levenberg-Marquardt damping, relative to the normal matrix's diagonal
-    keep_best: bool = True  # end a frame at the lowest-cost pose its steps visited, not the last one
-    relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
-    relax_after: int = 2  # first step of a frame (0-based) that relax applies to
-    converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
-    freeze_converged: bool = True  # a body whose step falls below converged_step is not re-solved for the rest of the frame
-
-
-@dataclass(frozen=True)
-class TrackGates:
-    """Which depth points and rays a body's residuals use."""
-
-    gate_m: float = 0.03  # m: on the first step of a frame, depth points farther than this from every body are not used
-    gate_final_m: float = 0.012  # m: the gate shrinks linearly from gate_m to this by the frame's last step
-    gate_max_m: float = 0.15  # m: a body that finds too few points widens its gate up to this
-    reach_m: float = 0.05  # m: rays/points farther than this from the predicted bodies are dropped
-    roi_pad_px: int = 10  # px: region of interest = projected bounding sphere plus this margin
-    stride: int = 1  # use every stride-th pixel (in u and v) of the region of interest
-    max_rays: int = 20000  # rays per frame at most: a larger region of interest is sampled more coarsely
-    # rays per Gauss-Newton step at most (0: all of max_rays): a weighted sample of the region's rays, up to
-    # edge_share of it within edge_band_px of a depth edge (silhouettes), the rest spread over the interiors
-    ray_budget: int = 0
-    edge_share: float = 0.5  # in [0, 1]: fraction of ray_budget reserved for rays near depth edges
-    edge_band_px: int = 4  # px: a ray this close to a depth discontinuity (or a missing reading) is an edge ray
-    background_tol_m: float = 0.02  # m: depth within this of the background depth is background
-
-
-@dataclass(frozen=True)
-class TrackNoise:
-    """The depth noise model sigma = k z^2 and the residuals' weights and scales."""
-
-    # Depth noise model sigma = k z^2 (Keselman et al. 2017; RealSense D4xx about 0.004), used for the
-    # residual weights, gates and "seen through" tests; None: k measured from the recording's static
-    # pixels (datasets/noise.py)
-    depth_noise_k: float | None = None
-    depth_noise_floor_m: float = 0.001  # m: lower bound of the depth noise sigma (quantisation)
-    start_noise_k: float = 0.004  # depth noise k below which the first frame also starts from a coarse pass at this k
-    huber_m: float = 0.004  # m: Huber residual scale where no depth noise applies (RGB silhouettes)
-    freespace_tol_m: float = 0.02  # m: an observation this far behind a rendered surface is "seen through it"
-    w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals, >= 0
-    w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
-    w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
-    color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
-
-
-@dataclass(frozen=True)
-class TrackPrior:
-    """The constant-velocity motion model: each frame's start and weak prior."""
-
-    velocity_smoothing: float = 0.5  # in [0, 1): velocity = this * previous velocity + (1 - this) * last frame's motion
-    # m: std of the constant-velocity prediction's position error per frame (0: no motion prior); about
-    # the motion's own deviation from constant velocity, acceleration x dt^2
-    prior_m: float = 0.03
-    prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
-    # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
-    # that explains the frame better (a part landing and stopping within a frame or two); 0: off
-    stop_check_m: float = 0.01
-    stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
-
-
-@dataclass(frozen=True)
-class TrackLost:
-    """When a body counts as lost, and how it is found again."""
-
-    inlier_m: float = 0.01  # m: a depth point this close to its body supports it
-    lost_min_pixels: int = 20  # a body with fewer visible rendered pixels than this is lost
-    lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
-    reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
-    reacquire_reach: float = 2.5  # reacquire searches within this many bounding radii of the last pose
-
-
-@dataclass(frozen=True)
-class TrackConfig:
-    """Settings of the track stage (lengths in metres), in groups (``pipeline/config.py``)."""
-
-    iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
-    init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
-    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only recordings
-    overlay: bool = True  # write the side-by-side overlay video
-    max_overlay_frames: int = 600  # frames rendered into the overlay video at most
-    steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
-    gates: TrackGates = field(default_factory=TrackGates)  # which depth points and rays each body uses
-    noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
-    prior: TrackPrior = field(default_factory=TrackPrior)  # constant-velocity motion model and its prior
-    lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
-
-    def __post_init__(self):
-        if self.planar not in ("on", "off", "auto"):
-            raise ValueError(f"track.planar must be one of on, off, auto; got {self.planar!r}")
 
 
 def body_names(shape_names: list[str]) -> list[str]:
