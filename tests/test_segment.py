@@ -90,6 +90,18 @@ def test_learned_finds_cart_and_pole_in_realistic_depth(tmp_path):
     _check_bodies(rec_path, seg)
 
 
+@pytest.mark.slow  # about 30 s on the shared 2-core machine
+def test_learned_finds_each_cabinet_part_once_in_realistic_depth(tmp_path):
+    """The realistic-noise cabinet (sigma 4 mm z^2): the network's most confident mask covers
+    the whole cabinet, and its own door, drawer-and-top and side masks overlap it. Each truth
+    body must come out as one mask (IoU > 0.5 with the true mask) with its own library shape:
+    three parts, no second carcass."""
+    rec_path = make_recording("cabinet", tmp_path / "rec", seed=0, frames=13, noise="realistic")
+    seg = run(SegmentConfig(method="learned"), open_recording(rec_path), tmp_path)
+    assert sorted(seg.shape_names) == ["carcass", "door", "drawer"]
+    _check_bodies(rec_path, seg)
+
+
 def test_shape_missing_from_library_is_an_error_naming_what_was_seen(tmp_path):
     rec_path = make_recording("cartpole", tmp_path / "rec", seed=0, frames=1)
     shapes = json.loads((rec_path / "shapes.json").read_text())

@@ -427,7 +427,11 @@ def snap_to_regions(dets: list[Detection], regions: np.ndarray, min_share: float
 
     A region joins a mask when more than ``min_share`` of it lies inside the mask; the
     mask's own pixels on region borders (edge pixels) stay. A mask that claims no
-    region is returned unchanged.
+    region is returned unchanged, and so is one whose pixels inside regions lie mostly
+    in regions a more confident mask took: cut down to its leftovers (slivers and its
+    edge pixels) it would become a piece of no part (a whole-cabinet mask takes the
+    door, drawer and carcass regions; the drawer's own mask, then, only a rim of edge
+    pixels). Such a mask is the same parts seen again; ``reconcile.split_merged`` drops it.
     """
     if not dets:
         return dets
@@ -440,7 +444,7 @@ def snap_to_regions(dets: list[Detection], regions: np.ndarray, min_share: float
         share = inside / np.maximum(area, 1)
         claim = (share > min_share) & ~taken
         claim[0] = False
-        if not claim.any():
+        if not claim.any() or inside[claim].sum() < inside[1:][taken[1:]].sum():
             out.append(d)
             continue
         taken |= claim
