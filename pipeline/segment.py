@@ -151,14 +151,16 @@ def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[l
     """The views (x0, y0, x1, y1) pixels, of the frame's aspect, to look at again magnified,
     and their magnification; ([], 1.0) for none.
 
-    The region is the box around the detections (else around the pixels with depth, where
-    they cover less than half the frame), grown by a quarter of its size and 8 px on every
+    The region is the box around the detections narrower and lower than half the frame (a
+    wall or the floor is no part to magnify; else around the pixels with depth, where they
+    cover less than half the frame), grown by a quarter of its size and 8 px on every
     side. One view holds it where that magnifies it at least twice; a region much taller or
     wider than the frame's aspect (a hanging chain) is instead covered by up to ``ZOOM_TILES``
     views along its long side, each overlapping the next by half, where that magnifies more.
     The magnification is at most ``zoom``; none below ``ZOOM_MIN``.
     """
     h, w = depth.shape
+    dets = [d for d in dets if all(a < b / 2 for a, b in zip(_span(d.mask), (w, h)))]  # not a wall or floor
     if dets:
         mask = np.any([d.mask for d in dets], axis=0)
     else:
@@ -186,6 +188,12 @@ def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[l
             y0 = int(round(min(max(y - th / 2, 0), h - th)))
             views.append((x0, y0, min(x0 + int(round(tw)), w), min(y0 + int(round(th)), h)))
     return views, s
+
+
+def _span(mask: np.ndarray) -> tuple[int, int]:
+    """(width, height) pixels of a mask's bounding box."""
+    v, u = np.nonzero(mask)
+    return (int(np.ptp(u)) + 1, int(np.ptp(v)) + 1) if len(u) else (0, 0)
 
 
 def _touches_cut(mask: np.ndarray, box: tuple[int, int, int, int], shape: tuple[int, int]) -> bool:
