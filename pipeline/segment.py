@@ -154,10 +154,11 @@ def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[l
     The region is the box around the detections narrower and lower than half the frame (a
     wall or the floor is no part to magnify; else around the pixels with depth, where they
     cover less than half the frame), grown by a quarter of its size and 8 px on every
-    side. One view holds it where that magnifies it at least twice; a region much taller or
-    wider than the frame's aspect (a hanging chain) is instead covered by up to ``ZOOM_TILES``
-    views along its long side, each overlapping the next by half, where that magnifies more.
-    The magnification is at most ``zoom``; none below ``ZOOM_MIN``.
+    side. One view holds it where that magnifies it at least ``ZOOM_MIN`` times; a region
+    much taller or wider than the frame's aspect (a hanging chain) that one view cannot
+    magnify so much is instead covered by up to ``ZOOM_TILES`` views along its long side,
+    each overlapping the next by half. The magnification is at most ``zoom``; none below
+    ``ZOOM_MIN``.
     """
     h, w = depth.shape
     dets = [d for d in dets if all(a < b / 2 for a, b in zip(_span(d.mask), (w, h)))]  # not a wall or floor
@@ -175,7 +176,7 @@ def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[l
     one = min(w / bw, h / bh)
     along_x = min(2 * w / bw, h / bh)  # views side by side, overlapping by half
     along_y = min(w / bw, 2 * h / bh)
-    s = min(one if one >= 2 else max(one, along_x, along_y), zoom)
+    s = min(one if one >= ZOOM_MIN else max(along_x, along_y), zoom)
     if s < ZOOM_MIN:
         return [], 1.0
     tw, th = w / s, h / s
