@@ -90,6 +90,18 @@ def test_learned_finds_cart_and_pole_in_realistic_depth(tmp_path):
     _check_bodies(rec_path, seg)
 
 
+@pytest.mark.slow  # about 30 s on the shared 2-core machine
+def test_learned_finds_each_cabinet_part_once_in_realistic_depth(tmp_path):
+    """The realistic-noise cabinet (sigma 4 mm z^2): the network's most confident mask covers
+    the whole cabinet, and its own door, drawer-and-top and side masks overlap it. Each truth
+    body must come out as one mask (IoU > 0.5 with the true mask) with its own library shape:
+    three parts, no second carcass."""
+    rec_path = make_recording("cabinet", tmp_path / "rec", seed=0, frames=13, noise="realistic")
+    seg = run(SegmentConfig(method="learned"), open_recording(rec_path), tmp_path)
+    assert sorted(seg.shape_names) == ["carcass", "door", "drawer"]
+    _check_bodies(rec_path, seg)
+
+
 def test_shape_missing_from_library_is_an_error_naming_what_was_seen(tmp_path):
     rec_path = make_recording("cartpole", tmp_path / "rec", seed=0, frames=1)
     shapes = json.loads((rec_path / "shapes.json").read_text())
@@ -185,3 +197,27 @@ def test_a_box_is_matched_by_the_face_it_shows():
     dets = [Detection(mask, 0, 0.99), Detection(mask, 0, 0.99), Detection(mask, 0, 0.98)]
     seen = [(0.44798734, 0.29810427), (0.72366855, 0.38514106), (0.44831957, 0.15879372)]  # measured
     assert match_shapes(dets, seen, shapes, True, 1.6, Path("rec"), 0) == ["door", "carcass", "drawer"]
+
+
+def test_an_elongated_region_is_magnified_in_overlapping_views_and_a_wall_is_left_out():
+    """A hanging chain 98 px tall and 35 px wide in a 320 x 240 frame: one view of the frame's
+    aspect would magnify it 240 / 163 = 1.47 times (below ZOOM_MIN); three views along it,
+    each overlapping the next by half, magnify it 2.9 times and together cover it. A wall
+    detection across the frame does not widen the region."""
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.pipeline.segment import ZOOM_MIN, zoom_tiles
+
+    chain = np.zeros((240, 320), bool)
+    chain[92:190, 153:188] = True
+    views, s = zoom_tiles([Detection(chain, 1, 0.9)], np.zeros((240, 320)), 4.0)
+    assert 240 / (1.5 * 98 + 16) < ZOOM_MIN and len(views) == 3 and 2.5 < s < 3.0
+    for x0, y0, x1, y1 in views:
+        assert abs((x1 - x0) / (y1 - y0) - 320 / 240) < 0.03 and x0 <= 153 and x1 >= 188
+    cover = np.zeros((240, 320), bool)
+    for x0, y0, x1, y1 in views:
+        cover[y0:y1, x0:x1] = True
+    assert cover[chain].all()
+    wall = np.zeros((240, 320), bool)
+    wall[:120] = True
+    assert zoom_tiles([Detection(wall, 0, 0.99), Detection(chain, 1, 0.9)], np.ones((240, 320)), 4.0) == (views, s)
+    assert zoom_tiles([Detection(wall, 0, 0.99)], np.ones((240, 320)), 4.0) == ([], 1.0)

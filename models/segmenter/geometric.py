@@ -422,12 +422,20 @@ def depth_regions(depth: np.ndarray, K: np.ndarray, P: np.ndarray | None = None,
     return lab
 
 
+LEFTOVER = 0.1  # share of a mask's region pixels it must still claim once more confident masks took theirs
+
+
 def snap_to_regions(dets: list[Detection], regions: np.ndarray, min_share: float = 0.5) -> list[Detection]:
     """Snap (blobby, 28x28-resolution) network masks to depth regions.
 
     A region joins a mask when more than ``min_share`` of it lies inside the mask; the
     mask's own pixels on region borders (edge pixels) stay. A mask that claims no
-    region is returned unchanged.
+    region is returned unchanged, and so is one whose pixels inside regions lie mostly
+    in regions a more confident mask took while the rest claims less than ``LEFTOVER`` of
+    them: cut down to those leftovers (slivers and its edge pixels) it would become a piece
+    of no part (a whole-cabinet mask takes the door, drawer and carcass regions; the
+    drawer's own mask, then, only a rim of edge pixels). Such a mask is the same parts seen
+    again; ``reconcile.split_merged`` drops it.
     """
     if not dets:
         return dets
@@ -440,7 +448,8 @@ def snap_to_regions(dets: list[Detection], regions: np.ndarray, min_share: float
         share = inside / np.maximum(area, 1)
         claim = (share > min_share) & ~taken
         claim[0] = False
-        if not claim.any():
+        inner = inside[1:].sum()
+        if not claim.any() or (inside[claim].sum() < LEFTOVER * inner and inside[1:][taken[1:]].sum() >= 0.5 * inner):
             out.append(d)
             continue
         taken |= claim

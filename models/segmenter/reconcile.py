@@ -16,9 +16,11 @@ the geometry is unambiguous:
   above ``SPHERE_INLIERS``): a ball is one part however the geometry cuts it;
 - it is not a rod and a "sphere" no thicker than the rod: that is a capsule's hemispherical
   end, not a ball on a rod;
-- the frame's depth is not noisy (``depth_noise`` at most ``MAX_NOISE``): with the
-  foundation's realistic sensor noise the geometric cuts follow the noise. So on real
-  sensor depth this step is mostly inactive.
+- on noisy depth (``depth_noise`` above ``MAX_NOISE``), where the geometric cuts often
+  follow the noise, only where the network itself saw one of the held parts on its own:
+  another of its detections covers that part alone (IoU at least ``SECOND_OPINION``; on the
+  realistic-noise cabinet the whole-cabinet mask holds door, drawer and carcass, and the
+  network's own door mask matches the geometric door).
 
 A later mask made mostly of parts already split out of an earlier one is the same parts
 seen again and is dropped. The thresholds were chosen on training-stream frames
@@ -32,17 +34,18 @@ import cv2
 import numpy as np
 
 from vid2sim.models.segmenter.geometric import SPHERE, region_features
-from vid2sim.models.segmenter.model import Detection
+from vid2sim.models.segmenter.model import Detection, mask_iou
 
 INSIDE = 0.6  # share of a geometric part inside a learned mask for it to count as held
 MIN_SHARE = 0.15  # a held part must be at least this share of the mask's region pixels
 COVER = 0.9  # share of the mask's region pixels the held parts must cover to split it
 SPHERE_INLIERS = 0.6  # a mask whose points fit one sphere this well is never split
 CAP_RATIO = 1.5  # a "sphere" piece thinner than this times the rod beside it is a capsule end
-SEEN = 0.7  # share of a later mask inside already split-out parts for it to be dropped
+SEEN = 0.7  # share of a later mask's region pixels inside already split-out parts for it to be dropped
 # Median |depth - smoothed depth| / z^2 (1/m): 0.03e-3 to 1.0e-3 on clean training-stream
 # frames (millimetre rounding, edges), 2.5e-3 to 2.9e-3 with realistic sensor noise.
 MAX_NOISE = 1.75e-3
+SECOND_OPINION = 0.5  # noisy depth: IoU of another detection with a held part that corroborates the split
 
 
 def depth_noise(depth: np.ndarray, P: np.ndarray, N: np.ndarray) -> float:
@@ -80,10 +83,12 @@ def _capsule_end(parts: list[Detection]) -> bool:
 
 
 def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndarray, P: np.ndarray,
-                 N: np.ndarray, rng: np.random.Generator, min_pixels: int = 40) -> list[Detection]:
+                 N: np.ndarray, rng: np.random.Generator, min_pixels: int = 40,
+                 noisy: bool = False) -> list[Detection]:
     """dets: learned detections (snapped), best first; parts: ``segment_geometric``'s
     detections of the frame; regions: (H, W) its ``geometric.depth_regions`` (0 = edge);
-    P, N: (H, W, 3) its ``frame_geometry``.
+    P, N: (H, W, 3) its ``frame_geometry``; noisy: the depth is noisy (``depth_noise``
+    above ``MAX_NOISE``): split only where another detection corroborates a held part.
 
     Returns the detections with merged masks replaced by the geometric parts they hold,
     in parent order (pieces keep their parent's score and network class scores). Shares
@@ -97,14 +102,15 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
     out: list[Detection] = []
     for d in dets:
         m = d.mask
-        if split_out.any() and (m & split_out).sum() >= SEEN * max(int(m.sum()), 1):
-            continue
         inner = m & (regions > 0)
         n_inner = max(int(inner.sum()), 1)
+        if split_out.any() and (inner & split_out).sum() >= SEEN * n_inner:
+            continue
         held = [k for k, p in enumerate(parts) if not taken[k] and (p.mask & m).sum() >= INSIDE * area[k]
                 and (p.mask & inner).sum() >= MIN_SHARE * n_inner]
         if (not 2 <= len(held) <= 3 or sum(int((parts[k].mask & inner).sum()) for k in held) < COVER * n_inner
-                or _capsule_end([parts[k] for k in held]) or _is_sphere(m, P, N, rng)):
+                or _capsule_end([parts[k] for k in held]) or _is_sphere(m, P, N, rng)
+                or noisy and not _corroborated([parts[k] for k in held], d, dets)):
             out.append(d)
             continue
         for k in held:
@@ -112,3 +118,8 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
             split_out |= parts[k].mask
             out.append(Detection(parts[k].mask, d.label, d.score, d.class_scores))
     return out
+
+
+def _corroborated(held: list[Detection], d: Detection, dets: list[Detection]) -> bool:
+    """Another detection than ``d`` covers one of the ``held`` parts alone (IoU >= ``SECOND_OPINION``)."""
+    return any(mask_iou(p.mask, e.mask) >= SECOND_OPINION for p in held for e in dets if e is not d)

@@ -9,7 +9,8 @@ The segment stage runs the learned segmenter this way (``SegmentConfig.method="l
 1b. split: a mask over two or three parts the geometric segmenter separates (rods of a
    chain, a row of links, a door and the carcass behind it) becomes those parts
    (``reconcile.split_merged``; the network merges such parts, and snapping cannot undo it);
-   only on depth without sensor-like noise (``reconcile.depth_noise``), where those cuts are reliable;
+   on depth with sensor-like noise (``reconcile.depth_noise``), where the cuts often follow the
+   noise, only where another detection of the network saw one of those parts on its own;
 2. recall: a detection the network scores below the threshold (down to ``low_score``) is
    kept when most of its snapped mask is depth no more confident detection explains:
    the network's misses are mostly parts it did find, only with a low score (thin rods,
@@ -64,9 +65,9 @@ def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, s
     P, N = frame_geometry(depth, K)
     regions = depth_regions(depth, K, P, N)
     snapped = snap_to_regions(cand, regions)
-    if split and depth_noise(depth, P, N) <= MAX_NOISE:
+    if split:
         snapped = split_merged(snapped, segment_geometric(depth, K, P=P, N=N, seed=seed), regions, P, N,
-                               np.random.default_rng(seed))
+                               np.random.default_rng(seed), noisy=depth_noise(depth, P, N) > MAX_NOISE)
     kept: list[Detection] = []
     explained = np.zeros(depth.shape, bool)
     for d in snapped:
