@@ -55,16 +55,15 @@ SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
 class IdentifyConfig:
     """Settings of the identify stage."""
 
-    method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc (models/inference/methods.py); cmaes's
-                                   # particles are its final population, not a posterior sample: use csvgd
-                                   # (or svgd, mcmc) for a posterior
+    method: str = "csvgd"          # csvgd | cmaes | adam | svgd | mcmc (models/inference/methods.py); csvgd's
+                                   # particles are a posterior sample; cmaes's are its final population
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
     windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting)
     polish: float = 0.7            # csvgd with windows > 1, in [0, 1]: fraction of the iterations spent last on
-                                   # single shooting from each particle's first-window state (methods.csvgd);
-                                   # 0: multiple shooting throughout (better on chaotic clips, where single
-                                   # shooting stalls)
+                                   # single shooting from each particle's first-window state (methods.csvgd); the
+                                   # phase whose particles score higher on the windows is kept (chaotic clips:
+                                   # multiple shooting); 0: multiple shooting throughout
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
     cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
                                    # of the best individual (methods.cmaes); 0: off
