@@ -46,7 +46,7 @@ from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
 
 log = logging.getLogger(__name__)
-SIM_HZ = 480.0           # simulator rate of substeps=0
+SIM_HZ = 960.0           # simulator rate of substeps=0: that of the twin in PyBullet (forecast.simulate_twin)
 COMPILE_STEPS = 25_000   # compile="auto": sequential simulator steps (per rollout x iterations) that pay for it
 SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
 
@@ -81,7 +81,7 @@ class IdentifyConfig:
                                    # fit again on every frame for params.json / the exported twin (params_train.json
                                    # keeps the first fit, which forecast validates)
     substeps: int = 0              # simulator steps per video frame (semi-implicit Euler), >= 0;
-                                   # 0: ceil(480 Hz / fps)
+                                   # 0: ceil(960 Hz / fps), the rate forecast runs the twin at
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: a floating root's mass (not observable) = volume x this, unless
