@@ -10,7 +10,9 @@ counts as one, as in the dissertation's Table 4.5 protocol). Methods:
 
 - ``csvgd``: constrained SVGD with multiple shooting (Heiden et al. 2022; dissertation
   Alg. 5): parameters and window start states are the particle; limits and defects
-  are equality constraints under the modified differential method of multipliers.
+  are equality constraints under the modified differential method of multipliers; then a
+  single-shooting Gauss-Newton phase, and the phase whose particles score higher on the
+  shooting windows is kept.
 - ``svgd``: plain SVGD, single shooting, parameters clamped to their limits.
 - ``adam``: independent Adam runs from the same Sobol starts, best one wins.
 - ``cmaes``: CMA-ES (``cma``), population = particles, generations = iterations, the last
@@ -91,6 +93,15 @@ def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[T
     return u, s
 
 
+def _check_options(precondition: str, csvgd: bool, polish: float) -> None:
+    if precondition not in ("none", "gauss-newton"):
+        raise ValueError(f"precondition must be 'none' or 'gauss-newton', got {precondition!r}")
+    if precondition == "gauss-newton" and not csvgd:
+        raise ValueError("precondition='gauss-newton' is for csvgd")
+    if not 0.0 <= polish <= 1.0:
+        raise ValueError(f"polish must be in [0, 1], got {polish}")
+
+
 def _gradient_method(name: str, problem: Problem, particles: int, iterations: int, seed: int, windows: int,
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
                      lr_final: float | None, ramp: float = 0.0, polish: float = 0.0, dual: str = "sgd",
@@ -102,12 +113,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
     P, W, S = problem.num_params, sh.num_windows, problem.state_dim
     u0, s0 = _initial(problem, sh, particles, seed)
     scale = problem.state_scale
-    if precondition not in ("none", "gauss-newton"):
-        raise ValueError(f"precondition must be 'none' or 'gauss-newton', got {precondition!r}")
-    if precondition == "gauss-newton" and not (constrained and use_kernel):
-        raise ValueError("precondition='gauss-newton' is for csvgd")
-    if not 0.0 <= polish <= 1.0:
-        raise ValueError(f"polish must be in [0, 1], got {polish}")
+    _check_options(precondition, constrained and use_kernel, polish)
     # iterations of the shooting phase, then (polish) single shooting from each particle's first window;
     # with single shooting throughout, Gauss-Newton steps take the whole budget
     if W > sh.num_traj:
@@ -178,17 +184,10 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
         sh, W = single, single.num_windows
         trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
         if select:
-            theta_ms, starts_ms = _particles(problem, ms_sh, ms_x)
-            theta_ss, starts_ss = _particles(problem, sh, x)
-            s_ms, s_ss = _phase_scores(problem, ms_sh, theta_ms, starts_ms, theta_ss, starts_ss)
             spent += 3 * particles + S + 1
-            keep = "multiple" if float(s_ms.max()) > float(s_ss.max()) else "single"
-            trace["phases"] = {"multiple_shooting": float(s_ms.max()), "single_shooting": float(s_ss.max()),
-                               "kept": keep}
-            log.info("csvgd: windowed log-likelihood, multiple shooting %.2f, single shooting %.2f: kept %s",
-                     float(s_ms.max()), float(s_ss.max()), keep)
-            if keep == "multiple":
-                return _finish(name, problem, theta_ms, starts_ms[:, ms_sh.first], spent, t0, trace, s_ms)
+            kept = _keep_multiple_shooting(problem, ms_sh, ms_x, sh, x, trace)
+            if kept is not None:
+                return _finish(name, problem, *kept[:2], spent, t0, trace, kept[2])
     theta, starts = _particles(problem, sh, x)
     return _finish(name, problem, theta, starts[:, sh.first], spent, t0, trace, score)
 
@@ -202,6 +201,20 @@ def _particles(problem: Problem, sh: Shooting, x: Tensor) -> tuple[Tensor, Tenso
     if not problem.estimate_start:
         starts = torch.where(sh.first[None, :, None], sh.guess[None], starts)
     return theta, starts
+
+
+def _keep_multiple_shooting(problem: Problem, ms_sh: Shooting, ms_x: Tensor, sh: Shooting, x: Tensor,
+                            trace: dict) -> tuple[Tensor, Tensor, Tensor] | None:
+    """(theta (N, P), start (N, K, S), score (N,)) of the multiple-shooting particles ``ms_x`` when
+    they score higher on the windows ``ms_sh`` than the single-shooting particles ``x`` (``sh``),
+    else None; the scores go to ``trace["phases"]``."""
+    theta_ms, starts_ms = _particles(problem, ms_sh, ms_x)
+    s_ms, s_ss = _phase_scores(problem, ms_sh, theta_ms, starts_ms, *_particles(problem, sh, x))
+    keep = "multiple" if float(s_ms.max()) > float(s_ss.max()) else "single"
+    trace["phases"] = {"multiple_shooting": float(s_ms.max()), "single_shooting": float(s_ss.max()), "kept": keep}
+    log.info("csvgd: windowed log-likelihood, multiple shooting %.2f, single shooting %.2f: kept %s",
+             float(s_ms.max()), float(s_ss.max()), keep)
+    return (theta_ms, starts_ms[:, ms_sh.first], s_ms) if keep == "multiple" else None
 
 
 def _phase_scores(problem: Problem, sh: Shooting, theta_ms: Tensor, starts_ms: Tensor, theta_ss: Tensor,
@@ -307,9 +320,16 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     Gauss-Newton metric with Levenberg-Marquardt damping (``svgd_newton.py``; the metrics by
     finite differences every ``refresh`` iterations, N (D + 1) rollouts each, paid from the
     phase's budget); ``"none"``: Adam-scheduled SVGD steps. With a single window the
-    Gauss-Newton phase takes the whole budget. On a chaotic clip the single-shooting phase
-    stalls: use ``polish=0`` there. The measurements behind these defaults are in
-    docs/decisions.md ("Settings and their measured reasons")."""
+    Gauss-Newton phase takes the whole budget.
+
+    ``select`` (with both phases): the particles of the phase that score higher on the shooting
+    windows are returned (``_phase_scores``: the multiple-shooting particles' windows less the
+    Gauss-Newton price of closing their defects, against the polished particles' own rollouts
+    cut into the same windows; about 3 N + S + 1 rollouts, from the polish budget). On a chaotic
+    clip, where single shooting from the windows' states stalls, that keeps the
+    multiple-shooting particles, and ``score`` then picks the best of them; False: always the
+    polished ones. The measurements behind these defaults are in docs/decisions.md ("Settings
+    and their measured reasons")."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
                             lr_final, ramp, polish, dual, defect_units, precondition, refresh, select)
 
