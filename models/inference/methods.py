@@ -169,6 +169,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
         single = Shooting(problem, 1)
         first = x[:, P:].reshape(-1, W, S)[:, sh.first].reshape(particles, -1)
         x = torch.cat([x[:, :P], first], 1)
+        trace["polish_started"] = time.perf_counter() - t0      # seconds into the method
         if precondition == "gauss-newton":
             x, tr2, info = _gauss_newton_svgd(problem, single, density_for(single, single.num_windows), clamp(x),
                                               particles, max(n_polish - reserve, 2), c, weight_of(single),
@@ -290,11 +291,15 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
         n -= 1
     if cost(n) > budget:
         log.warning("csvgd: %d rollouts cannot pay for a Gauss-Newton step (%d); spending %d", budget, cost(n), cost(n))
+    t0, best = time.perf_counter(), []
     x, _, tr, lins = run_stein_gauss_newton(density, _linearisation(problem, sh), x0, n,
                                            kernel_dims=problem.num_params, refresh=refresh, c=c,
-                                           constraint_weight=cw, dual_lr=dual_lr, project=project)
+                                           constraint_weight=cw, dual_lr=dual_lr, project=project,
+                                           callback=lambda it, x, logp: best.append(
+                                               (time.perf_counter() - t0, float(logp.max()))))
     return x, tr, {"newton_iterations": n, "linearisations": lins,
-                   "newton_rollouts": particles * (n + 1 + lins * (D + 1))}
+                   "newton_rollouts": particles * (n + 1 + lins * (D + 1)),
+                   "newton_best": best}   # (seconds since the phase began, best log-likelihood) per step
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
