@@ -50,7 +50,7 @@ from vid2sim.pipeline.holdout import fit_frames
 from vid2sim.pipeline.identifiability import scale_anchor, summarise
 
 log = logging.getLogger(__name__)
-SIM_HZ = 480.0           # simulator rate of substeps=0
+SIM_HZ = 960.0           # simulator rate of substeps=0: that of the twin in PyBullet (forecast.simulate_twin)
 COMPILE_STEPS = 25_000   # compile="auto": sequential simulator steps (per rollout x iterations) that pay for it
 SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
 
@@ -59,16 +59,15 @@ SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
 class IdentifyConfig:
     """Settings of the identify stage."""
 
-    method: str = "cmaes"          # cmaes | csvgd | adam | svgd | mcmc (models/inference/methods.py); cmaes's
-                                   # particles are its final population, not a posterior sample: use csvgd
-                                   # (or svgd, mcmc) for a posterior
+    method: str = "csvgd"          # csvgd | cmaes | adam | svgd | mcmc (models/inference/methods.py); csvgd's
+                                   # particles are a posterior sample; cmaes's are its final population
     particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
     iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
     windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting)
     polish: float = 0.7            # csvgd with windows > 1, in [0, 1]: fraction of the iterations spent last on
-                                   # single shooting from each particle's first-window state (methods.csvgd);
-                                   # 0: multiple shooting throughout (better on chaotic clips, where single
-                                   # shooting stalls)
+                                   # single shooting from each particle's first-window state (methods.csvgd); the
+                                   # phase whose particles score higher on the windows is kept (chaotic clips:
+                                   # multiple shooting); 0: multiple shooting throughout
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
     cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
                                    # of the best individual (methods.cmaes); 0: off
@@ -86,7 +85,7 @@ class IdentifyConfig:
                                    # fit again on every frame for params.json / the exported twin (params_train.json
                                    # keeps the first fit, which forecast validates)
     substeps: int = 0              # simulator steps per video frame (semi-implicit Euler), >= 0;
-                                   # 0: ceil(480 Hz / fps)
+                                   # 0: ceil(960 Hz / fps), the rate forecast runs the twin at
     density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable

@@ -17,8 +17,11 @@ identifiable. ``--protocol anchored`` (default) fixes the cart's mass to its kno
 value (one part weighed), which makes the rest identifiable; ``--protocol all_free``
 estimates everything. Both are reported when ``--both`` is given.
 
-    python scripts/bench_identify.py [--out bench_identify.json] [--iterations 150] [--both]
+    python scripts/bench_identify.py [--seeds 0-4] [--out bench_identify.json] [--iterations 150] [--both]
         [--input video|truth] [--observation joints|video]
+
+``--seeds``: recording seeds (each its own synthetic clip; the methods' particle seed is the
+recording seed unless ``--particle-seed``); the median NMAE over them is the comparison.
 
 Measured (cartpole, 60 frames, 16 particles x 150 iterations): the README's identify row
 (clean depth video, recording seeds 0-4, and the other inputs); CSVGD (with its Gauss-Newton
@@ -30,7 +33,8 @@ depth at pixels around the mechanism (``pipeline/identify_video.py``, the paper'
 pixel-space likelihood) instead of the tracked joint positions; the tracked positions
 then only seed the shooting states.
 
-JSON: {"nmae": {"csvgd", "adam", "cmaes", "mcmc", "svgd"}, "seconds": {...}, ...}.
+Last stdout line: {"nmae_median": {method: x}, "nmae": {method: [per seed]}, "default": identify's
+default method, "seconds_median": {method: s}}; the whole record goes to ``--out``.
 """
 from __future__ import annotations
 
@@ -124,11 +128,52 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
     return out
 
 
+def parse_seeds(text: str) -> list[int]:
+    """"0-4" -> [0, 1, 2, 3, 4]; "0,2,5" -> [0, 2, 5]."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return seeds
+
+
+def one_seed(a, seed: int, methods: list[str]) -> dict:
+    """Every protocol's run of every method on the recording of ``seed``."""
+    rec = None
+    work = a.work / f"seed{seed}"
+    if a.input == "video":
+        art, jp, poses, shapes, truth, rec_path = video_inputs(a.mechanism, seed, a.frames, a.fps, a.noise, work)
+    else:
+        art, jp, poses, shapes, truth = truth_inputs(a.mechanism, seed, a.frames, a.fps)
+        if a.observation == "video":  # the recording of the same synthetic run, for the pixel likelihood
+            from vid2sim.datasets.synthetic import make_recording
+
+            rec_path = make_recording(a.mechanism, work / "recording", seed=seed, frames=a.frames, fps=a.fps,
+                                      noise=a.noise, overwrite=True)
+    if a.observation == "video":
+        from vid2sim.datasets.recording import open_recording
+
+        rec = open_recording(rec_path)
+    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish,
+                         precondition=a.precondition, substeps=a.substeps, sigma=a.sigma, seed=seed if a.particle_seed is None else a.particle_seed,
+                         plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
+    protocols = ("anchored", "all_free") if a.both else (a.protocol,)
+    first_mass = next(k for k in truth if k.endswith(".mass"))  # the truth's first body (the cart)
+    runs = {}
+    for p in protocols:
+        anchor = {first_mass: truth[first_mass]} if p == "anchored" else {}
+        log.info("seed %d: protocol %s (anchor %s)", seed, p, anchor)
+        runs[p] = run_protocol(art, jp, poses, shapes, truth, cfg, anchor, methods, rec)
+    return {"runs": runs, "config": dataclasses.asdict(cfg)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench_identify.json"))
     ap.add_argument("--mechanism", default="cartpole")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="recording seeds, e.g. 0-4 or 0,2 (the median over them is reported)")
+    ap.add_argument("--particle-seed", type=int, default=None,
+                    help="Sobol / sampler seed of every method (default: the recording seed)")
     ap.add_argument("--frames", type=int, default=60)
     ap.add_argument("--fps", type=float, default=30.0)
     ap.add_argument("--particles", type=int, default=16)
@@ -150,45 +195,31 @@ def main() -> None:
                     help="likelihood: tracked joint positions, or rendered vs observed depth (pixel space)")
     ap.add_argument("--pixels", type=int, default=1000, help="pixels per frame of --observation video")
     ap.add_argument("--pixel-sigma", type=float, default=0.02, help="depth noise std (m) of --observation video")
-    ap.add_argument("--work", type=Path, default=Path("runs/bench_identify"), help="recording and run of --input video")
+    ap.add_argument("--work", type=Path, default=Path("runs/bench_identify"), help="recordings and runs of --input video")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(1)
-    rec = None
-    if a.input == "video":
-        art, jp, poses, shapes, truth, rec_path = video_inputs(a.mechanism, a.seed, a.frames, a.fps, a.noise, a.work)
-    else:
-        art, jp, poses, shapes, truth = truth_inputs(a.mechanism, a.seed, a.frames, a.fps)
-        if a.observation == "video":  # the recording of the same synthetic run, for the pixel likelihood
-            from vid2sim.datasets.synthetic import make_recording
-
-            rec_path = make_recording(a.mechanism, a.work / "recording", seed=a.seed, frames=a.frames, fps=a.fps,
-                                      noise=a.noise, overwrite=True)
-    if a.observation == "video":
-        from vid2sim.datasets.recording import open_recording
-
-        rec = open_recording(rec_path)
-    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish, precondition=a.precondition, substeps=a.substeps, sigma=a.sigma,
-                         seed=a.seed, plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
     methods = a.methods.split(",")
-    protocols = ("anchored", "all_free") if a.both else (a.protocol,)
-    first_mass = next(k for k in truth if k.endswith(".mass"))  # the truth's first body (the cart)
-    runs = {}
-    for p in protocols:
-        anchor = {first_mass: truth[first_mass]} if p == "anchored" else {}
-        log.info("protocol %s (anchor %s)", p, anchor)
-        runs[p] = run_protocol(art, jp, poses, shapes, truth, cfg, anchor, methods, rec)
-    main_run = runs[a.protocol]
-    result = {"nmae": main_run["nmae"], "seconds": main_run["seconds"], "protocol": a.protocol,
+    seeds = parse_seeds(a.seeds)
+    per_seed = {}
+    for seed in seeds:
+        per_seed[seed] = one_seed(a, seed, methods)
+        main_run = per_seed[seed]["runs"][a.protocol]
+        log.info("seed %d: NMAE %s", seed, {m: round(v, 5) for m, v in main_run["nmae"].items()})
+    table = {k: {m: [per_seed[s]["runs"][a.protocol][k][m] for s in seeds] for m in methods}
+             for k in ("nmae", "seconds", "log_likelihood")}
+    result = {"nmae_median": {m: float(np.median(v)) for m, v in table["nmae"].items()}, "nmae": table["nmae"],
+              "seconds": table["seconds"], "log_likelihood": table["log_likelihood"], "seeds": seeds,
+              "protocol": a.protocol, "default": IdentifyConfig.method,
               "input": ("ground-truth joint trajectories (synthetic .q) and truth articulation; no track/articulate"
                         if a.input == "truth" else f"depth video ({a.noise} noise) -> segment -> track -> articulate"),
-              "observation": a.observation,
-              "mechanism": a.mechanism, "frames": a.frames, "fps": a.fps, "particles": a.particles,
-              "iterations": a.iterations, "windows": a.windows, "substeps": a.substeps,
-              "budget_rollouts_per_method": a.particles * a.iterations, "config": dataclasses.asdict(cfg),
-              "runs": runs}
+              "observation": a.observation, "mechanism": a.mechanism, "frames": a.frames, "fps": a.fps,
+              "particles": a.particles, "iterations": a.iterations, "windows": a.windows, "substeps": a.substeps,
+              "budget_rollouts_per_method": a.particles * a.iterations,
+              "per_seed": {str(s): v for s, v in per_seed.items()}}
     a.out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({"nmae": result["nmae"], "seconds": result["seconds"], "observation": a.observation}))
+    print(json.dumps({"nmae_median": result["nmae_median"], "nmae": result["nmae"], "default": result["default"],
+                      "seconds_median": {m: float(np.median(v)) for m, v in table["seconds"].items()}}))
 
 
 if __name__ == "__main__":

@@ -74,15 +74,16 @@ def test_run_writes_posterior_and_plots(inputs, tmp_path):
 
 
 def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
-    """At the true start and parameters, the identify simulator's default rate (480 Hz) stays
-    within the tracking noise of PyBullet's 960-Hz cartpole over 2 s of large swings; 4 substeps
-    per frame (the old default) drifted by several times more."""
+    """At the true start and parameters, the identify simulator's default rate (960 Hz, that of
+    forecast's PyBullet twin) follows PyBullet's 960-Hz cartpole over 2 s of large swings to
+    float precision; 480 Hz (the earlier default) drifts by about the tracking noise, 4 substeps
+    per frame by several times more."""
     from vid2sim.datasets.synthetic.mechanisms import cartpole
 
     art, jp, poses, shapes, truth = truth_inputs("cartpole", 60)
     init = cartpole().initial(np.random.default_rng(0))   # simulate()'s initial state for seed 0
     errors = {}
-    for sub in (0, 4):
+    for sub in (0, 16, 4):
         cfg = identify.IdentifyConfig(substeps=sub, compile=False)
         sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
         theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
@@ -91,9 +92,32 @@ def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
         with torch.no_grad():
             pred = sim.simulate(theta, x0, 60)[0, :, :2].numpy()
         errors[sub] = np.abs(pred - q).max(0)
-    assert identify.substeps_for(identify.IdentifyConfig(), 30.0) == 16
-    assert errors[0].max() < 0.015                       # rad or m; measured 0.0073 (pole), 0.0034 (cart)
-    assert errors[4].max() > 3 * errors[0].max()         # measured 0.050 (pole)
+    assert identify.substeps_for(identify.IdentifyConfig(), 30.0) == 32
+    assert errors[0].max() < 1e-5                        # rad or m; measured 6.3e-7 (pole)
+    assert 1e-3 < errors[16].max() < 0.015               # measured 0.0073 (pole), 0.0034 (cart)
+    assert errors[4].max() > 3 * errors[16].max()        # measured 0.050 (pole)
+
+
+@pytest.mark.slow  # 4300 eager simulator steps
+def test_default_rate_follows_pybullet_on_the_chaotic_double_pendulum():
+    """The double pendulum is chaotic: at 480 Hz the simulator at the true start and parameters is
+    more than 1 rad off PyBullet's 960-Hz clip after 2 s, at the default 960 Hz within 1e-4 rad
+    over 3 s (measured 9.5e-6 after 2 s, 2.8e-5 after 3 s): identify fits the dynamics forecast
+    runs the twin with."""
+    from vid2sim.datasets.synthetic.mechanisms import double_pendulum
+
+    art, jp, poses, shapes, truth = truth_inputs("double_pendulum", 90)
+    init = double_pendulum().initial(np.random.default_rng(0))
+    errors = {}
+    for sub in (0, 16):
+        sim = identify.build_simulator(identify.IdentifyConfig(substeps=sub, compile=False), art, poses, shapes, 30.0)
+        theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
+        q = identify.joint_trajectory(jp, sim.dof_names)
+        x0 = torch.tensor([[0.0, 0.0] + [init.qd[d] for d in sim.dof_names]], dtype=torch.float64)
+        with torch.no_grad():
+            errors[sub] = np.abs(sim.simulate(theta, x0, 90)[0, :, :2].numpy() - q)
+    assert errors[0].max() < 1e-4
+    assert errors[16][:60].max() > 1.0
 
 
 def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):

@@ -118,7 +118,10 @@ def test_box_thrown_onto_floor_friction_and_rest_position():
     and the simulation predicts where the box comes to rest (frame 29, 0.57 m from the start;
     still sliding at 0.5 m/s at frame 11) within 90 mm (measured 74 mm)."""
     art, poses, jp, shapes = box_on_floor(30)
-    cfg = identify.IdentifyConfig(frames=12, particles=8, iterations=20, plots=False, compile=False, sigma=0.002)
+    # CMA-ES: at this budget (8 x 20 rollouts) csvgd's Gauss-Newton phase cannot pay for a step and its
+    # friction lands at 0.50
+    cfg = identify.IdentifyConfig(method="cmaes", frames=12, particles=8, iterations=20, plots=False, compile=False,
+                                  sigma=0.002)
     post = identify.run(cfg, art, jp, poses, shapes, Path("/tmp"))
     assert abs(post.extra["floor"]["height"]) < cfg.floor_tolerance   # within the rule's resolution
     assert set(post.names) == {"floor.friction", "contact.damping", "contact.stiffness", "floor.restitution"}

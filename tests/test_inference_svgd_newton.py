@@ -92,6 +92,9 @@ def test_csvgd_spends_its_budget_on_shooting_then_gauss_newton():
     assert tr["polish_iterations"] == 42 and tr["linearisations"] >= 2
     assert len(tr["mean_log_prob"]) == 18 and tr["newton_rollouts"] <= 8 * 42
     assert nmae(res.estimate, truth, prob.lower, prob.upper) < 1e-3, res.estimate
+    # smooth dynamics: the Gauss-Newton phase's particles score higher on the windows and are kept
+    assert tr["phases"]["kept"] == "single" and res.score is None
+    assert tr["phases"]["single_shooting"] > tr["phases"]["multiple_shooting"]
     with pytest.raises(ValueError, match="precondition"):
         infer("csvgd", prob, particles=2, iterations=4, windows=4, precondition="newton")
 

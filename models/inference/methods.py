@@ -10,7 +10,9 @@ counts as one, as in the dissertation's Table 4.5 protocol). Methods:
 
 - ``csvgd``: constrained SVGD with multiple shooting (Heiden et al. 2022; dissertation
   Alg. 5): parameters and window start states are the particle; limits and defects
-  are equality constraints under the modified differential method of multipliers.
+  are equality constraints under the modified differential method of multipliers; then a
+  single-shooting Gauss-Newton phase, and the phase whose particles score higher on the
+  shooting windows is kept.
 - ``svgd``: plain SVGD, single shooting, parameters clamped to their limits.
 - ``adam``: independent Adam runs from the same Sobol starts, best one wins.
 - ``cmaes``: CMA-ES (``cma``), population = particles, generations = iterations, the last
@@ -43,7 +45,9 @@ Tensor = torch.Tensor
 @dataclass
 class InferenceResult:
     """theta: (N, P) physical particles; start: (N, K, S) initial state per trajectory;
-    log_likelihood: (N,) single-shooting log-likelihood of each particle."""
+    log_likelihood: (N,) single-shooting log-likelihood of each particle; score: (N,) what
+    picks the best particle where it is not the single-shooting log-likelihood (csvgd keeping
+    its multiple-shooting particles: their windowed score, ``_phase_scores``), else None."""
 
     method: str
     names: list[str]
@@ -53,10 +57,12 @@ class InferenceResult:
     evaluations: int
     seconds: float
     trace: dict = field(default_factory=dict)
+    score: Tensor | None = None
 
     @property
     def best(self) -> int:
-        return int(torch.nan_to_num(self.log_likelihood, nan=-math.inf).argmax())
+        s = self.log_likelihood if self.score is None else self.score
+        return int(torch.nan_to_num(s, nan=-math.inf).argmax())
 
     @property
     def estimate(self) -> Tensor:
@@ -70,12 +76,14 @@ def sobol_unit(n: int, d: int, seed: int) -> Tensor:
     return torch.as_tensor(eng.random_base2(m)[:n], dtype=torch.float64)
 
 
-def _finish(name: str, problem: Problem, theta: Tensor, start: Tensor, evals: int, t0: float, trace: dict) -> InferenceResult:
+def _finish(name: str, problem: Problem, theta: Tensor, start: Tensor, evals: int, t0: float, trace: dict,
+            score: Tensor | None = None) -> InferenceResult:
     """Score particles by single-shooting log-likelihood. theta (N, P), start (N, K, S)."""
     single = Shooting(problem, 1)
     with torch.no_grad():
         ll, _, _ = single.evaluate(theta, start)
-    return InferenceResult(name, list(problem.names), theta.detach(), start.detach(), ll, evals, time.perf_counter() - t0, trace)
+    return InferenceResult(name, list(problem.names), theta.detach(), start.detach(), ll, evals, time.perf_counter() - t0,
+                           trace, score)
 
 
 def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -85,22 +93,27 @@ def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[T
     return u, s
 
 
+def _check_options(precondition: str, csvgd: bool, polish: float) -> None:
+    if precondition not in ("none", "gauss-newton"):
+        raise ValueError(f"precondition must be 'none' or 'gauss-newton', got {precondition!r}")
+    if precondition == "gauss-newton" and not csvgd:
+        raise ValueError("precondition='gauss-newton' is for csvgd")
+    if not 0.0 <= polish <= 1.0:
+        raise ValueError(f"polish must be in [0, 1], got {polish}")
+
+
 def _gradient_method(name: str, problem: Problem, particles: int, iterations: int, seed: int, windows: int,
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
                      lr_final: float | None, ramp: float = 0.0, polish: float = 0.0, dual: str = "sgd",
-                     defect_units: str = "scale", precondition: str = "none", refresh: int = 10) -> InferenceResult:
+                     defect_units: str = "scale", precondition: str = "none", refresh: int = 10,
+                     select: bool = False) -> InferenceResult:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     sh = Shooting(problem, windows)
     P, W, S = problem.num_params, sh.num_windows, problem.state_dim
     u0, s0 = _initial(problem, sh, particles, seed)
     scale = problem.state_scale
-    if precondition not in ("none", "gauss-newton"):
-        raise ValueError(f"precondition must be 'none' or 'gauss-newton', got {precondition!r}")
-    if precondition == "gauss-newton" and not (constrained and use_kernel):
-        raise ValueError("precondition='gauss-newton' is for csvgd")
-    if not 0.0 <= polish <= 1.0:
-        raise ValueError(f"polish must be in [0, 1], got {polish}")
+    _check_options(precondition, constrained and use_kernel, polish)
     # iterations of the shooting phase, then (polish) single shooting from each particle's first window;
     # with single shooting throughout, Gauss-Newton steps take the whole budget
     if W > sh.num_traj:
@@ -148,30 +161,83 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
                             kernel_dims=P, c=c, lr_multiplier=lr_multiplier, constraint_weight=cw, ramp=ramp,
                             project=None if constrained else clamp, use_kernel=use_kernel, dual=dual)
         trace.update(mean_log_prob=tr.log_prob, max_violation=tr.max_violation, final_violation=tr.final_violation)
+    score = None
     if n_polish:
+        ms_sh, ms_x = sh, x
+        select = select and n_main > 0 and constrained
+        reserve = -(-(3 * particles + S + 1) // particles) if select else 0   # _phase_scores' rollouts
         single = Shooting(problem, 1)
         first = x[:, P:].reshape(-1, W, S)[:, sh.first].reshape(particles, -1)
         x = torch.cat([x[:, :P], first], 1)
+        trace["polish_started"] = time.perf_counter() - t0      # seconds into the method
         if precondition == "gauss-newton":
             x, tr2, info = _gauss_newton_svgd(problem, single, density_for(single, single.num_windows), clamp(x),
-                                              particles, n_polish, c, weight_of(single), lr * lr_multiplier,
-                                              refresh, clamp)
+                                              particles, max(n_polish - reserve, 2), c, weight_of(single),
+                                              lr * lr_multiplier, refresh, clamp)
             trace.update(info)
             spent += info["newton_rollouts"]
         else:
-            x, _, tr2 = run_svgd(density_for(single, single.num_windows), x, n_polish,
+            x, _, tr2 = run_svgd(density_for(single, single.num_windows), x, max(n_polish - reserve, 1),
                                  lr=lr_mid, lr_final=lr_final, kernel_dims=P, c=c, lr_multiplier=lr_multiplier,
                                  constraint_weight=weight_of(single), project=None if constrained else clamp,
                                  use_kernel=use_kernel, dual=dual)
-            spent += particles * n_polish
+            spent += particles * max(n_polish - reserve, 1)
         sh, W = single, single.num_windows
         trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
+        if select:
+            spent += 3 * particles + S + 1
+            kept = _keep_multiple_shooting(problem, ms_sh, ms_x, sh, x, trace)
+            if kept is not None:
+                return _finish(name, problem, *kept[:2], spent, t0, trace, kept[2])
+    theta, starts = _particles(problem, sh, x)
+    return _finish(name, problem, theta, starts[:, sh.first], spent, t0, trace, score)
+
+
+def _particles(problem: Problem, sh: Shooting, x: Tensor) -> tuple[Tensor, Tensor]:
+    """x (N, P + W*S) = (unit parameters, window starts / scale) -> physical (N, P), window starts (N, W, S)
+    (the guessed first-window states where the problem does not estimate them)."""
+    P, S = problem.num_params, problem.state_dim
     theta = problem.to_physical(x[:, :P].clamp(0.0, 1.0))
-    starts = x[:, P:].reshape(-1, W, S) * scale
+    starts = x[:, P:].reshape(x.shape[0], sh.num_windows, S) * problem.state_scale
     if not problem.estimate_start:
         starts = torch.where(sh.first[None, :, None], sh.guess[None], starts)
-    start = starts[:, sh.first]
-    return _finish(name, problem, theta, start, spent, t0, trace)
+    return theta, starts
+
+
+def _keep_multiple_shooting(problem: Problem, ms_sh: Shooting, ms_x: Tensor, sh: Shooting, x: Tensor,
+                            trace: dict) -> tuple[Tensor, Tensor, Tensor] | None:
+    """(theta (N, P), start (N, K, S), score (N,)) of the multiple-shooting particles ``ms_x`` when
+    they score higher on the windows ``ms_sh`` than the single-shooting particles ``x`` (``sh``),
+    else None; the scores go to ``trace["phases"]``."""
+    theta_ms, starts_ms = _particles(problem, ms_sh, ms_x)
+    s_ms, s_ss = _phase_scores(problem, ms_sh, theta_ms, starts_ms, *_particles(problem, sh, x))
+    keep = "multiple" if float(s_ms.max()) > float(s_ss.max()) else "single"
+    trace["phases"] = {"multiple_shooting": float(s_ms.max()), "single_shooting": float(s_ss.max()), "kept": keep}
+    log.info("csvgd: windowed log-likelihood, multiple shooting %.2f, single shooting %.2f: kept %s",
+             float(s_ms.max()), float(s_ss.max()), keep)
+    return (theta_ms, starts_ms[:, ms_sh.first], s_ms) if keep == "multiple" else None
+
+
+def _phase_scores(problem: Problem, sh: Shooting, theta_ms: Tensor, starts_ms: Tensor, theta_ss: Tensor,
+                  starts_ss: Tensor) -> tuple[Tensor, Tensor]:
+    """The log-likelihood on the windows ``sh`` that each phase's particles reach, (N,) each.
+
+    Multiple shooting (theta_ms (N, P), starts_ms (N, W, S)): the windows' log-likelihood minus
+    what closing its defects would cost, ``0.5 sum w d^2`` (d in ``state_scale`` units, w the
+    Gauss-Newton price of a start error, ``Shooting.start_weights`` at its best particle).
+    Single shooting (theta_ss, starts_ss (N, K, S), one start per trajectory): its own rollout cut
+    into the same windows (no defects), i.e. its single-shooting log-likelihood on those samples.
+    Costs about 3 N + S + 1 rollouts."""
+    S = problem.state_dim
+    with torch.no_grad():
+        ll, _, defects = sh.evaluate(theta_ms, starts_ms)
+        w = sh.start_weights(theta_ms[int(torch.nan_to_num(ll, nan=-math.inf).argmax())]).clamp(min=0.0)
+        s_ms = ll - 0.5 * (defects * defects * w).sum((1, 2))
+        states = {k: problem.simulate(theta_ss, starts_ss[:, k], problem.observations[k].shape[0])[..., :S]
+                  for k in range(sh.num_traj)}
+        starts = torch.stack([states[int(k)][:, int(b)] for k, b in zip(sh.traj, sh.start)], 1)
+        s_ss, _, _ = sh.evaluate(theta_ss, starts)
+    return torch.nan_to_num(s_ms, nan=-math.inf), torch.nan_to_num(s_ss, nan=-math.inf)
 
 
 def _linearisation(problem: Problem, sh: Shooting, h: float = 1e-5):
@@ -225,18 +291,22 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
         n -= 1
     if cost(n) > budget:
         log.warning("csvgd: %d rollouts cannot pay for a Gauss-Newton step (%d); spending %d", budget, cost(n), cost(n))
+    t0, best = time.perf_counter(), []
     x, _, tr, lins = run_stein_gauss_newton(density, _linearisation(problem, sh), x0, n,
                                            kernel_dims=problem.num_params, refresh=refresh, c=c,
-                                           constraint_weight=cw, dual_lr=dual_lr, project=project)
+                                           constraint_weight=cw, dual_lr=dual_lr, project=project,
+                                           callback=lambda it, x, logp: best.append(
+                                               (time.perf_counter() - t0, float(logp.max()))))
     return x, tr, {"newton_iterations": n, "linearisations": lins,
                    "newton_rollouts": particles * (n + 1 + lins * (D + 1)),
-                   "kernel_covariance": tr.kernel_covariance}   # unit parameter coordinates
+                   "kernel_covariance": tr.kernel_covariance,   # unit parameter coordinates
+                   "newton_best": best}   # (seconds since the phase began, best log-likelihood) per step
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
           lr: float = 0.05, lr_final: float | None = 0.005, c: float = 10.0, lr_multiplier: float = 1.0,
           ramp: float = 0.6, polish: float = 0.7, dual: str = "adam", defect_units: str = "sigma",
-          precondition: str = "gauss-newton", refresh: int = 10) -> InferenceResult:
+          precondition: str = "gauss-newton", refresh: int = 10, select: bool = True) -> InferenceResult:
     """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting).
 
     Constraint handling (MDMM): ``defect_units="sigma"`` weighs each defect coordinate by what
@@ -256,11 +326,18 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     Gauss-Newton metric with Levenberg-Marquardt damping (``svgd_newton.py``; the metrics by
     finite differences every ``refresh`` iterations, N (D + 1) rollouts each, paid from the
     phase's budget); ``"none"``: Adam-scheduled SVGD steps. With a single window the
-    Gauss-Newton phase takes the whole budget. On a chaotic clip the single-shooting phase
-    stalls: use ``polish=0`` there. The measurements behind these defaults are in
-    docs/decisions.md ("Settings and their measured reasons")."""
+    Gauss-Newton phase takes the whole budget.
+
+    ``select`` (with both phases): the particles of the phase that score higher on the shooting
+    windows are returned (``_phase_scores``: the multiple-shooting particles' windows less the
+    Gauss-Newton price of closing their defects, against the polished particles' own rollouts
+    cut into the same windows; about 3 N + S + 1 rollouts, from the polish budget). On a chaotic
+    clip, where single shooting from the windows' states stalls, that keeps the
+    multiple-shooting particles, and ``score`` then picks the best of them; False: always the
+    polished ones. The measurements behind these defaults are in docs/decisions.md ("Settings
+    and their measured reasons")."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
-                            lr_final, ramp, polish, dual, defect_units, precondition, refresh)
+                            lr_final, ramp, polish, dual, defect_units, precondition, refresh, select)
 
 
 def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,

@@ -121,7 +121,7 @@ def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, 
             trace.max_violation.append(float(g.detach().abs().max()))
         trace.log_prob.append(float(logp.detach().mean()))
         opt.zero_grad(set_to_none=False)
-        x.grad = -direction.detach()
+        x.grad = -torch.nan_to_num(direction.detach(), nan=0.0, posinf=0.0, neginf=0.0)  # a diverged rollout stays put
         opt.step()
         sched.step()
         if project is not None:
