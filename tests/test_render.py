@@ -226,11 +226,15 @@ def test_tracker_step_leaves_unseen_rotations_alone(kind):
     assert free_basis(Primitive.from_shape(SHAPES["box"]), T, list(range(6))).shape == (6, 6)
 
 
-def test_box_margin_gradient_is_the_closed_form_on_piercing_rays():
-    """``ray_margin_and_grad`` on a box: piercing rays take ``pierce_margin``'s closed form,
-    value and derivatives equal to autograd through it; missing rays in the same batch keep
-    the golden-section envelope (value equal to ``ray_margin``, gradient to autograd of it)."""
+def test_box_margin_gradient_is_the_closed_form_on_piercing_rays(monkeypatch):
+    """``ray_margin_and_grad`` on a box with BOX_CLOSED_FORM on: piercing rays take
+    ``pierce_margin``'s closed form, value and derivatives equal to autograd through it; missing
+    rays in the same batch keep the golden-section envelope (value equal to ``ray_margin``,
+    gradient to autograd of it)."""
+    from vid2sim.models.render import primitives
     from vid2sim.models.render.primitives import pierce_margin, ray_margin_and_grad
+
+    monkeypatch.setattr(primitives, "BOX_CLOSED_FORM", True)
 
     g = torch.Generator().manual_seed(1)
     box = Primitive("box", half_size=(0.1, 0.05, 0.2))
