@@ -35,15 +35,14 @@ SCALE_NOTE = ("absolute mass is not observable from free motion: give one known 
 
 
 def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], volumes: dict[str, float],
-                 density_anchor: float, density_min: float | None = None) -> dict:
+                 density_anchor: float) -> dict:
     """The body whose mass fixes the scale: the first of ``masses`` (known, kg), else the first
     body (in ``body_names`` order) moved by a revolute or prismatic joint (``joint_types[i]`` is
     body i's joint), at ``volumes[body]`` (m^3) x ``density_anchor`` (kg/m^3).
 
     -> {"body", "mass" (kg), "known" (bool), "source", "limit_scale"}: ``limit_scale`` = mass /
-    (volume x density_min), the factor the damping and friction limits are multiplied by, so
-    that the damping/mass ratios within reach are those a free mass down to ``density_min``
-    would reach (``density_min`` None: ``density_anchor``, i.e. 1 without a known mass)."""
+    (volume x density_anchor), the factor the damping and friction limits are multiplied by
+    (1 unless a known mass sets another scale)."""
     if masses:
         body = next(iter(masses))
         kg, known, source = float(masses[body]), True, "identify.masses"
@@ -52,7 +51,7 @@ def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], vo
         body = (moving or list(body_names))[0]
         kg, known = float(volumes[body] * density_anchor), False
         source = f"volume x identify.density_anchor ({density_anchor:g} kg/m^3)"
-    nominal = volumes[body] * (density_anchor if density_min is None else density_min)
+    nominal = volumes[body] * density_anchor
     return {"body": body, "mass": kg, "known": known, "source": source,
             "limit_scale": kg / nominal if nominal > 0 else 1.0}
 

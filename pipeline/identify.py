@@ -90,8 +90,7 @@ class IdentifyConfig:
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
                                    # from free motion; the first moving body, or a floating root) = volume x this
-                                   # (export's default density); damping/friction limits x anchor mass / (its
-                                   # volume x density_min): the damping/mass ratios a free mass could reach
+                                   # (export's default density); damping/friction limits apply at this scale
     floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
                                    # identify_roots.floor_plane) | on | off
     floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
@@ -100,7 +99,7 @@ class IdentifyConfig:
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
                                    # observable), which control needs; their limits shrink to +-0.1 % and the
-                                   # damping/friction limits scale by the first one / (its volume x density_min)
+                                   # damping/friction limits scale by the first one / (its volume x density_anchor)
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
@@ -225,8 +224,7 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
     # the scale free motion leaves open: a known mass, else one body's at density_anchor (identifiability.py)
     anchor = scale_anchor(cfg.masses, list(model.body_names), list(model.joint_types),
-                          {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.density_anchor,
-                          density_min=cfg.density_min)
+                          {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.density_anchor)
     for b, kg in (cfg.masses or {anchor["body"]: anchor["mass"]}).items():
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001

@@ -25,8 +25,7 @@ def inputs():
 
 def test_parameter_set_and_limits_from_shapes(inputs):
     """link1 (moved by the first revolute joint) anchors the scale at volume x density_anchor;
-    link2's limits are the density limits, the damping limits the configured ones x density_anchor /
-    density_min (the damping/mass ratios a free link1 mass down to density_min could reach)."""
+    link2's limits are the density limits, the damping limits the configured ones."""
     art, jp, poses, shapes, truth = inputs
     cfg = identify.IdentifyConfig()
     sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
@@ -35,7 +34,7 @@ def test_parameter_set_and_limits_from_shapes(inputs):
     assert sim.anchor["body"] == "link1" and not sim.anchor["known"]
     assert sim.lower[0] == pytest.approx(500.0 * v1 * 0.999) and sim.upper[0] == pytest.approx(500.0 * v1 * 1.001)
     assert sim.lower[1] == pytest.approx(100.0 * v2) and sim.upper[1] == pytest.approx(3000.0 * v2)
-    assert sim.upper[2] == pytest.approx(cfg.damping_max_revolute * 500.0 / 100.0)
+    assert sim.upper[2] == cfg.damping_max_revolute
     s = sim.anchor["mass"] / truth["link1.mass"]   # the truth in the anchor's scale lies inside the limits
     for i, n in enumerate(sim.names):
         assert sim.lower[i] <= truth[n] * s <= sim.upper[i]
@@ -126,8 +125,8 @@ def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
     sim = identify.build_simulator(identify.IdentifyConfig(masses={"link1": 0.5}), art, poses, shapes, 30.0)
     i = sim.names.index("link1.mass")
     assert sim.lower[i] == pytest.approx(0.4995) and sim.upper[i] == pytest.approx(0.5005)
-    # the damping limits scale with the mass scale: 0.5 kg against link1's volume x density_min (100 kg/m^3)
-    scale = 0.5 / (100.0 * shapes["link1"].volume())
+    # the damping limits scale with the mass scale: 0.5 kg against link1's volume x 500 kg/m^3
+    scale = 0.5 / (500.0 * shapes["link1"].volume())
     assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.masses",
                                         "limit_scale": scale})
     assert sim.upper[sim.names.index("elbow.damping")] == pytest.approx(0.05 * scale)
