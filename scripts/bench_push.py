@@ -46,13 +46,12 @@ from vid2sim.datasets.recording import open_recording, write_first_frames  # noq
 from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes, simulate, true_masks  # noqa: E402
 from vid2sim.pipeline import export, forecast  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
-from vid2sim.pipeline.cli import parse_sets  # noqa: E402
 from vid2sim.pipeline.identify_push import forecast_tip  # noqa: E402
-from vid2sim.pipeline.run import resolve_configs, run_pipeline  # noqa: E402
+from vid2sim.pipeline.run import run_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
-from bench_twin import silhouettes  # noqa: E402
+from bench_twin import add_split_arguments, first_part_configs, silhouettes  # noqa: E402
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
@@ -150,21 +149,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--fit-seconds", type=float, default=3.0, help="seconds of the clip the pipeline sees")
-    ap.add_argument("--seconds", type=float, default=2.0, help="seconds predicted after them, never seen")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
-                    help="override a setting as vid2sim run does (repeatable)")
+    add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     names = [n for n in args.cases.split(",") if n]
     unknown = [n for n in names if n not in CASES]
     if unknown:
         ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
-    overrides = parse_sets(args.set)
-    overrides.setdefault("forecast", {}).setdefault("holdout", 0.0)   # the pipeline sees only the fit frames already
-    overrides.setdefault("track", {}).setdefault("overlay", False)
-    configs = resolve_configs(overrides)
+    configs = first_part_configs(args.set)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_push_"))
     fit, steps = int(round(args.fit_seconds * FPS)), int(round(args.seconds * FPS))
     results = {}

@@ -113,28 +113,38 @@ def bench(name: str, out: Path, fit: int, steps: int, noise: str, seed: int, con
     return res
 
 
+def add_split_arguments(ap: argparse.ArgumentParser) -> None:
+    """--seconds, --seed, --out and --set: the arguments every split-in-time benchmark takes."""
+    ap.add_argument("--seconds", type=float, default=2.0, help="seconds predicted after them, never seen")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
+                    help="override a setting as vid2sim run does (repeatable), e.g. --set identify.method=csvgd")
+
+
+def first_part_configs(sets: list[str]) -> dict:
+    """Stage configs for a pipeline run on a copy that holds only the fitted frames: ``--set``
+    overrides, no further hold-out (identify fits all of the copy, once), no overlay video."""
+    overrides = parse_sets(sets)
+    overrides.setdefault("forecast", {}).setdefault("holdout", 0.0)
+    overrides.setdefault("track", {}).setdefault("overlay", False)
+    return resolve_configs(overrides)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mechanisms", default=",".join(MECHANISMS))
     ap.add_argument("--fit-seconds", type=float, default=None,
                     help="seconds of the clip the pipeline sees (default 3, thrown 1.0: FIT_SECONDS)")
-    ap.add_argument("--seconds", type=float, default=2.0, help="seconds predicted after them, never seen")
     ap.add_argument("--noise", default="none", choices=("none", "realistic"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
-                    help="override a setting as vid2sim run does (repeatable), e.g. --set identify.method=csvgd")
+    add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     names = [n for n in args.mechanisms.split(",") if n]
     unknown = [n for n in names if n not in MECHANISMS]
     if unknown:
         ap.error(f"unknown mechanism(s) {unknown}; known: {', '.join(MECHANISMS)}")
-    overrides = parse_sets(args.set)
-    # the pipeline sees only the first part already: identify fits all of it, once
-    overrides.setdefault("forecast", {}).setdefault("holdout", 0.0)
-    overrides.setdefault("track", {}).setdefault("overlay", False)
-    configs = resolve_configs(overrides)
+    configs = first_part_configs(args.set)
     steps = int(round(args.seconds * FPS))
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_twin_"))
     results = {}
