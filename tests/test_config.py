@@ -140,3 +140,20 @@ def test_identify_wrong_settings_are_one_clear_line(sets, needle):
         runner.resolve_configs(parse_sets(sets))
     assert needle in str(e.value) and "\n" not in str(e.value)
 
+
+def test_identify_options_reach_the_grouped_settings(monkeypatch, tmp_path):
+    """Every identify setting is a command-line option, the non-scalar ones (a dict, bool or str) as JSON."""
+    from typer.testing import CliRunner
+
+    from vid2sim.pipeline import cli
+
+    seen = {}
+    monkeypatch.setattr(cli.runner, "run_pipeline", lambda rec, out, configs, **kw: seen.update(configs))
+    res = CliRunner().invoke(cli.app, ["identify", str(tmp_path), "--out", str(tmp_path / "run"),
+                                       "--inference.method", "cmaes", "--bounds.masses", '{"cart": 1.0}',
+                                       "--compile", "false", "--augmentation.augment", "--contact.floor-height", "0.1"])
+    assert res.exit_code == 0, res.output
+    cfg = seen["identify"]
+    assert (cfg.inference.method, cfg.bounds.masses, cfg.compile, cfg.augmentation.augment, cfg.contact.floor_height) \
+        == ("cmaes", {"cart": 1.0}, False, True, 0.1)
+    assert cfg.inference.iterations == 200 and cfg.bounds.density_min == 100.0
