@@ -313,7 +313,8 @@ def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
     body = name.rsplit(".", 1)[0]
     known = body in cfg.bounds.masses
     return {"body": body, "mass": float(kg), "known": known,
-            "source": "identify.masses" if known else f"volume x identify.density_anchor ({cfg.bounds.density_anchor:g} kg/m^3)"}
+            "source": "identify.bounds.masses" if known
+            else f"volume x identify.bounds.density_anchor ({cfg.bounds.density_anchor:g} kg/m^3)"}
 
 
 def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:

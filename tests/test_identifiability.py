@@ -12,7 +12,7 @@ from vid2sim.pipeline.identifiability import SCALE_NOTE, posterior_samples, scal
 NAMES = ["cart.mass", "pole.mass", "slider.damping", "hinge.damping"]
 LIMITS = {"cart.mass": (2.3976, 2.4024), "pole.mass": (0.12, 3.7), "slider.damping": (0.0, 2.0),
           "hinge.damping": (0.0, 0.05)}
-ANCHOR = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.density_anchor (500 kg/m^3)",
+ANCHOR = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.bounds.density_anchor (500 kg/m^3)",
           "limit_scale": 1.0}
 
 
@@ -62,7 +62,7 @@ def test_summary_reports_ratios_intervals_and_limits():
 
 
 def test_known_scale_reports_absolute_values_and_upper_limits_name_the_setting():
-    known = dict(ANCHOR, mass=1.0, known=True, source="identify.masses")
+    known = dict(ANCHOR, mass=1.0, known=True, source="identify.bounds.masses")
     X = np.array([[1.0, 0.2, 1.995, 0.004]] * 4)
     est = dict(zip(NAMES, X[0]))
     out = summarise(NAMES, LIMITS, est, X, known, known=("cart",))

@@ -131,7 +131,7 @@ def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
     assert sim.lower[i] == pytest.approx(0.4995) and sim.upper[i] == pytest.approx(0.5005)
     # the damping limits scale with the mass scale: 0.5 kg against link1's volume x 500 kg/m^3
     scale = 0.5 / (500.0 * shapes["link1"].volume())
-    assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.masses",
+    assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.bounds.masses",
                                         "limit_scale": scale})
     assert sim.upper[sim.names.index("elbow.damping")] == pytest.approx(0.05 * scale)
     with pytest.raises(ValueError, match="'arm'.*link1, link2"):
