@@ -59,12 +59,16 @@ def parse_sets(sets: list[str] | None) -> dict[str, dict]:
             raise runner.StageError(f"--set {s!r}: expected STAGE.KEY=VALUE, e.g. track.iterations=40")
         k, v = s.split("=", 1)
         stage, key = k.split(".", 1)
-        try:
-            val = json.loads(v)
-        except json.JSONDecodeError:
-            val = v
-        out.setdefault(stage, {})[key] = val
+        out.setdefault(stage, {})[key] = _json_or_text(v)
     return out
+
+
+def _json_or_text(v: str) -> Any:
+    """A setting's value from the command line: parsed as JSON when it parses, else the text."""
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
 
 
 @app.command()
@@ -243,9 +247,13 @@ def _scalar(hint: Any) -> type | None:
     return args[0] if optional and len(args) == 1 and args[0] in (int, float, str, bool) else None
 
 
+JSON_OPTION = "__json"  # suffix of the parameter name of an option whose value is parsed as JSON
+
+
 def _setting_options(cls: type, group: str = "", panel: str | None = None) -> list[inspect.Parameter]:
-    """One ``--NAME`` option per scalar setting of ``cls`` (``--GROUP.NAME`` inside a group, shown
-    under the group's own heading in --help); tuples and the like go through --set."""
+    """One ``--NAME`` option per setting of ``cls`` (``--GROUP.NAME`` inside a group, shown under
+    the group's own heading in --help); a setting that is not a scalar (a tuple, a dict, a union such
+    as bool | str) takes its value as JSON, as ``--set`` does."""
     hints, docs, default = typing.get_type_hints(cls), field_docs(cls), cls()
     params = []
     for f in dataclasses.fields(cls):
@@ -255,13 +263,15 @@ def _setting_options(cls: type, group: str = "", panel: str | None = None) -> li
             params += _setting_options(hint, f"{group}{f.name}.", title)
             continue
         t = _scalar(hint)
-        if t is None:
-            continue
         name = f.name.replace('_', '-')
         opt = f"--{group}{name}" if t is not bool else f"--{group}{name}/--{group}no-{name}"  # a switch: on/off
-        help_ = f"{docs.get(f.name, '')} (default {getattr(default, f.name)!r})".lstrip()
-        params.append(inspect.Parameter(f"{group}{f.name}".replace(".", "__"), inspect.Parameter.KEYWORD_ONLY,
-                                        annotation=Optional[t],
+        value = getattr(default, f.name)
+        help_ = f"{docs.get(f.name, '')} (default {value!r})".lstrip()
+        param = f"{group}{f.name}".replace(".", "__")
+        if t is None:
+            help_ = f"{docs.get(f.name, '')} (JSON; default {json.dumps(value, default=str)})".lstrip()
+            t, param = str, param + JSON_OPTION
+        params.append(inspect.Parameter(param, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[t],
                                         default=typer.Option(None, opt, help=help_, rich_help_panel=panel)))
     return params
 
@@ -272,7 +282,9 @@ def _stage_command(spec: runner.StageSpec) -> None:
     def command(**kwargs: Any) -> None:
         rec, out, force, sets = kwargs.pop("rec"), kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("set_")
         overrides = parse_sets(sets)
-        overrides.setdefault(spec.name, {}).update({k.replace("__", "."): v for k, v in kwargs.items() if v is not None})
+        overrides.setdefault(spec.name, {}).update(
+            {k.removesuffix(JSON_OPTION).replace("__", "."): _json_or_text(v) if k.endswith(JSON_OPTION) else v
+             for k, v in kwargs.items() if v is not None})
         configs = runner.resolve_configs(overrides)
         runner.run_pipeline(rec, out, configs, stages=[spec.name], force=force, on_stage=_progress_printer())
 

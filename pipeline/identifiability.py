@@ -6,8 +6,8 @@ damping and friction by one factor: M(q) qdd + C(q, qd) + g(q) = -D qd - F sign(
 its solutions when M, C, g, D, F are all multiplied by s. So from joint trajectories only
 the mass *ratios* and damping (friction) per unit mass are observable; the overall scale
 is not. Identify removes the unobservable direction by anchoring one body's mass
-(``scale_anchor``): a known mass (``identify.masses``) or, without one, the anchor body's
-volume x ``identify.density_anchor``. The other parameters are fitted in that scale and
+(``scale_anchor``): a known mass (``identify.bounds.masses``) or, without one, the anchor body's
+volume x ``identify.bounds.density_anchor``. The other parameters are fitted in that scale and
 their limits scale with it (``limit_scale``), so a ratio-only fit does not run into a
 limit that belongs to another scale.
 
@@ -31,7 +31,7 @@ import numpy as np
 DRAWS = 4000              # samples of a kernel-density posterior the intervals are read from
 LIMIT_FRACTION = 0.01      # a value within this fraction of the limits' span from a limit is "at" it
 SCALED = ("mass", "damping", "friction", "stiffness")   # parameter kinds proportional to the mass scale
-SCALE_NOTE = ("absolute mass is not observable from free motion: give one known mass with identify.masses")
+SCALE_NOTE = ("absolute mass is not observable from free motion: give one known mass with identify.bounds.masses")
 
 
 def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], volumes: dict[str, float],
@@ -45,12 +45,12 @@ def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], vo
     (1 unless a known mass sets another scale)."""
     if masses:
         body = next(iter(masses))
-        kg, known, source = float(masses[body]), True, "identify.masses"
+        kg, known, source = float(masses[body]), True, "identify.bounds.masses"
     else:
         moving = [b for b, t in zip(body_names, joint_types) if t in ("revolute", "prismatic")]
         body = (moving or list(body_names))[0]
         kg, known = float(volumes[body] * density_anchor), False
-        source = f"volume x identify.density_anchor ({density_anchor:g} kg/m^3)"
+        source = f"volume x identify.bounds.density_anchor ({density_anchor:g} kg/m^3)"
     nominal = volumes[body] * density_anchor
     return {"body": body, "mass": kg, "known": known, "source": source,
             "limit_scale": kg / nominal if nominal > 0 else 1.0}
@@ -72,14 +72,14 @@ def limit_reason(name: str, side: str, anchor: dict) -> str:
     kind = _kind(name)
     scaled = "" if anchor.get("known") else f" (in the scale of {anchor.get('body')}'s anchored mass)"
     if kind == "mass":
-        return (f"the mass ratio to {anchor.get('body')} reaches the density limits (identify.density_min/max x "
+        return (f"the mass ratio to {anchor.get('body')} reaches the density limits (identify.bounds.density_min/max x "
                 f"volume{scaled}): a part denser or lighter than they allow, a wrong shape volume, or a "
                 f"wrong articulation")
     if kind in ("damping", "friction") and side == "lower":
         return f"no {kind} is measurable on this clip: the motion is explained without it"
     if kind in ("damping", "friction"):
-        return (f"the {kind} limit (identify.{kind}_max_revolute/prismatic, scaled with the mass scale{scaled}) is "
-                f"reached: raise it if the joint is that {'damped' if kind == 'damping' else 'stiff'}, or an "
+        return (f"the {kind} limit (identify.bounds.{kind}_max_revolute/prismatic, scaled with the mass "
+                f"scale{scaled}) is reached: raise it if the joint is that {'damped' if kind == 'damping' else 'stiff'}, or an "
                 f"unmodelled force (a cable, a motor) is slowing the joint")
     return "the motion does not pin this parameter down within its limits"
 

@@ -42,102 +42,20 @@ import numpy as np
 import torch
 
 from vid2sim.datasets.shapes import Shape
-from vid2sim.models.inference import METHODS, InferenceResult, Problem, Shooting, infer
+from vid2sim.models.inference import InferenceResult, Problem, Shooting, infer
 from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
+from vid2sim.pipeline.identify_config import (IdentifyAugmentation, IdentifyBounds, IdentifyConfig,  # noqa: F401
+                                              IdentifyContact, IdentifyInference, IdentifyNoise, IdentifyShooting,
+                                              IdentifyVideo)
 from vid2sim.pipeline.identifiability import scale_anchor, summarise
 
 log = logging.getLogger(__name__)
 SIM_HZ = 960.0           # simulator rate of substeps=0: that of the twin in PyBullet (forecast.simulate_twin)
 COMPILE_STEPS = 25_000   # compile="auto": sequential simulator steps (per rollout x iterations) that pay for it
 SUPPORTED_JOINTS = ("revolute", "prismatic", "fixed")
-
-
-@dataclass(frozen=True)
-class IdentifyConfig:
-    """Settings of the identify stage."""
-
-    method: str = "csvgd"          # csvgd | cmaes | adam | svgd | mcmc (models/inference/methods.py); csvgd's
-                                   # particles are a posterior sample; cmaes's are its final population
-    particles: int = 16            # particles (CSVGD/SVGD), starts (Adam), population (CMA-ES), walkers (MCMC)
-    iterations: int = 200          # budget: particles x iterations rollouts of the observed clip
-    windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting)
-    polish: float = 0.7            # csvgd with windows > 1, in [0, 1]: fraction of the iterations spent last on
-                                   # single shooting from each particle's first-window state (methods.csvgd); the
-                                   # phase whose particles score higher on the windows is kept (chaotic clips:
-                                   # multiple shooting); 0: multiple shooting throughout
-    precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
-    cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
-                                   # of the best individual (methods.cmaes); 0: off
-    seed: int = 0                  # Sobol scrambling / sampler seed
-    observation: str = "joints"    # joints: tracked joint positions; video: rendered vs observed depth (identify_video.py)
-    sigma: float = 0.0             # observation noise std in joint units (rad or m), the same for every joint;
-                                   # 0: estimated per joint from the tracks (track_noise)
-    sigma_floor: float = 1e-4      # sigma=0: lower bound of each joint's estimate
-    pixel_sigma: float = 0.02      # observation=video: depth noise std (m) per pixel
-    pixels: int = 1000             # observation=video: pixels compared per frame (drawn around the mechanism)
-    pixel_margin: int = 6          # observation=video: px added around the parts' silhouettes
-    render_dtype: str = "float32"  # observation=video: ray casting precision (float32 | float64)
-    frames: int = 0                # use the first `frames` frames (0: all)
-    refit: bool = True             # with frames held back (forecast.holdout): after the fit on the first part,
-                                   # fit again on every frame for params.json / the exported twin (params_train.json
-                                   # keeps the first fit, which forecast validates)
-    substeps: int = 0              # simulator steps per video frame (semi-implicit Euler), >= 0;
-                                   # 0: ceil(960 Hz / fps), the rate forecast runs the twin at
-    density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
-    density_max: float = 3000.0    # kg/m^3, upper end
-    density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
-                                   # from free motion; the first moving body, or a floating root) = volume x this
-                                   # (export's default density); damping/friction limits apply at this scale
-    floor: str = "auto"            # floating/planar roots: auto (a floor plane where the tracks show contact,
-                                   # identify_roots.floor_plane) | on | off
-    floor_tolerance: float = 0.005  # m: the bodies' lowest points within this of the floor level count as on it
-    floor_height: float | None = None  # m, world z of the floor (known world frame) where one is seen or floor=on;
-                                   # None: from the tracks (identify_roots.floor_plane)
-    masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
-                                   # scale free motion leaves open (only mass ratios and damping/mass are
-                                   # observable), which control needs; their limits shrink to +-0.1 % and the
-                                   # damping/friction limits scale by the first one / (its volume x density_anchor)
-    damping_max_revolute: float = 0.05   # N m s/rad
-    damping_max_prismatic: float = 2.0   # N s/m
-    estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
-    friction_max_revolute: float = 0.05  # N m
-    friction_max_prismatic: float = 1.0  # N
-    lr: float = 0.05               # Adam step in normalised parameter units (gradient methods), decays 10x
-    plots: bool = True             # write posterior_pairs.png and trajectories.png
-    augment: bool = False          # also fit a neural joint force (2x5 ELU on q, qd; sparse group lasso) at the
-                                   # best particle, end to end through rollouts (identify_augment.py)
-    augment_window: int = 10       # frames per training window
-    augment_holdout: float = 0.25  # last fraction of the clip kept out of training (held-out error)
-    augment_iterations: int = 200  # Adam steps (each for the analytical-only and the augmented fit)
-    augment_lr: float = 0.02       # Adam learning rate of the augmented fit
-    augment_lasso: float = 0.2     # group-lasso weight per input (proximal steps)
-    augment_hidden: int = 5        # units per hidden layer (TDS: 5)
-    push_iterations: int = 15      # iterations instead of ``iterations`` with a known pusher (actuation.npz): each
-                                   # rollout then costs ~10x a contact-free one (480 Hz, hundreds of contact points)
-    compile: bool | str = "auto"   # torch.compile the simulator step (same results): True | False | "auto";
-                                   # compiling costs seconds per batch size, then each rollout is faster;
-                                   # auto: on when a rollout's steps x iterations >= COMPILE_STEPS
-
-    def __post_init__(self):
-        """Choices and ranges, checked when the settings are read (a typo in ``--set`` stops the
-        run before segment and track spend minutes, not at identify)."""
-        choices = {"method": tuple(METHODS), "observation": ("joints", "video"),
-                   "precondition": ("gauss-newton", "none"), "render_dtype": ("float32", "float64"),
-                   "floor": ("auto", "on", "off")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"identify.{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
-        for name in ("particles", "iterations", "windows"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"identify.{name} must be >= 1; got {getattr(self, name)}")
-        for name in ("polish", "cmaes_polish"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"identify.{name} must be in [0, 1]; got {getattr(self, name)}")
-        if self.compile not in (True, False, "auto"):
-            raise ValueError(f"identify.compile must be true, false or \"auto\"; got {self.compile!r}")
 
 
 @dataclass
@@ -180,10 +98,10 @@ class TwinSimulator:
 
 
 def substeps_for(cfg: IdentifyConfig, fps: float) -> int:
-    """Simulator steps per frame: ``cfg.substeps``, or (0) enough for ``SIM_HZ``."""
-    if cfg.substeps < 0:
-        raise ValueError(f"identify: substeps must be >= 0 (0: automatic), got {cfg.substeps}")
-    return cfg.substeps if cfg.substeps > 0 else max(1, math.ceil(SIM_HZ / fps - 1e-9))
+    """Simulator steps per frame: ``cfg.shooting.substeps``, or (0) enough for ``SIM_HZ``."""
+    if cfg.shooting.substeps < 0:
+        raise ValueError(f"identify: shooting.substeps must be >= 0 (0: automatic), got {cfg.shooting.substeps}")
+    return cfg.shooting.substeps if cfg.shooting.substeps > 0 else max(1, math.ceil(SIM_HZ / fps - 1e-9))
 
 
 def compile_for(cfg: IdentifyConfig, substeps: int, frames: int) -> bool:
@@ -191,9 +109,9 @@ def compile_for(cfg: IdentifyConfig, substeps: int, frames: int) -> bool:
     are long enough for a ~15-s compile to pay (eager ~1.5 ms, compiled ~0.2 ms per step)."""
     if isinstance(cfg.compile, bool):
         return cfg.compile
-    windows = cfg.windows if cfg.method == "csvgd" else 1   # only csvgd shoots in windows
+    windows = cfg.shooting.windows if cfg.inference.method == "csvgd" else 1   # only csvgd shoots in windows
     window = (max(frames, 2) - 1) // max(windows, 1) + 1
-    return window * substeps * cfg.iterations >= COMPILE_STEPS
+    return window * substeps * cfg.inference.iterations >= COMPILE_STEPS
 
 
 def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, shapes: dict[str, Shape],
@@ -214,18 +132,18 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
             raise ValueError(f"identify: body {b!r} has no shape; mass limits come from shape volumes")
         vol = float(body_shapes[b].volume())
         names.append(f"{b}.mass")
-        lo.append(vol * cfg.density_min)
-        hi.append(vol * cfg.density_max)
-    for b, kg in cfg.masses.items():
+        lo.append(vol * cfg.bounds.density_min)
+        hi.append(vol * cfg.bounds.density_max)
+    for b, kg in cfg.bounds.masses.items():
         if f"{b}.mass" not in names:
             raise ValueError(f"identify: masses names body {b!r}, which the articulation lacks (bodies: "
                              f"{', '.join(model.body_names)})")
         if not (isinstance(kg, (int, float)) and kg > 0):
             raise ValueError(f"identify: the known mass of {b!r} must be a positive number of kg, got {kg!r}")
     # the scale free motion leaves open: a known mass, else one body's at density_anchor (identifiability.py)
-    anchor = scale_anchor(cfg.masses, list(model.body_names), list(model.joint_types),
-                          {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.density_anchor)
-    for b, kg in (cfg.masses or {anchor["body"]: anchor["mass"]}).items():
+    anchor = scale_anchor(cfg.bounds.masses, list(model.body_names), list(model.joint_types),
+                          {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.bounds.density_anchor)
+    for b, kg in (cfg.bounds.masses or {anchor["body"]: anchor["mass"]}).items():
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
     joint_parameters(cfg, model, names, lo, hi, scale=anchor["limit_scale"])
@@ -237,7 +155,7 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
 
 
 def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list, scale: float = 1.0) -> None:
-    """Append each revolute/prismatic dof's damping (and, with ``cfg.estimate_friction``, its
+    """Append each revolute/prismatic dof's damping (and, with ``cfg.bounds.estimate_friction``, its
     Coulomb friction) to the parameter ``names`` and their limits ``lo``/``hi`` (SI units): the
     configured maxima x ``scale`` (the mass scale relative to density_anchor's, identifiability.py)."""
     types = dict(zip(model.joint_names, model.joint_types))
@@ -247,11 +165,13 @@ def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list
             continue
         names.append(f"{d}.damping")
         lo.append(0.0)
-        hi.append(scale * (cfg.damping_max_revolute if t == "revolute" else cfg.damping_max_prismatic))
-        if cfg.estimate_friction:
+        hi.append(scale * (cfg.bounds.damping_max_revolute if t == "revolute"
+                           else cfg.bounds.damping_max_prismatic))
+        if cfg.bounds.estimate_friction:
             names.append(f"{d}.friction")
             lo.append(0.0)
-            hi.append(scale * (cfg.friction_max_revolute if t == "revolute" else cfg.friction_max_prismatic))
+            hi.append(scale * (cfg.bounds.friction_max_revolute if t == "revolute"
+                               else cfg.bounds.friction_max_prismatic))
 
 
 def joint_trajectory(jp: JointPositions, dofs: list[str], frames: int = 0) -> np.ndarray:
@@ -271,15 +191,16 @@ def track_noise(q: np.ndarray, floor: float) -> np.ndarray:
     reads low; what matters most is the joints' relative weight, which it gets right:
     bench_forecast's clean cartpole cart 0.13 mm, pole 0.29 mrad; realistic 0.59 mm, 2.6 mrad."""
     if len(q) < 8:
-        raise ValueError(f"identify: {len(q)} frames are too few to estimate the track noise (set identify.sigma)")
+        raise ValueError(f"identify: {len(q)} frames are too few to estimate the track noise (set identify.noise.sigma)")
     return np.maximum(difference_noise(np.diff(np.asarray(q, float), 3, axis=0)), floor)
 
 
 def observation_sigma(cfg: IdentifyConfig, q: np.ndarray) -> np.ndarray:
-    """The likelihood's per-joint noise std: ``cfg.sigma`` for every joint, or estimated (sigma=0)."""
-    if cfg.sigma < 0 or cfg.sigma_floor <= 0:
-        raise ValueError(f"identify: sigma must be >= 0 and sigma_floor > 0, got {cfg.sigma} and {cfg.sigma_floor}")
-    return np.full(q.shape[1], cfg.sigma) if cfg.sigma > 0 else track_noise(q, cfg.sigma_floor)
+    """The likelihood's per-joint noise std: ``cfg.noise.sigma`` for every joint, or estimated (sigma=0)."""
+    if cfg.noise.sigma < 0 or cfg.noise.sigma_floor <= 0:
+        raise ValueError(f"identify: noise.sigma must be >= 0 and noise.sigma_floor > 0, got {cfg.noise.sigma} and "
+                         f"{cfg.noise.sigma_floor}")
+    return np.full(q.shape[1], cfg.noise.sigma) if cfg.noise.sigma > 0 else track_noise(q, cfg.noise.sigma_floor)
 
 
 def make_problem(cfg: IdentifyConfig, sim: TwinSimulator, q: np.ndarray, fps: float) -> Problem:
@@ -301,12 +222,12 @@ def make_video_problem(cfg: IdentifyConfig, sim: TwinSimulator, joints: Problem,
     bodies = list(sim.model.body_names)
     shape_of = dict(zip(poses.body_names, poses.shape_names))
     frames = joints.observations[0].shape[0]
-    obs = select_pixels(rec, poses, bodies, shapes, frames, cfg.pixels, cfg.pixel_margin, cfg.seed)
+    obs = select_pixels(rec, poses, bodies, shapes, frames, cfg.video.pixels, cfg.video.pixel_margin, cfg.seed)
     T0 = np.stack([poses.world_from_body[0, poses.body_names.index(b)] for b in bodies])
     observer = DepthObserver(sim.model, sim.model.nq, rec, [shapes[shape_of[b]] for b in bodies], T0, obs,
-                             dtype=getattr(torch, cfg.render_dtype))
+                             dtype=getattr(torch, cfg.video.render_dtype))
     return Problem(sim.names, torch.as_tensor(sim.lower), torch.as_tensor(sim.upper), sim.simulate,
-                   [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.pixel_sigma)
+                   [torch.as_tensor(obs.observed)], joints.state_guess, observe=observer, sigma=cfg.video.pixel_sigma)
 
 
 def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
@@ -317,7 +238,7 @@ def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, p
 
     if identify_roots.root_joint(art) is None:
         return None
-    for flag, what in ((cfg.observation == "video", "observation=video"), (cfg.augment, "augment=true")):
+    for flag, what in ((cfg.observation == "video", "observation=video"), (cfg.augmentation.augment, "augment=true")):
         if flag:
             raise NotImplementedError(f"identify: {what} is not supported for a floating/planar root yet")
     rp = identify_roots.build_root_problem(cfg, art, jp, poses, shapes, fps)
@@ -332,11 +253,12 @@ def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, p
 
 def method_options(cfg: IdentifyConfig, method: str) -> dict:
     """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget."""
-    opts = {"windows": cfg.windows, "polish": cfg.polish, "precondition": cfg.precondition} if method == "csvgd" else {}
+    opts = ({"windows": cfg.shooting.windows, "polish": cfg.shooting.polish, "precondition": cfg.inference.precondition}
+            if method == "csvgd" else {})
     if method == "cmaes":
-        opts["polish"] = cfg.cmaes_polish
+        opts["polish"] = cfg.inference.cmaes_polish
     if method in ("csvgd", "svgd", "adam"):
-        opts["lr"] = cfg.lr
+        opts["lr"] = cfg.inference.lr
     return opts
 
 
@@ -358,17 +280,17 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     pushed = root is not None and "pusher" in root.extra
-    res = infer(cfg.method, fit, particles=cfg.particles, iterations=cfg.push_iterations if pushed else cfg.iterations,
-                seed=cfg.seed,
-                **method_options(cfg, cfg.method))
-    log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.method,
+    res = infer(cfg.inference.method, fit, particles=cfg.inference.particles,
+                iterations=cfg.inference.push_iterations if pushed else cfg.inference.iterations, seed=cfg.seed,
+                **method_options(cfg, cfg.inference.method))
+    log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.inference.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
              "config": asdict(cfg)} if root is None else dict(root.extra, config=asdict(cfg))
     if cfg.observation == "joints":
         extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
-    if cfg.augment:
+    if cfg.augmentation.augment:
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
         extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
@@ -389,15 +311,16 @@ def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
     """``identifiability.scale_anchor``'s dict for a floating root's anchored mass (identify_roots)."""
     name, kg = next(iter(anchored.items()))
     body = name.rsplit(".", 1)[0]
-    known = body in cfg.masses
+    known = body in cfg.bounds.masses
     return {"body": body, "mass": float(kg), "known": known,
-            "source": "identify.masses" if known else f"volume x identify.density_anchor ({cfg.density_anchor:g} kg/m^3)"}
+            "source": "identify.bounds.masses" if known
+            else f"volume x identify.bounds.density_anchor ({cfg.bounds.density_anchor:g} kg/m^3)"}
 
 
 def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:
     """``post`` with its ``identifiable`` summary (identifiability.summarise); logs what ends at a limit."""
     ex = post.extra
-    ident = summarise(post.names, post.limits, post.estimate, post.particles, anchor, tuple(cfg.masses),
+    ident = summarise(post.names, post.limits, post.estimate, post.particles, anchor, tuple(cfg.bounds.masses),
                       ex.get("particle_log_likelihood"), len(post.names) + len(ex.get("start_state", ())),
                       ex.get("kernel_covariance"))
     for hit in ident["at_limit"]:
@@ -408,15 +331,15 @@ def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> 
 
 def static_posterior(cfg: IdentifyConfig, sim: TwinSimulator) -> Posterior:
     """The posterior of a mechanism with no joint that moves (every joint fixed): nothing is
-    observable, so each mass is its shape's volume x ``cfg.density_anchor`` (or ``cfg.masses``)."""
+    observable, so each mass is its shape's volume x ``cfg.bounds.density_anchor`` (or ``cfg.bounds.masses``)."""
     est = {}
     for n, lo, hi in zip(sim.names, sim.lower, sim.upper):
         body = n.rsplit(".", 1)[0]
-        kg = cfg.masses.get(body)
-        vol = lo / cfg.density_min
-        est[n] = float(kg) if kg else float(np.clip(vol * cfg.density_anchor, lo, hi))
+        kg = cfg.bounds.masses.get(body)
+        vol = lo / cfg.bounds.density_min
+        est[n] = float(kg) if kg else float(np.clip(vol * cfg.bounds.density_anchor, lo, hi))
     log.warning("identify: no joint of the articulation moves; nothing to identify (masses at %g kg/m^3)",
-                cfg.density_anchor)
+                cfg.bounds.density_anchor)
     return Posterior(list(sim.names), {n: (float(lo), float(hi)) for n, lo, hi in zip(sim.names, sim.lower, sim.upper)},
                      est, np.array([[est[n] for n in sim.names]]), "none", 0.0,
                      {"note": "no joint moves: nothing identified", "config": asdict(cfg)})

@@ -46,11 +46,11 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
     from vid2sim.models.dynamics import adam_group_lasso_step, add_augmentation, augmentation_penalty, group_lasso_prox
 
     T, nv = q.shape
-    length = int(cfg.augment_window)
-    split = int(round(T * (1.0 - cfg.augment_holdout)))
+    length = int(cfg.augmentation.augment_window)
+    split = int(round(T * (1.0 - cfg.augmentation.augment_holdout)))
     if split < length + 2 or T - split < length + 1:
         raise ValueError(f"identify: augmentation needs at least {length + 2} training and {length + 1} held-out "
-                         f"frames (window {length}, holdout {cfg.augment_holdout}); the clip has {T}")
+                         f"frames (window {length}, holdout {cfg.augmentation.augment_holdout}); the clip has {T}")
     qd = np.gradient(q, 1.0 / fps, axis=0, edge_order=2)
     train = _windows(q, qd, 0, split, length, max(1, length // 2))
     held = _windows(q, qd, split - 1, T, length, max(1, length // 2))
@@ -70,25 +70,27 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
         train_posterior = error(z0, (), *train).item()
         held_posterior = error(z0, (), *held).item()
     scale = 1.0 / max(train_posterior, 1e-12)        # loss 1 = the posterior estimate's error
-    lr = cfg.augment_lr
+    lr = cfg.augmentation.augment_lr
 
     def fit(with_net: bool):
         """Adam on the parameters (within their limits) and, with_net, the network, same budget."""
         z = z0.clone().requires_grad_()
         model = sim.model_for((lo + span * torch.sigmoid(z0))[None])  # holds the network (structure only)
         if with_net:
-            model = add_augmentation(model, "joint_force", inputs, hidden=cfg.augment_hidden, layers=2, seed=cfg.seed)
+            model = add_augmentation(model, "joint_force", inputs, hidden=cfg.augmentation.augment_hidden, layers=2,
+                                     seed=cfg.seed)
         nets = model.nets
         opt = torch.optim.Adam([z, *(w for n in nets for w in n.weights)], lr=lr)
         curve = []
-        for _ in tqdm(range(cfg.augment_iterations), desc=f"identify: {'augmented' if with_net else 'analytical'} fit",
+        for _ in tqdm(range(cfg.augmentation.augment_iterations),
+                      desc=f"identify: {'augmented' if with_net else 'analytical'} fit",
                       leave=False, disable=None):
             opt.zero_grad()
             loss = error(z, nets, *train) * scale + augmentation_penalty(model, lasso=0.0, l2=1e-5)
             loss.backward()
             opt.step()
             if with_net:
-                group_lasso_prox(model, adam_group_lasso_step(nets[0], opt, lr, cfg.augment_lasso))
+                group_lasso_prox(model, adam_group_lasso_step(nets[0], opt, lr, cfg.augmentation.augment_lasso))
             curve.append(float(loss.item()))
         with torch.no_grad():
             return z.detach(), model, curve, error(z, nets, *train).item(), error(z, nets, *held).item()
@@ -97,9 +99,9 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
     z_n, model, curve, train_aug, held_aug = fit(True)
     net = model.nets[0]
     norms = net.input_norms().detach().numpy()
-    stride = max(1, cfg.augment_iterations // 100)
+    stride = max(1, cfg.augmentation.augment_iterations // 100)
     record = {
-        "point": "joint_force", "inputs": inputs, "hidden": [cfg.augment_hidden] * 2, "activation": "elu",
+        "point": "joint_force", "inputs": inputs, "hidden": [cfg.augmentation.augment_hidden] * 2, "activation": "elu",
         "input_norms": {n: float(v) for n, v in zip(inputs, norms)},
         "weights": [w.detach()[0].tolist() for w in net.weights],
         "train_mse": {"posterior": train_posterior, "analytic": train_analytic, "augmented": train_aug},
@@ -107,7 +109,7 @@ def fit_augmentation(cfg, sim, q: np.ndarray, fps: float, theta: np.ndarray, out
         "theta_analytic": dict(zip(sim.names, (lo + span * torch.sigmoid(z_a)).tolist())),
         "theta_augmented": dict(zip(sim.names, (lo + span * torch.sigmoid(z_n)).tolist())),
         "window_frames": length, "train_frames": split, "heldout_frames": T - split,
-        "iterations": cfg.augment_iterations, "lasso": cfg.augment_lasso,
+        "iterations": cfg.augmentation.augment_iterations, "lasso": cfg.augmentation.augment_lasso,
         "loss_curve_stride": stride, "loss_curve": curve[::stride], "loss_curve_analytic": curve_a[::stride],
     }
     log.info("identify: augmentation held-out MSE %.3g (analytical %.3g); input norms %s", held_aug, held_analytic,

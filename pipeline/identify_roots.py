@@ -25,11 +25,11 @@ the tolerance plus one frame's descent of h.
 The fit (``flight_prefit``). Start state, masses and joint damping are first fitted by
 least squares (``models.inference.least_squares``) on the frames before the first contact
 (the free flight: smooth and well posed); the contact parameters are then searched by
-``identify.method`` from that start state with those values held (``extra["flight_fit"]``).
+``identify.inference.method`` from that start state with those values held (``extra["flight_fit"]``).
 
 Identified quantities. Gravity does not depend on mass, and the penalty contact force
 scales with the contact stiffness, so the overall mass scale is not observable: the root
-body's mass is anchored (``identify.masses`` if given, else volume x ``density_anchor``)
+body's mass is anchored (``identify.bounds.masses`` if given, else volume x ``density_anchor``)
 and stays out of the fitted parameters (it is written to the estimate and named under
 ``extra["anchored"]``); masses of bodies below the root are fitted within the density
 limits (their ratio to the root's shapes the motion in flight). Fitted as well: joint
@@ -368,25 +368,26 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
     art = replace(art, joints=joints)
 
     floor = None
-    if cfg.floor != "off":
+    if cfg.contact.floor != "off":
         low = lowest_points(W, [surface_points(body_shapes[b]) for b in art.bodies])
-        floor = floor_plane(low, fps, cfg.floor_tolerance)
-        if cfg.floor == "on" and not floor.seen:
+        floor = floor_plane(low, fps, cfg.contact.floor_tolerance)
+        if cfg.contact.floor == "on" and not floor.seen:
             floor = replace(floor, seen=True, reason=floor.reason + "; floor forced on")
-        if cfg.floor_height is not None:
-            floor = replace(floor, height=float(cfg.floor_height))
+        if cfg.contact.floor_height is not None:
+            floor = replace(floor, height=float(cfg.contact.floor_height))
         log.info("identify: floor %s (%s)", f"z = {floor.height:.4f} m" if floor.seen else "not seen", floor.reason)
         if not floor.seen:
             floor = None
     anchored = {}
-    root_kg = cfg.masses.get(root.child)
-    anchored[f"{root.child}.mass"] = float(root_kg) if root_kg else float(body_shapes[root.child].volume() * cfg.density_anchor)
-    masses = {b: anchored.get(f"{b}.mass", body_shapes[b].volume() * cfg.density_anchor) for b in art.bodies}
+    root_kg = cfg.bounds.masses.get(root.child)
+    anchored[f"{root.child}.mass"] = (float(root_kg) if root_kg
+                                      else float(body_shapes[root.child].volume() * cfg.bounds.density_anchor))
+    masses = {b: anchored.get(f"{b}.mass", body_shapes[b].volume() * cfg.bounds.density_anchor) for b in art.bodies}
     model = model_from_articulation(art, T0, masses=masses, shapes=body_shapes, batch=1)
     if floor is not None:
         idx, pts = _body_points(model, body_shapes, T0)
         if root.type == "planar":
-            idx, pts = _footprint(model, idx, pts, T0, floor.height, cfg.floor_tolerance)
+            idx, pts = _footprint(model, idx, pts, T0, floor.height, cfg.contact.floor_tolerance)
         model = model.replace(ground=True, ground_height=floor.height, contact_body=tuple(idx),
                               contact_points=torch.as_tensor(pts, dtype=model.dtype))
         if root.type == "planar":
@@ -395,7 +396,7 @@ def build_root_problem(cfg, art, jp, poses, shapes: dict[str, Shape], fps: float
     names, lo, hi = _parameters(cfg, model, body_shapes, anchored, floor is not None, root.type == "free")
     unit = model.inertia / model.mass[:, :, None, None]
     sub = substeps_for(cfg, fps)
-    if model.ground and cfg.substeps == 0:   # stiff penalty contacts need the finer step
+    if model.ground and cfg.shooting.substeps == 0:   # stiff penalty contacts need the finer step
         sub = max(sub, math.ceil(CONTACT_HZ / fps - 1e-9))
     sim = _twin_simulator()(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
                             1.0 / (fps * sub), sub, compile_for(cfg, sub, frames))
@@ -452,12 +453,12 @@ def _parameters(cfg, model, shapes: dict[str, Shape], anchored: dict, contact: b
         if f"{b}.mass" in anchored:
             continue
         vol = float(shapes[b].volume())
-        kg = cfg.masses.get(b)
+        kg = cfg.bounds.masses.get(b)
         names.append(f"{b}.mass")
-        lo.append(kg * 0.999 if kg else vol * cfg.density_min)
-        hi.append(kg * 1.001 if kg else vol * cfg.density_max)
+        lo.append(kg * 0.999 if kg else vol * cfg.bounds.density_min)
+        hi.append(kg * 1.001 if kg else vol * cfg.bounds.density_max)
     root, kg = next(iter(anchored.items()), (None, None))   # damping limits scale with the anchored mass
-    nominal = shapes[root.rsplit(".", 1)[0]].volume() * cfg.density_anchor if root else 0.0
+    nominal = shapes[root.rsplit(".", 1)[0]].volume() * cfg.bounds.density_anchor if root else 0.0
     joint_parameters(cfg, model, names, lo, hi, scale=kg / nominal if nominal > 0 else 1.0)
     if contact:   # bounce: a free root's normal contact (restitution, stiffness) is observable
         names += ["floor.friction", "contact.damping", "contact.stiffness"][:3 if bounce else 1]
@@ -508,7 +509,7 @@ def flight_prefit(cfg, rp: RootProblem) -> None:
 
     if not rp.sim.names:
         raise ValueError("identify: nothing to identify: no joints below the floating root and no floor contact "
-                         "in the tracks (set identify.floor=on if the floor is touched)")
+                         "in the tracks (set identify.contact.floor=on if the floor is touched)")
     smooth = not rp.sim.model.ground or rp.extra["root"]["type"] == "planar"   # no bouncing contact
     names = list(rp.sim.names) if smooth else [n for n in rp.sim.names if n not in CONTACT_NAMES]
     contact = [] if smooth else [n for n in rp.sim.names if n in CONTACT_NAMES]
@@ -519,7 +520,8 @@ def flight_prefit(cfg, rp: RootProblem) -> None:
     flight = _with_names(rp.sim, names, model=rp.sim.model if smooth else rp.sim.model.replace(ground=False))
     prob = _problem(flight, names, rp.q[:k], rp.guess[:k], rp.sigma)
     rows = 2 * (len(names) + rp.guess.shape[1]) + 1              # rollouts per Jacobian (central differences)
-    res = least_squares(prob, batch=cfg.particles, batches=-(-rows // cfg.particles) * max(FLIGHT_EVALS, cfg.iterations // 4))
+    res = least_squares(prob, batch=cfg.inference.particles,
+                        batches=-(-rows // cfg.inference.particles) * max(FLIGHT_EVALS, cfg.inference.iterations // 4))
     b = res.best
     values = {n: float(v) for n, v in zip(names, res.theta[b])}
     rp.guess = rp.guess.copy()

@@ -6,7 +6,7 @@ positions go through forward kinematics (``models.dynamics.forward_kinematics``)
 parts' world poses, the parts are ray-cast analytically (``models.render.primitives``,
 closed-form and differentiable) at a fixed set of pixels around the mechanism, and the
 rendered depth, composited over the static background, is compared with the observed
-depth at those pixels (Gaussian, ``IdentifyConfig.pixel_sigma`` metres).
+depth at those pixels (Gaussian, ``IdentifyVideo.pixel_sigma`` metres).
 
 Gradients reach the parameters through the depth inside each part (implicit-function
 theorem of the ray-surface hit) and through a soft band just inside each silhouette:
@@ -26,7 +26,7 @@ per-pixel median of the frames where no part covers the pixel (forecast's
 ``background_from``, on the frames already read here). Deliberately not done: colour (depth only), meshes (analytic
 primitives only) and occluders that are not parts of the mechanism.
 
-Rendering runs in ``IdentifyConfig.render_dtype`` (float32 by default, about twice as
+Rendering runs in ``IdentifyVideo.render_dtype`` (float32 by default, about twice as
 fast as float64 for the same depth to 1e-7 m); kinematics and dynamics stay float64.
 """
 from __future__ import annotations

@@ -280,7 +280,7 @@ def identifiable_html(post: Posterior) -> str:
     if ident.get("particles_identical"):
         out.append(f'<p class="missing"><b>The {post.particles.shape[0]} particles are one point</b>: method '
                    f'{html.escape(post.method)} gives an estimate, not a posterior; its intervals are empty. Use '
-                   f'<code>identify.method=csvgd</code> (or mcmc) for a posterior.</p>')
+                   f'<code>identify.inference.method=csvgd</code> (or mcmc) for a posterior.</p>')
     scale = ident.get("scale", {})
     if scale:
         out.append(f"<p><b>Scale</b>: {html.escape(str(scale.get('note', '')))} (source: "

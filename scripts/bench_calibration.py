@@ -9,8 +9,8 @@ Gaussian track noise is added (``TRACK_NOISE``: per joint type, the tracker's no
 bench_forecast's realistic cartpole, identify.track_noise's docstring; none at frame 0,
 whose pose the model's geometry is built from). Identify then runs
 as the pipeline does on those tracks (truth articulation and shapes, noise std estimated
-from the tracks, ``identify.method=csvgd`` unless ``--method``), but at the generator's
-simulation rate (960 Hz: ``identify.substeps=32`` at 30 fps; ``--set substeps=0`` for
+from the tracks, ``identify.inference.method=csvgd`` unless ``--method``), but at the generator's
+simulation rate (960 Hz: ``identify.shooting.substeps=32`` at 30 fps; ``--set shooting.substeps=0`` for
 identify's default 480 Hz, whose integration differs from PyBullet's by 2-6x the track
 noise on these clips): this isolates the posterior's calibration from segment, track,
 articulate and the integrator, and white noise is kinder than a tracker's (temporally
@@ -26,7 +26,7 @@ differences; normal intervals, delta method for nothing since the anchor is fixe
 says whether the likelihood (its noise model) or the particles' spread is off.
 
     python scripts/bench_calibration.py --seeds 0-19 --jobs 2 [--frames 45] [--mechanisms cartpole,double_pendulum]
-        [--set substeps=32]
+        [--set shooting.substeps=32]
     python scripts/bench_calibration.py --merge a.json b.json --out all.json   # runs of other seeds, same settings
 
 Last stdout line: {"cartpole": {"coverage50", "coverage90", "laplace50", "laplace90",
@@ -106,6 +106,7 @@ def one(job: dict) -> dict:
     from vid2sim.models.inference import infer
     from vid2sim.pipeline import identify
     from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
+    from vid2sim.pipeline.config import config_from_json
     from vid2sim.pipeline.identifiability import scale_anchor, summarise
 
     torch.set_num_threads(1)
@@ -126,12 +127,12 @@ def one(job: dict) -> dict:
     noise[0] = 0.0   # frame 0 defines the model's geometry (joint_trajectory's q = 0): no error simulated there
     q = np.asarray(s.q, float) + noise
     jp = JointPositions(q, list(s.joint_names))
-    cfg = identify.IdentifyConfig(**job["identify"])
+    cfg = config_from_json(identify.IdentifyConfig, job["identify"], "bench_calibration")
     t0 = time.perf_counter()
     sim = identify.build_simulator(cfg, art, poses, s.shapes, fps)
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
-    res = infer(cfg.method, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed,
-                **identify.method_options(cfg, cfg.method))
+    res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
+                seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
     post = identify.with_identifiability(cfg, identify.posterior_from(res, prob), sim.anchor)
     seconds = time.perf_counter() - t0
     ref = f"{sim.anchor['body']}.mass"
@@ -195,9 +196,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--method", default="csvgd")
     ap.add_argument("--particles", type=int, default=16)
-    ap.add_argument("--iterations", type=int, default=150, help="identify.iterations (its default: 200)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="further IdentifyConfig settings (JSON values), e.g. --set windows=4")
+    ap.add_argument("--iterations", type=int, default=150, help="identify.inference.iterations (its default: 200)")
+    ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                    help="further IdentifyConfig settings (JSON values), e.g. --set shooting.windows=4")
     ap.add_argument("--out", type=Path, default=Path("bench_calibration.json"))
     ap.add_argument("--merge", type=Path, nargs="+", help="summarise the results of earlier --out files instead")
     a = ap.parse_args()
@@ -214,14 +215,17 @@ def main() -> None:
         return
     # identify at the generator's rate (PyBullet, 960 Hz): its default 480 Hz integrates differently by 2-6x
     # the track noise on these clips, an error the parameters absorb as bias (docs/results.md)
-    settings = {"method": a.method, "particles": a.particles, "iterations": a.iterations, "plots": False,
-                "substeps": math.ceil(GENERATOR_HZ / a.fps - 1e-9)}
+    from vid2sim.pipeline.config import config_from_json, set_path
+    from vid2sim.pipeline.identify import IdentifyConfig
+
+    settings = {"inference": {"method": a.method, "particles": a.particles, "iterations": a.iterations},
+                "plots": False, "shooting": {"substeps": math.ceil(GENERATOR_HZ / a.fps - 1e-9)}}
     for kv in a.set:
         k, v = kv.split("=", 1)
         try:
-            settings[k] = json.loads(v)
+            set_path(settings, k, json.loads(v))
         except json.JSONDecodeError:
-            settings[k] = v
+            set_path(settings, k, v)
     jobs = [{"mechanism": m, "seed": s, "frames": a.frames, "fps": a.fps, "identify": dict(settings, seed=s)}
             for m in a.mechanisms.split(",") for s in seeds_of(a.seeds)]
     t0 = time.perf_counter()
@@ -231,9 +235,8 @@ def main() -> None:
     else:
         results = [one(j) for j in jobs]
     out = summary(results)
-    from vid2sim.pipeline.identify import IdentifyConfig
-
-    full = {"summary": out, "results": results, "settings": asdict(IdentifyConfig(**settings)),
+    full = {"summary": out, "results": results,
+            "settings": asdict(config_from_json(IdentifyConfig, settings, "bench_calibration")),
             "frames": a.frames, "fps": a.fps, "density": DENSITY, "damping_rate": DAMPING_RATE,
             "track_noise": TRACK_NOISE, "seconds": time.perf_counter() - t0}
     a.out.write_text(json.dumps(full, indent=1))

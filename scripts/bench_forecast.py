@@ -92,9 +92,9 @@ def build_twin(mechanism: str, out: Path, frames: int, holdout: float, noise: st
     def identified():
         from vid2sim.pipeline import identify
 
-        cfg = identify.IdentifyConfig(masses=dict(masses or {}))
+        cfg = identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses=dict(masses or {})))
         if method is not None:
-            cfg = dataclasses.replace(cfg, method=method)
+            cfg = dataclasses.replace(cfg, inference=dataclasses.replace(cfg.inference, method=method))
         return identify.run_with_holdout(cfg, art, jp, poses, rec.shapes, run, holdout=holdout)
 
     post_train, post = _stage("identify", identified, lambda: (t_post, t_post), inputs, source)

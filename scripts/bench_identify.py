@@ -50,7 +50,8 @@ import torch
 
 from vid2sim.models.inference import infer, nmae
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
-from vid2sim.pipeline.identify import (IdentifyConfig, build_simulator, joint_trajectory, make_problem,
+from vid2sim.pipeline.identify import (IdentifyConfig, IdentifyInference, IdentifyNoise, IdentifyShooting,
+                                       IdentifyVideo, build_simulator, joint_trajectory, make_problem,
                                        make_video_problem, method_options)
 
 log = logging.getLogger("bench_identify")
@@ -100,7 +101,8 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
                  rec=None) -> dict:
     fps = poses.fps
     # a weighed part: identify's known masses (limits collapsed to a sliver around the value)
-    cfg = dataclasses.replace(cfg, masses={n.rsplit(".", 1)[0]: v for n, v in anchor.items()})
+    cfg = dataclasses.replace(cfg, bounds=dataclasses.replace(
+        cfg.bounds, masses={n.rsplit(".", 1)[0]: v for n, v in anchor.items()}))
     sim = build_simulator(cfg, art, poses, shapes, fps)
     q = joint_trajectory(jp, sim.dof_names, cfg.frames)
     prob = make_problem(cfg, sim, q, fps)
@@ -116,7 +118,8 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
     for m in methods:
         opts = method_options(cfg, m)
         t0 = time.perf_counter()
-        res = infer(m, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed, **opts)
+        res = infer(m, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations, seed=cfg.seed,
+                    **opts)
         sec = time.perf_counter() - t0
         est = res.estimate.numpy()[free]
         out["nmae"][m] = nmae(est, t_true, lo, hi)
@@ -154,9 +157,13 @@ def one_seed(a, seed: int, methods: list[str]) -> dict:
         from vid2sim.datasets.recording import open_recording
 
         rec = open_recording(rec_path)
-    cfg = IdentifyConfig(particles=a.particles, iterations=a.iterations, windows=a.windows, polish=a.polish,
-                         precondition=a.precondition, substeps=a.substeps, sigma=a.sigma, seed=seed if a.particle_seed is None else a.particle_seed,
-                         plots=False, observation=a.observation, pixels=a.pixels, pixel_sigma=a.pixel_sigma)
+    cfg = IdentifyConfig(seed=seed if a.particle_seed is None else a.particle_seed, plots=False,
+                         observation=a.observation,
+                         inference=IdentifyInference(particles=a.particles, iterations=a.iterations,
+                                                     precondition=a.precondition),
+                         shooting=IdentifyShooting(windows=a.windows, polish=a.polish, substeps=a.substeps),
+                         noise=IdentifyNoise(sigma=a.sigma),
+                         video=IdentifyVideo(pixels=a.pixels, pixel_sigma=a.pixel_sigma))
     protocols = ("anchored", "all_free") if a.both else (a.protocol,)
     first_mass = next(k for k in truth if k.endswith(".mass"))  # the truth's first body (the cart)
     runs = {}
@@ -180,9 +187,9 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=150)
     ap.add_argument("--sigma", type=float, default=0.01, help="observation noise std (rad / m)")
     ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--polish", type=float, default=IdentifyConfig.polish,
+    ap.add_argument("--polish", type=float, default=IdentifyShooting.polish,
                     help="csvgd: fraction of the iterations spent last on single shooting (methods.csvgd)")
-    ap.add_argument("--precondition", default=IdentifyConfig.precondition, choices=("gauss-newton", "none"),
+    ap.add_argument("--precondition", default=IdentifyInference.precondition, choices=("gauss-newton", "none"),
                     help="csvgd: steps of that last phase, Gauss-Newton (svgd_newton.py) or Adam")
     ap.add_argument("--substeps", type=int, default=0, help="simulator steps per frame (0: identify's default, 480 Hz)")
     ap.add_argument("--protocol", choices=("anchored", "all_free"), default="anchored")
@@ -210,7 +217,7 @@ def main() -> None:
              for k in ("nmae", "seconds", "log_likelihood")}
     result = {"nmae_median": {m: float(np.median(v)) for m, v in table["nmae"].items()}, "nmae": table["nmae"],
               "seconds": table["seconds"], "log_likelihood": table["log_likelihood"], "seeds": seeds,
-              "protocol": a.protocol, "default": IdentifyConfig.method,
+              "protocol": a.protocol, "default": IdentifyInference.method,
               "input": ("ground-truth joint trajectories (synthetic .q) and truth articulation; no track/articulate"
                         if a.input == "truth" else f"depth video ({a.noise} noise) -> segment -> track -> articulate"),
               "observation": a.observation, "mechanism": a.mechanism, "frames": a.frames, "fps": a.fps,

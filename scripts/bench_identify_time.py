@@ -49,7 +49,7 @@ def main() -> None:
         row = {}
         for m in ("cmaes", "csvgd"):
             t0 = time.perf_counter()
-            res = infer(m, prob, particles=cfg.particles, iterations=cfg.iterations, seed=cfg.seed,
+            res = infer(m, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations, seed=cfg.seed,
                         **method_options(cfg, m))
             row[m] = {"seconds": round(time.perf_counter() - t0, 2), "log_likelihood": float(res.log_likelihood.max())}
             if m == "csvgd":
@@ -64,7 +64,8 @@ def main() -> None:
         row["ratio_total"] = round(row["csvgd"]["seconds"] / row["cmaes"]["seconds"], 3)
         rounds.append(row)
     print(json.dumps({"rounds": rounds, "seed": a.seed, "frames": a.frames, "config": {
-        "particles": cfg.particles, "iterations": cfg.iterations, "windows": cfg.windows, "polish": cfg.polish}}))
+        "particles": cfg.inference.particles, "iterations": cfg.inference.iterations, "windows": cfg.shooting.windows,
+        "polish": cfg.shooting.polish}}))
 
 
 if __name__ == "__main__":

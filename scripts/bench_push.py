@@ -24,7 +24,7 @@ The last stdout line is one JSON object ``{case: {"iou", "oracle_iou", "baseline
 progress goes to stderr.
 
     python scripts/bench_push.py [--cases pushed,pushed_box,pushed_cylinder] [--fit-seconds 3]
-        [--seconds 2] [--seed 0] [--out DIR] [--set identify.push_iterations=15 ...]
+        [--seconds 2] [--seed 0] [--out DIR] [--set identify.inference.push_iterations=15 ...]
 """
 from __future__ import annotations
 

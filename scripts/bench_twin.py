@@ -24,7 +24,7 @@ Prints one JSON object as the last stdout line: ``{mechanism: {"pipeline": {"iou
 "ratio": pipeline / oracle, "seconds"}, ...}``; progress goes to stderr.
 
     python scripts/bench_twin.py [--mechanisms cartpole,cabinet] [--fit-seconds 3] [--seconds 2]
-        [--noise none] [--seed 0] [--out DIR] [--set identify.method=csvgd ...]
+        [--noise none] [--seed 0] [--out DIR] [--set identify.inference.method=csvgd ...]
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def add_split_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
     ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
-                    help="override a setting as vid2sim run does (repeatable), e.g. --set identify.method=csvgd")
+                    help="override a setting as vid2sim run does (repeatable), e.g. --set identify.inference.method=csvgd")
 
 
 def first_part_configs(sets: list[str]) -> dict:

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from vid2sim.pipeline import run as runner
 from vid2sim.pipeline.cli import app, field_docs
-
-SCALARS = (int, float, str, bool)
+from vid2sim.pipeline.config import leaf_paths
 
 
 @dataclass(frozen=True)
@@ -53,27 +52,25 @@ def test_track_help_shows_what_iterations_means():
     assert "(default 8)" in out
 
 
-def _scalar_settings(cls: type, group: str = "") -> list[tuple[str, str]]:
-    """(option, doc) of every scalar setting of ``cls``, settings groups walked."""
+def _settings(cls: type, group: str = "") -> list[tuple[str, str]]:
+    """(option, doc) of every setting of ``cls``, settings groups walked."""
     hints, docs, out = typing.get_type_hints(cls), field_docs(cls), []
     for f in dataclasses.fields(cls):
-        h = hints[f.name]
-        if dataclasses.is_dataclass(h):
+        if dataclasses.is_dataclass(hints[f.name]):
             assert docs.get(f.name, "").strip(), f"group {f.name} has no comment"
-            out += _scalar_settings(h, f"{group}{f.name}.")
-        elif h in SCALARS or [a for a in typing.get_args(h) if a is not type(None)] in ([t] for t in SCALARS):
-            # a scalar, or a scalar that may be null (X | None); other unions go through --set
+            out += _settings(hints[f.name], f"{group}{f.name}.")
+        else:
             out.append((f"--{group}{f.name.replace('_', '-')}", docs.get(f.name, "")))
     return out
 
 
 @pytest.mark.parametrize("spec", [s for s in runner.STAGES if s.available()], ids=lambda s: s.name)
-def test_every_scalar_setting_has_help(spec):
-    scalars = _scalar_settings(getattr(spec.module(), spec.config_class))
-    assert scalars
-    assert [o for o, doc in scalars if not doc.strip()] == []
+def test_every_setting_has_help(spec):
+    settings = _settings(getattr(spec.module(), spec.config_class))
+    assert len(settings) == len(leaf_paths(getattr(spec.module(), spec.config_class)))
+    assert [o for o, doc in settings if not doc.strip()] == []
     out = _help(spec.name)
-    for option, doc in scalars:
+    for option, doc in settings:
         assert option in out
         first_words = " ".join(doc.split()[:4])
         assert first_words in out, (option, first_words)
@@ -86,3 +83,14 @@ def test_track_help_groups_the_settings_under_their_headings():
         assert heading in out
     assert out.index("gates: which depth points") < out.index("--gates.gate-m") < out.index("noise: depth noise model")
     assert "--noise.depth-noise-k" in out  # an optional (float or null) setting is an option too
+
+
+def test_identify_help_groups_the_settings_under_their_headings():
+    out = _help("identify")
+    headings = ("inference: the inference method", "shooting: shooting windows", "noise: observation noise",
+                "video: the pixel-space observation", "bounds: the prior box", "contact: the floor plane",
+                "augmentation: the neural joint force")
+    assert [out.index(h) for h in headings] == sorted(out.index(h) for h in headings)
+    assert out.index("inference: the inference method") < out.index("--inference.method") < out.index("shooting:")
+    assert out.index("bounds: the prior box") < out.index("--bounds.masses") < out.index("contact:")
+    assert "(JSON; default {})" in out and '(JSON; default "auto")' in out  # masses (a dict), compile (bool or str)

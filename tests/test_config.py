@@ -89,3 +89,71 @@ def test_stage_options_reach_the_grouped_settings(monkeypatch, tmp_path):
     assert (cfg.gates.gate_m, cfg.lost.reacquire, cfg.overlay, cfg.iterations, cfg.noise.depth_noise_k) == \
         (0.02, False, False, 3, 0.004)
     assert cfg.gates.gate_final_m == 0.012 and cfg.lost.reacquire_reach == 2.5 and cfg.steps.keep_best is True
+
+
+# IdentifyConfig's settings and defaults before they were grouped
+UNGROUPED_IDENTIFY = {
+    "method": "csvgd", "particles": 16, "iterations": 200, "windows": 4, "polish": 0.7, "precondition": "gauss-newton",
+    "cmaes_polish": 0.1, "seed": 0, "observation": "joints", "sigma": 0.0, "sigma_floor": 1e-4, "pixel_sigma": 0.02,
+    "pixels": 1000, "pixel_margin": 6, "render_dtype": "float32", "frames": 0, "refit": True, "substeps": 0,
+    "density_min": 100.0, "density_max": 3000.0, "density_anchor": 500.0, "floor": "auto", "floor_tolerance": 0.005,
+    "floor_height": None, "masses": {}, "damping_max_revolute": 0.05, "damping_max_prismatic": 2.0,
+    "estimate_friction": False, "friction_max_revolute": 0.05, "friction_max_prismatic": 1.0, "lr": 0.05,
+    "plots": True, "augment": False, "augment_window": 10, "augment_holdout": 0.25, "augment_iterations": 200,
+    "augment_lr": 0.02, "augment_lasso": 0.2, "augment_hidden": 5, "push_iterations": 15, "compile": "auto"}
+
+
+def test_identify_cache_key_settings_are_the_ungrouped_ones():
+    from vid2sim.pipeline.identify import IdentifyConfig
+
+    assert flat_settings(IdentifyConfig()) == UNGROUPED_IDENTIFY
+    assert json.dumps(flat_settings(IdentifyConfig()), sort_keys=True) == json.dumps(UNGROUPED_IDENTIFY,
+                                                                                     sort_keys=True)
+
+
+def test_identify_settings_by_path():
+    cfg = runner.resolve_configs(parse_sets(["identify.inference.method=cmaes", 'identify.bounds.masses={"cart": 1.0}',
+                                             "identify.shooting.substeps=8", "identify.frames=30"]))["identify"]
+    assert (cfg.inference.method, cfg.bounds.masses, cfg.shooting.substeps, cfg.frames) == \
+        ("cmaes", {"cart": 1.0}, 8, 30)
+    assert (cfg.inference.particles, cfg.shooting.windows, cfg.bounds.density_anchor) == (16, 4, 500.0)
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["identify.method=cmaes"], "settings: setting identify.method is now identify.inference.method"),
+    (["identify.augment=true"], "setting identify.augment is now identify.augmentation.augment"),
+    (["identify.floor=on"], "setting identify.floor is now identify.contact.floor"),
+    (["identify.push_iterations=5"], "setting identify.push_iterations is now identify.inference.push_iterations"),
+    (["identify.inference.method=csvdg"], "identify.inference.method must be one of csvgd, svgd, adam, cmaes, mcmc; "
+                                          "got 'csvdg'"),
+    (["identify.inference.particles=0"], "identify.inference.particles must be >= 1; got 0"),
+    (["identify.inference.cmaes_polish=1.5"], "identify.inference.cmaes_polish must be in [0, 1]; got 1.5"),
+    (["identify.shooting.windows=0"], "identify.shooting.windows must be >= 1; got 0"),
+    (["identify.shooting.polish=-0.1"], "identify.shooting.polish must be in [0, 1]; got -0.1"),
+    (["identify.video.render_dtype=float16"], "identify.video.render_dtype must be one of float32, float64"),
+    (["identify.contact.floor=maybe"], "identify.contact.floor must be one of auto, on, off; got 'maybe'"),
+    (["identify.observation=pixels"], "identify.observation must be one of joints, video; got 'pixels'"),
+    (["identify.compile=maybe"], "identify.compile must be true, false or \"auto\"; got 'maybe'"),
+])
+def test_identify_wrong_settings_are_one_clear_line(sets, needle):
+    with pytest.raises(ConfigError) as e:
+        runner.resolve_configs(parse_sets(sets))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_identify_options_reach_the_grouped_settings(monkeypatch, tmp_path):
+    """Every identify setting is a command-line option, the non-scalar ones (a dict, bool or str) as JSON."""
+    from typer.testing import CliRunner
+
+    from vid2sim.pipeline import cli
+
+    seen = {}
+    monkeypatch.setattr(cli.runner, "run_pipeline", lambda rec, out, configs, **kw: seen.update(configs))
+    res = CliRunner().invoke(cli.app, ["identify", str(tmp_path), "--out", str(tmp_path / "run"),
+                                       "--inference.method", "cmaes", "--bounds.masses", '{"cart": 1.0}',
+                                       "--compile", "false", "--augmentation.augment", "--contact.floor-height", "0.1"])
+    assert res.exit_code == 0, res.output
+    cfg = seen["identify"]
+    assert (cfg.inference.method, cfg.bounds.masses, cfg.compile, cfg.augmentation.augment, cfg.contact.floor_height) \
+        == ("cmaes", {"cart": 1.0}, False, True, 0.1)
+    assert cfg.inference.iterations == 200 and cfg.bounds.density_min == 100.0

@@ -12,7 +12,7 @@ from vid2sim.pipeline.identifiability import SCALE_NOTE, posterior_samples, scal
 NAMES = ["cart.mass", "pole.mass", "slider.damping", "hinge.damping"]
 LIMITS = {"cart.mass": (2.3976, 2.4024), "pole.mass": (0.12, 3.7), "slider.damping": (0.0, 2.0),
           "hinge.damping": (0.0, 0.05)}
-ANCHOR = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.density_anchor (500 kg/m^3)",
+ANCHOR = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.bounds.density_anchor (500 kg/m^3)",
           "limit_scale": 1.0}
 
 
@@ -21,7 +21,8 @@ def test_free_motion_is_invariant_to_the_mass_scale():
     damping x 3 gives the same cartpole motion (to rounding)."""
     s = simulate("cartpole", seed=0, frames=10, fps=30.0)
     art, poses = Articulation.from_truth(s.truth), PoseTracks.from_truth(s.truth, s.world_from_body, 30.0)
-    sim = identify.build_simulator(identify.IdentifyConfig(substeps=4, compile=False), art, poses, s.shapes, 30.0)
+    cfg = identify.IdentifyConfig(compile=False, shooting=identify.IdentifyShooting(substeps=4))
+    sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
     theta = torch.tensor([[1.0, 0.2, 0.3, 0.004]], dtype=torch.float64)
     x0 = torch.tensor([[0.0, 0.3, 0.1, -0.5]], dtype=torch.float64)
     with torch.no_grad():
@@ -61,7 +62,7 @@ def test_summary_reports_ratios_intervals_and_limits():
 
 
 def test_known_scale_reports_absolute_values_and_upper_limits_name_the_setting():
-    known = dict(ANCHOR, mass=1.0, known=True, source="identify.masses")
+    known = dict(ANCHOR, mass=1.0, known=True, source="identify.bounds.masses")
     X = np.array([[1.0, 0.2, 1.995, 0.004]] * 4)
     est = dict(zip(NAMES, X[0]))
     out = summarise(NAMES, LIMITS, est, X, known, known=("cart",))
@@ -114,8 +115,8 @@ def test_csvgd_intervals_hold_a_random_cartpole_truth():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = bench.one({"mechanism": "cartpole", "seed": 0, "frames": 45, "fps": 30.0,
-                     "identify": {"method": "csvgd", "particles": 16, "iterations": 150, "plots": False,
-                                  "substeps": 32, "seed": 0}})
+                     "identify": {"inference": {"method": "csvgd", "particles": 16, "iterations": 150},
+                                  "plots": False, "shooting": {"substeps": 32}, "seed": 0}})
     q = out["quantities"]
     assert set(q) == {"pole.mass/cart.mass", "slider.damping/cart.mass", "hinge.damping/cart.mass"}
     for k, r in q.items():

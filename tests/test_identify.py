@@ -34,7 +34,7 @@ def test_parameter_set_and_limits_from_shapes(inputs):
     assert sim.anchor["body"] == "link1" and not sim.anchor["known"]
     assert sim.lower[0] == pytest.approx(500.0 * v1 * 0.999) and sim.upper[0] == pytest.approx(500.0 * v1 * 1.001)
     assert sim.lower[1] == pytest.approx(100.0 * v2) and sim.upper[1] == pytest.approx(3000.0 * v2)
-    assert sim.upper[2] == cfg.damping_max_revolute
+    assert sim.upper[2] == cfg.bounds.damping_max_revolute
     s = sim.anchor["mass"] / truth["link1.mass"]   # the truth in the anchor's scale lies inside the limits
     for i, n in enumerate(sim.names):
         assert sim.lower[i] <= truth[n] * s <= sim.upper[i]
@@ -47,7 +47,7 @@ def test_parameter_set_and_limits_from_shapes(inputs):
 def test_simulator_at_truth_follows_pybullet(inputs):
     """Our dynamics at the true parameters from the observed start: close to PyBullet's clip."""
     art, jp, poses, shapes, truth = inputs
-    cfg = identify.IdentifyConfig(substeps=8)
+    cfg = identify.IdentifyConfig(shooting=identify.IdentifyShooting(substeps=8))
     sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
     theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
     q = identify.joint_trajectory(jp, sim.dof_names)
@@ -59,7 +59,9 @@ def test_simulator_at_truth_follows_pybullet(inputs):
 
 def test_run_writes_posterior_and_plots(inputs, tmp_path):
     art, jp, poses, shapes, _ = inputs
-    cfg = identify.IdentifyConfig(method="csvgd", particles=4, iterations=2, windows=2, frames=8, substeps=1)
+    cfg = identify.IdentifyConfig(frames=8,
+                                  inference=identify.IdentifyInference(method="csvgd", particles=4, iterations=2),
+                                  shooting=identify.IdentifyShooting(windows=2, substeps=1))
     post = identify.run(cfg, art, jp, poses, shapes, tmp_path)
     assert post.particles.shape == (4, 4) and post.method == "csvgd"
     for n in post.names:
@@ -67,7 +69,7 @@ def test_run_writes_posterior_and_plots(inputs, tmp_path):
         assert lo <= post.estimate[n] <= hi
     for f in ("posterior_pairs.png", "trajectories.png", "identify_config.json"):
         assert (tmp_path / f).stat().st_size > 100
-    assert json.loads((tmp_path / "identify_config.json").read_text())["particles"] == 4
+    assert json.loads((tmp_path / "identify_config.json").read_text())["inference"]["particles"] == 4
     post.save(tmp_path / Posterior.FILE)
     back = Posterior.load(tmp_path / Posterior.FILE)
     assert back.names == post.names and np.allclose(back.particles, post.particles)
@@ -84,7 +86,7 @@ def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
     init = cartpole().initial(np.random.default_rng(0))   # simulate()'s initial state for seed 0
     errors = {}
     for sub in (0, 16, 4):
-        cfg = identify.IdentifyConfig(substeps=sub, compile=False)
+        cfg = identify.IdentifyConfig(compile=False, shooting=identify.IdentifyShooting(substeps=sub))
         sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
         theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
         q = identify.joint_trajectory(jp, sim.dof_names)
@@ -110,7 +112,8 @@ def test_default_rate_follows_pybullet_on_the_chaotic_double_pendulum():
     init = double_pendulum().initial(np.random.default_rng(0))
     errors = {}
     for sub in (0, 16):
-        sim = identify.build_simulator(identify.IdentifyConfig(substeps=sub, compile=False), art, poses, shapes, 30.0)
+        cfg = identify.IdentifyConfig(compile=False, shooting=identify.IdentifyShooting(substeps=sub))
+        sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
         theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
         q = identify.joint_trajectory(jp, sim.dof_names)
         x0 = torch.tensor([[0.0, 0.0] + [init.qd[d] for d in sim.dof_names]], dtype=torch.float64)
@@ -122,18 +125,21 @@ def test_default_rate_follows_pybullet_on_the_chaotic_double_pendulum():
 
 def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
     art, jp, poses, shapes, truth = inputs
-    sim = identify.build_simulator(identify.IdentifyConfig(masses={"link1": 0.5}), art, poses, shapes, 30.0)
+    known = identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"link1": 0.5}))
+    sim = identify.build_simulator(known, art, poses, shapes, 30.0)
     i = sim.names.index("link1.mass")
     assert sim.lower[i] == pytest.approx(0.4995) and sim.upper[i] == pytest.approx(0.5005)
     # the damping limits scale with the mass scale: 0.5 kg against link1's volume x 500 kg/m^3
     scale = 0.5 / (500.0 * shapes["link1"].volume())
-    assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.masses",
+    assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.bounds.masses",
                                         "limit_scale": scale})
     assert sim.upper[sim.names.index("elbow.damping")] == pytest.approx(0.05 * scale)
     with pytest.raises(ValueError, match="'arm'.*link1, link2"):
-        identify.build_simulator(identify.IdentifyConfig(masses={"arm": 1.0}), art, poses, shapes, 30.0)
+        identify.build_simulator(identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"arm": 1.0})), art,
+                                 poses, shapes, 30.0)
     with pytest.raises(ValueError, match="positive"):
-        identify.build_simulator(identify.IdentifyConfig(masses={"link1": -1.0}), art, poses, shapes, 30.0)
+        identify.build_simulator(identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"link1": -1.0})), art,
+                                 poses, shapes, 30.0)
 
 
 def test_observation_noise_is_estimated_per_joint_from_the_tracks():
@@ -144,10 +150,12 @@ def test_observation_noise_is_estimated_per_joint_from_the_tracks():
     q = np.stack([0.3 * np.sin(1.3 * t), 1.5 * np.sin(2.9 * t + 0.4)], 1) + rng.normal(0, [0.0005, 0.003], (300, 2))
     s = identify.observation_sigma(identify.IdentifyConfig(), q)
     np.testing.assert_allclose(s, [0.0005, 0.003], rtol=0.15)
-    assert identify.observation_sigma(identify.IdentifyConfig(sigma=0.01), q).tolist() == [0.01, 0.01]
+    fixed = identify.IdentifyConfig(noise=identify.IdentifyNoise(sigma=0.01))
+    assert identify.observation_sigma(fixed, q).tolist() == [0.01, 0.01]
     smooth = np.stack([np.sin(t), np.cos(t)], 1)
-    assert identify.observation_sigma(identify.IdentifyConfig(sigma_floor=2e-4), smooth).tolist() == [2e-4, 2e-4]
+    floored = identify.IdentifyConfig(noise=identify.IdentifyNoise(sigma_floor=2e-4))
+    assert identify.observation_sigma(floored, smooth).tolist() == [2e-4, 2e-4]
     with pytest.raises(ValueError, match="too few"):
         identify.observation_sigma(identify.IdentifyConfig(), q[:5])
     with pytest.raises(ValueError, match="sigma"):
-        identify.observation_sigma(identify.IdentifyConfig(sigma=-1.0), q)
+        identify.observation_sigma(identify.IdentifyConfig(noise=identify.IdentifyNoise(sigma=-1.0)), q)

@@ -25,7 +25,7 @@ def friction_data():
     s = simulate("double_pendulum", seed=0, frames=T, fps=FPS)
     tr = s.truth
     art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, FPS)
-    cfg = identify.IdentifyConfig(substeps=4)
+    cfg = identify.IdentifyConfig(shooting=identify.IdentifyShooting(substeps=4))
     sim = identify.build_simulator(cfg, art, poses, s.shapes, FPS)
     theta = torch.tensor([[tr["params"][n] for n in sim.names]], dtype=torch.float64)
     model = sim.model_for(theta)
@@ -48,8 +48,10 @@ def test_augmentation_beats_analytical_on_held_out_frames_and_keeps_only_velocit
     # held-out 0.00048 vs analytic 0.00435; q/shoulder 0.0, q/elbow 0.047, qd/shoulder 0.023,
     # qd/elbow 0.62. With lasso 0.4 the lasso switched every input off from that start (0.00438);
     # from the earlier Adam-only csvgd's particle (ll -38130) lasso 0.4 had worked (0.00082)
-    cfg = identify.IdentifyConfig(method="csvgd", particles=8, iterations=10, substeps=4, augment=True, windows=1,
-                                  sigma=0.01)
+    cfg = identify.IdentifyConfig(inference=identify.IdentifyInference(method="csvgd", particles=8, iterations=10),
+                                  shooting=identify.IdentifyShooting(substeps=4, windows=1),
+                                  augmentation=identify.IdentifyAugmentation(augment=True),
+                                  noise=identify.IdentifyNoise(sigma=0.01))
     post = identify.run(cfg, art, jp, poses, shapes, tmp_path)
     aug = post.extra["augmentation"]
     held, train = aug["heldout_mse"], aug["train_mse"]
@@ -72,6 +74,9 @@ def test_augmentation_beats_analytical_on_held_out_frames_and_keeps_only_velocit
 def test_augmentation_refuses_a_clip_too_short_to_hold_out(friction_data, tmp_path):
     art, jp, poses, shapes = friction_data
     short = JointPositions(jp.q[:20], jp.names)
-    cfg = identify.IdentifyConfig(particles=2, iterations=1, substeps=1, augment=True, plots=False)
+    cfg = identify.IdentifyConfig(plots=False,
+                                  inference=identify.IdentifyInference(particles=2, iterations=1),
+                                  shooting=identify.IdentifyShooting(substeps=1),
+                                  augmentation=identify.IdentifyAugmentation(augment=True))
     with pytest.raises(ValueError, match="held-out frames"):
         identify.run(cfg, art, short, poses, shapes, tmp_path)

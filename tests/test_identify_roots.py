@@ -68,7 +68,9 @@ def test_thrown_flight_predicts_held_out_frames():
 
     st = simulate("thrown", seed=0, frames=20, fps=FPS)
     art, poses, jp, truth = truth_inputs(st, FPS)
-    cfg = identify.IdentifyConfig(frames=15, particles=6, iterations=8, plots=False, compile=False, sigma=0.002)
+    cfg = identify.IdentifyConfig(frames=15, plots=False, compile=False,
+                                  inference=identify.IdentifyInference(particles=6, iterations=8),
+                                  noise=identify.IdentifyNoise(sigma=0.002))
     post = identify.run(cfg, art, jp, poses, st.shapes, Path("/tmp"))
     assert post.extra["floor"] is None and "floor.friction" not in post.names
     assert set(post.names) == {"body_b.mass", "hinge.damping"} and "body_a.mass" not in post.names
@@ -120,10 +122,11 @@ def test_box_thrown_onto_floor_friction_and_rest_position():
     art, poses, jp, shapes = box_on_floor(30)
     # CMA-ES: at this budget (8 x 20 rollouts) csvgd's Gauss-Newton phase cannot pay for a step and its
     # friction lands at 0.50
-    cfg = identify.IdentifyConfig(method="cmaes", frames=12, particles=8, iterations=20, plots=False, compile=False,
-                                  sigma=0.002)
+    cfg = identify.IdentifyConfig(frames=12, plots=False, compile=False,
+                                  inference=identify.IdentifyInference(method="cmaes", particles=8, iterations=20),
+                                  noise=identify.IdentifyNoise(sigma=0.002))
     post = identify.run(cfg, art, jp, poses, shapes, Path("/tmp"))
-    assert abs(post.extra["floor"]["height"]) < cfg.floor_tolerance   # within the rule's resolution
+    assert abs(post.extra["floor"]["height"]) < cfg.contact.floor_tolerance   # within the rule's resolution
     assert set(post.names) == {"floor.friction", "contact.damping", "contact.stiffness", "floor.restitution"}
     assert post.estimate["floor.friction"] == pytest.approx(0.4, abs=0.1)
     assert post.estimate["floor.restitution"] == pytest.approx(0.4, abs=0.2)
@@ -171,7 +174,9 @@ def test_planar_box_slides_to_rest():
     model's: at the true mu its spin stops sooner than PyBullet's (0.53 vs 0.69 rad) while
     its translation matches within 2 mm, so the fit trades friction for spin."""
     art, poses, jp, shapes = box_sliding(20)
-    cfg = identify.IdentifyConfig(frames=8, particles=8, iterations=10, plots=False, compile=False, sigma=0.002)
+    cfg = identify.IdentifyConfig(frames=8, plots=False, compile=False,
+                                  inference=identify.IdentifyInference(particles=8, iterations=10),
+                                  noise=identify.IdentifyNoise(sigma=0.002))
     post = identify.run(cfg, art, jp, poses, shapes, Path("/tmp"))
     assert post.names == ["floor.friction"] and post.extra["root"]["type"] == "planar"
     assert post.estimate["floor.friction"] == pytest.approx(0.3, abs=0.12)
@@ -198,9 +203,11 @@ def test_thrown_landing_fits_the_floor_contact():
 
     st = simulate("thrown", seed=0, frames=26, fps=FPS)
     art, poses, jp, truth = truth_inputs(st, FPS)
-    cfg = identify.IdentifyConfig(particles=6, iterations=8, plots=False, compile=False, sigma=0.003)
+    cfg = identify.IdentifyConfig(plots=False, compile=False,
+                                  inference=identify.IdentifyInference(particles=6, iterations=8),
+                                  noise=identify.IdentifyNoise(sigma=0.003))
     post = identify.run(cfg, art, jp, poses, st.shapes, Path("/tmp"))
-    assert abs(post.extra["floor"]["height"]) < cfg.floor_tolerance
+    assert abs(post.extra["floor"]["height"]) < cfg.contact.floor_tolerance
     assert post.extra["flight_fit"]["frames"] == 20
     p = truth.estimate
     ratio = post.estimate["body_b.mass"] / post.estimate["body_a.mass"]

@@ -23,7 +23,9 @@ def case(tmp_path_factory):
     tr = s.truth
     art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, 30.0)
     jp = JointPositions(np.asarray(s.q, float), list(s.joint_names))
-    cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float64")
+    cfg = identify.IdentifyConfig(observation="video",
+                                  shooting=identify.IdentifyShooting(substeps=8),
+                                  video=identify.IdentifyVideo(render_dtype="float64"))
     sim = identify.build_simulator(cfg, art, poses, s.shapes, 30.0)
     q = identify.joint_trajectory(jp, sim.dof_names)
     prob = identify.make_video_problem(cfg, sim, identify.make_problem(cfg, sim, q, 30.0), rec, poses, s.shapes)
@@ -73,7 +75,9 @@ def test_observer_gradient_matches_finite_differences(case):
 
 def test_identify_from_video_runs_and_records_the_observation(case, tmp_path):
     rec, art, jp, poses, s, *_ = case
-    cfg = identify.IdentifyConfig(observation="video", particles=4, iterations=3, plots=True, pixels=300)
+    cfg = identify.IdentifyConfig(observation="video", plots=True,
+                                  inference=identify.IdentifyInference(particles=4, iterations=3),
+                                  video=identify.IdentifyVideo(pixels=300))
     post = identify.run(cfg, art, jp, poses, s.shapes, tmp_path, rec=rec)
     assert post.particles.shape == (4, 4) and np.isfinite(post.log_likelihood)
     assert post.extra["config"]["observation"] == "video"
@@ -91,7 +95,9 @@ def test_video_observation_needs_the_recording(case, tmp_path):
 def test_float32_rendering_equals_float64(case):
     rec, art, jp, poses, s, sim, prob, _ = case
     q = identify.joint_trajectory(jp, sim.dof_names)
-    cfg = identify.IdentifyConfig(observation="video", substeps=8, render_dtype="float32")
+    cfg = identify.IdentifyConfig(observation="video",
+                                  shooting=identify.IdentifyShooting(substeps=8),
+                                  video=identify.IdentifyVideo(render_dtype="float32"))
     prob32 = identify.make_video_problem(cfg, sim, identify.make_problem(cfg, sim, q, 30.0), rec, poses, s.shapes)
     x = prob.state_guess[0][None]
     assert (prob32.observe(x) - prob.observe(x)).abs().max() < 1e-4   # m

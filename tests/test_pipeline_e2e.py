@@ -18,7 +18,7 @@ from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
 
 pytestmark = pytest.mark.slow  # end to end: every stage, and the CLI in subprocesses
 
-FAST = {"identify": {"iterations": 25, "particles": 4}, "forecast": {"particles": 2, "video": False},
+FAST = {"identify": {"inference": {"iterations": 25, "particles": 4}}, "forecast": {"particles": 2, "video": False},
         "track": {"overlay": False}}
 VID2SIM = [sys.executable, "-m", "vid2sim.pipeline.cli"]
 

@@ -99,7 +99,7 @@ def test_posterior_section_says_what_is_identifiable_and_what_ends_at_a_limit(tm
     limits = {"cart.mass": (2.3976, 2.4024), "pole.mass": (0.12, 3.7), "slider.damping": (0.0, 2.0)}
     X = np.array([[2.4, 0.48, 1.999]] * 16)
     est = dict(zip(names, X[0]))
-    anchor = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.density_anchor"}
+    anchor = {"body": "cart", "mass": 2.4, "known": False, "source": "volume x identify.bounds.density_anchor"}
     Posterior(names, limits, est, X, "cmaes", 1.0, {}, summarise(names, limits, est, X, anchor)).save(
         tmp_path / "params.json")
     page = report.posterior_section(tmp_path, report.ReportConfig())

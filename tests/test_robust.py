@@ -24,8 +24,9 @@ from vid2sim.datasets.synthetic.render import camera_looking_at
 pytestmark = pytest.mark.slow  # end to end through every stage, the CLI in subprocesses
 
 VID2SIM = [sys.executable, "-m", "vid2sim.pipeline.cli", "--threads", "1"]
-FAST = ["--set", "identify.iterations=10", "--set", "identify.particles=4", "--set", "forecast.horizon=10",
-        "--set", "forecast.particles=2", "--set", "forecast.video=false", "--set", "track.overlay=false"]
+FAST = ["--set", "identify.inference.iterations=10", "--set", "identify.inference.particles=4",
+        "--set", "forecast.horizon=10", "--set", "forecast.particles=2", "--set", "forecast.video=false",
+        "--set", "track.overlay=false"]
 STAGES = ("segment", "track", "articulate", "identify", "export", "forecast", "report", "run")
 ERROR_LINE = re.compile(r"^error: (?P<stage>[a-z-]+): (?P<file>\S+?): (?P<cause>\S.*)$")
 

@@ -10,7 +10,7 @@ from vid2sim.datasets.synthetic import make_recording
 from vid2sim.pipeline import run as runner
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks
 
-FAST = {"track": {"overlay": False}, "identify": {"iterations": 20, "particles": 4, "plots": False},
+FAST = {"track": {"overlay": False}, "identify": {"inference": {"iterations": 20, "particles": 4}, "plots": False},
         "forecast": {"holdout": 0.0}}
 
 
