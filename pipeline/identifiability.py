@@ -6,10 +6,13 @@ damping and friction by one factor: M(q) qdd + C(q, qd) + g(q) = -D qd - F sign(
 its solutions when M, C, g, D, F are all multiplied by s. So from joint trajectories only
 the mass *ratios* and damping (friction) per unit mass are observable; the overall scale
 is not. Identify removes the unobservable direction by anchoring one body's mass
-(``scale_anchor``): a known mass (``identify.bounds.masses``) or, without one, the anchor body's
-volume x ``identify.bounds.density_anchor``. The other parameters are fitted in that scale and
-their limits scale with it (``limit_scale``), so a ratio-only fit does not run into a
-limit that belongs to another scale.
+(``scale_anchor``): a known mass (``identify.bounds.masses``), held during the fit (the
+damping and friction limits scaled with it, ``limit_scale``), or, without one, the anchor
+body's volume x ``identify.bounds.density_anchor``. An anchored mass is imposed after the
+fit: the fit runs with every mass free (along the scale the likelihood is flat, which the
+particles may drift along), and ``to_anchor`` rescales each particle to the anchor's mass
+(the same motion), ``anchor_limits`` the limits and ``anchor_kernel_covariance`` the
+kernel density.
 
 ``summarise`` turns a posterior's particles into what the user may read off them:
 
@@ -56,6 +59,72 @@ def scale_anchor(masses: dict, body_names: list[str], joint_types: list[str], vo
             "limit_scale": kg / nominal if nominal > 0 else 1.0}
 
 
+def to_anchor(theta: np.ndarray, names: list[str], anchor: dict) -> np.ndarray:
+    """Parameters ``theta`` (N, P) or (P,) of a fit with every mass free -> the same motion with the
+    anchor body's mass at ``anchor["mass"]``: each particle's masses, damping, friction and
+    stiffness (``SCALED``) x anchor mass / the particle's anchor mass (the invariance above)."""
+    X = np.array(theta, float, copy=True)
+    X2 = np.atleast_2d(X)
+    s = anchor["mass"] / X2[:, names.index(f"{anchor['body']}.mass")]
+    cols = [i for i, n in enumerate(names) if _kind(n) in SCALED]
+    X2[:, cols] *= s[:, None]
+    return X2[0] if X.ndim == 1 else X2
+
+
+def anchor_jacobian(theta: np.ndarray, names: list[str], anchor: dict) -> np.ndarray:
+    """d to_anchor(theta) / d theta (P, P) at one particle ``theta`` (P,): s (I - theta e_a^T / theta_a)
+    on the scaled rows (s = anchor mass / theta_a), identity on the others."""
+    theta = np.asarray(theta, float)
+    a = names.index(f"{anchor['body']}.mass")
+    s = anchor["mass"] / theta[a]
+    J = np.eye(len(names))
+    for i, n in enumerate(names):
+        if _kind(n) in SCALED:
+            J[i] *= s
+            J[i, a] -= s * theta[i] / theta[a]
+    return J
+
+
+def anchor_kernel_covariance(particles: np.ndarray, metrics: np.ndarray, span: np.ndarray, names: list[str],
+                             anchor: dict) -> np.ndarray:
+    """The kernel covariance (P, P) of particles (N, P) fitted with every mass free, in the anchor's
+    scale (their ``to_anchor`` images): each particle's metric ``metrics`` (N, P, P) (unit
+    coordinates of limits of span ``span`` (P,), svgd_newton.profiled_metrics) restricted to its
+    slice of the ridge (the anchor mass held) and carried to the anchor's scale, then
+    svgd_newton.kernel_covariance of the rescaled particles. The anchor's row and column are 0."""
+    import torch
+
+    from vid2sim.models.inference.svgd_newton import kernel_covariance
+
+    X = np.asarray(particles, float)
+    a = names.index(f"{anchor['body']}.mass")
+    keep = [i for i in range(len(names)) if i != a]
+    scaled = np.array([_kind(n) in SCALED for n in names])
+    s = anchor["mass"] / X[:, a]                                      # (N,) each particle's factor
+    factor = np.where(scaled[None], s[:, None], 1.0) * np.asarray(span, float)[None]   # d theta' / d u
+    M = np.asarray(metrics, float) / (factor[:, :, None] * factor[:, None, :])
+    M = M[:, keep][:, :, keep]
+    Y = to_anchor(X, names, anchor)[:, keep]
+    C = kernel_covariance(torch.as_tensor(Y), torch.as_tensor(M), len(keep)).numpy()
+    out = np.zeros((len(names), len(names)))
+    out[np.ix_(keep, keep)] = 0.5 * (C + C.T)
+    return out
+
+
+def anchor_limits(limits: dict, names: list[str], anchor: dict) -> dict:
+    """The limits ``limits`` ({name: (lo, hi)}, every mass free) in the anchor's scale: a scaled
+    parameter reaches [lo x anchor mass / the anchor's upper limit, hi x anchor mass / its lower
+    limit]; the anchor's own mass is held within +-0.1 %."""
+    ref = f"{anchor['body']}.mass"
+    kg, (lo_a, hi_a) = anchor["mass"], limits[ref]
+    out = {}
+    for n in names:
+        lo, hi = limits[n]
+        out[n] = (kg * 0.999, kg * 1.001) if n == ref else \
+            (lo * kg / hi_a, hi * kg / lo_a) if _kind(n) in SCALED else (lo, hi)
+    return out
+
+
 def interval(values: np.ndarray, level: float) -> list[float]:
     """The equal-tailed ``level`` interval of samples ``values`` (n,) (linear interpolation)."""
     a = (1.0 - level) / 2.0
@@ -70,16 +139,16 @@ def _kind(name: str) -> str:
 def limit_reason(name: str, side: str, anchor: dict) -> str:
     """Why parameter ``name`` may end at its ``side`` ("lower" | "upper") limit, as far as known."""
     kind = _kind(name)
-    scaled = "" if anchor.get("known") else f" (in the scale of {anchor.get('body')}'s anchored mass)"
+    scaled = "" if anchor.get("known") else " (of the fit, every mass free: extra.box)"
     if kind == "mass":
-        return (f"the mass ratio to {anchor.get('body')} reaches the density limits (identify.bounds.density_min/max x "
-                f"volume{scaled}): a part denser or lighter than they allow, a wrong shape volume, or a "
-                f"wrong articulation")
+        return (f"the mass ratio to {anchor.get('body')} reaches what the density limits allow "
+                f"(identify.bounds.density_min/max x volume): a part denser or lighter than they allow, a wrong "
+                f"shape volume, or a wrong articulation")
     if kind in ("damping", "friction") and side == "lower":
         return f"no {kind} is measurable on this clip: the motion is explained without it"
     if kind in ("damping", "friction"):
-        return (f"the {kind} limit (identify.bounds.{kind}_max_revolute/prismatic, scaled with the mass "
-                f"scale{scaled}) is reached: raise it if the joint is that {'damped' if kind == 'damping' else 'stiff'}, or an "
+        return (f"the {kind} limit (identify.bounds.{kind}_max_revolute/prismatic{scaled}) is reached: "
+                f"raise it if the joint is that {'damped' if kind == 'damping' else 'stiff'}, or an "
                 f"unmodelled force (a cable, a motor) is slowing the joint")
     return "the motion does not pin this parameter down within its limits"
 
@@ -129,12 +198,15 @@ def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, 
 
 
 def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndarray, anchor: dict | None,
-              known: tuple = (), log_likelihood=None, dims: int = 0, kernel_covariance=None) -> dict:
+              known: tuple = (), log_likelihood=None, dims: int = 0, kernel_covariance=None,
+              box: tuple[dict, dict] | None = None) -> dict:
     """{"scale", "quantities", "at_limit", "particles_identical", "samples"} (module docstring) of
     particles (N, P) over ``names``; ``anchor``: ``scale_anchor``'s dict (None: no anchor, every
     parameter is reported as it is); ``known``: bodies of known mass (held within a sliver, not
     reported). The intervals are those of ``posterior_samples`` (``log_likelihood`` (N,) of the
-    particles, ``dims`` free coordinates, ``kernel_covariance`` (P, P) physical)."""
+    particles, ``dims`` free coordinates, ``kernel_covariance`` (P, P) physical). ``box``: (limits,
+    estimate) of the fit where the posterior was rescaled to the anchor afterwards (``to_anchor``):
+    ``at_limit`` judges damping and friction there, mass ratios on the rescaled limits."""
     P0 = np.asarray(particles, float).reshape(-1, len(names))
     X, excluded = posterior_samples([limits[n] for n in names], P0, log_likelihood, dims, kernel_covariance)
     anchor = dict(anchor or {})
@@ -160,11 +232,13 @@ def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndar
     for n in names:
         if n in fixed:
             continue
-        lo, hi = limits[n]
+        # a mass ratio is bounded by the rescaled limits; a damping or friction by the fit's box
+        lims, est = box if box and _kind(n) != "mass" else (limits, estimate)
+        lo, hi = lims[n]
         tol = LIMIT_FRACTION * (hi - lo)
-        for side, limit, hit in (("lower", lo, estimate[n] - lo <= tol), ("upper", hi, hi - estimate[n] <= tol)):
+        for side, limit, hit in (("lower", lo, est[n] - lo <= tol), ("upper", hi, hi - est[n] <= tol)):
             if hit:
-                at_limit.append({"parameter": n, "side": side, "value": float(estimate[n]), "limit": float(limit),
+                at_limit.append({"parameter": n, "side": side, "value": float(est[n]), "limit": float(limit),
                                  "reason": limit_reason(n, side, anchor)})
     scale = {k: anchor[k] for k in ("body", "mass", "known", "source") if k in anchor}
     if anchor and not anchor.get("known", False):

@@ -26,9 +26,13 @@ Deliberately not done here: kinematic fine-tuning.
 Body inertias scale with the body mass (inertia = mass x the shape's unit-mass
 inertia), as for homogeneous parts; so without forces other than gravity and the
 joint damping, only mass *ratios* and damping/mass are observable from free motion.
-One body's mass therefore anchors the scale (a known ``masses`` entry, else volume x
-``density_anchor``), and ``params.json`` says what the posterior determines
+One body's mass therefore anchors the scale (a known ``bounds.masses`` entry, else volume x
+``bounds.density_anchor``), and ``params.json`` says what the posterior determines
 (``identifiability.py``: the ratios with their intervals, parameters at a limit and why).
+A known mass is held within +-0.1 % during inference. An anchored one is not: the fit runs
+with every mass free within its density limits (the scale a free direction the particles
+may drift along), and ``anchored`` then rescales each particle to the anchor's mass (the
+same motion); the fitted box and best particle stay in ``extra["box"]``.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ from vid2sim.pipeline.holdout import fit_frames
 from vid2sim.pipeline.identify_config import (IdentifyAugmentation, IdentifyBounds, IdentifyConfig,  # noqa: F401
                                               IdentifyContact, IdentifyInference, IdentifyNoise, IdentifyShooting,
                                               IdentifyVideo)
-from vid2sim.pipeline.identifiability import scale_anchor, summarise
+from vid2sim.pipeline.identifiability import anchor_kernel_covariance, anchor_limits, scale_anchor, summarise, to_anchor
 
 log = logging.getLogger(__name__)
 SIM_HZ = 960.0           # simulator rate of substeps=0: that of the twin in PyBullet (forecast.simulate_twin)
@@ -143,7 +147,7 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
     # the scale free motion leaves open: a known mass, else one body's at density_anchor (identifiability.py)
     anchor = scale_anchor(cfg.bounds.masses, list(model.body_names), list(model.joint_types),
                           {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.bounds.density_anchor)
-    for b, kg in (cfg.bounds.masses or {anchor["body"]: anchor["mass"]}).items():
+    for b, kg in cfg.bounds.masses.items():   # an anchored (not known) mass stays free here: anchored()
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
     joint_parameters(cfg, model, names, lo, hi, scale=anchor["limit_scale"])
@@ -290,13 +294,15 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if cfg.observation == "joints":
         extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
-    if cfg.augmentation.augment:
-        from vid2sim.pipeline.identify_augment import fit_augmentation
-
-        extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
     post = posterior_from(res, fit, extra=extra)
     if root is not None:
         post = root.finish(post)
+    elif not sim.anchor.get("known"):
+        post = anchored(post, sim.anchor, res.trace.get("kernel_metrics"))
+    if cfg.augmentation.augment:   # at the fit's best particle, in its scale (before ``anchored``)
+        from vid2sim.pipeline.identify_augment import fit_augmentation
+
+        post.extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
     post = with_identifiability(cfg, post, sim.anchor if root is None else root_anchor(cfg, root.anchored))
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
@@ -317,12 +323,33 @@ def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
             else f"volume x identify.bounds.density_anchor ({cfg.bounds.density_anchor:g} kg/m^3)"}
 
 
+def anchored(post: Posterior, anchor: dict, metrics=None) -> Posterior:
+    """``post``, fitted with every mass free, in the scale of ``anchor`` (scale_anchor's, not a
+    known mass): particles, estimate and limits through identifiability.to_anchor (the same
+    motion; the log-likelihoods are unchanged); the kernel covariance from the particles' metrics
+    ``metrics`` (N, P, P) (csvgd's ``trace["kernel_metrics"]``; None: no kernel covariance).
+    ``extra["box"]`` keeps the limits and the best particle of the fit, where ``at_limit`` is judged."""
+    names = list(post.names)
+    best = np.array([post.estimate[n] for n in names])
+    extra = dict(post.extra, box={"limits": {n: list(v) for n, v in post.limits.items()}, "estimate": post.estimate})
+    extra.pop("kernel_covariance", None)
+    if metrics is not None and len(metrics) == len(post.particles) > 1:
+        span = np.array([post.limits[n][1] - post.limits[n][0] for n in names])
+        extra["kernel_covariance"] = anchor_kernel_covariance(post.particles, metrics, span, names, anchor).tolist()
+    return replace(post, limits=anchor_limits(post.limits, names, anchor),
+                   estimate=dict(zip(names, to_anchor(best, names, anchor).tolist())),
+                   particles=to_anchor(post.particles, names, anchor), extra=extra)
+
+
 def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:
-    """``post`` with its ``identifiable`` summary (identifiability.summarise); logs what ends at a limit."""
+    """``post`` with its ``identifiable`` summary (identifiability.summarise); logs what ends at a limit
+    (of the fit's box, ``extra["box"]``, where ``anchored`` rescaled the posterior)."""
     ex = post.extra
+    box = ex.get("box")
     ident = summarise(post.names, post.limits, post.estimate, post.particles, anchor, tuple(cfg.bounds.masses),
                       ex.get("particle_log_likelihood"), len(post.names) + len(ex.get("start_state", ())),
-                      ex.get("kernel_covariance"))
+                      ex.get("kernel_covariance"),
+                      box=({n: tuple(v) for n, v in box["limits"].items()}, box["estimate"]) if box else None)
     for hit in ident["at_limit"]:
         log.warning("identify: %s ends at its %s limit %.4g: %s", hit["parameter"], hit["side"], hit["limit"],
                     hit["reason"])

@@ -97,7 +97,8 @@ class IdentifyBounds:
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
                                    # from free motion; the first moving body, or a floating root) = volume x this
-                                   # (export's default density); damping/friction limits apply at this scale
+                                   # (export's default density); the fit runs with every mass free and the
+                                   # posterior is rescaled to it afterwards (identifiability.to_anchor)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
                                    # observable), which control needs; their limits shrink to +-0.1 % and the

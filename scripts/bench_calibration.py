@@ -73,7 +73,10 @@ def draw_truth(mech, rng: np.random.Generator, anchor_body: str) -> dict[str, fl
 
 
 def laplace_intervals(prob, res, sim, h: float = 1e-6) -> dict[str, dict[int, list[float]]]:
-    """Normal intervals of each parameter from the Gauss-Newton covariance at the best particle."""
+    """Normal intervals of each parameter from the Gauss-Newton covariance at the best particle, in
+    the scale of the anchor (identify.anchored: the covariance through to_anchor's Jacobian)."""
+    from vid2sim.pipeline.identifiability import anchor_jacobian, to_anchor
+
     import torch
 
     from vid2sim.models.inference import Shooting
@@ -88,12 +91,14 @@ def laplace_intervals(prob, res, sim, h: float = 1e-6) -> dict[str, dict[int, li
     with torch.no_grad():
         r = sh.residuals(prob.to_physical(Zs[:, :P]), (Zs[:, P:] * prob.state_scale)[:, None]).reshape(D + 1, -1)
     J = ((r[1:] - r[:1]) / h).numpy()
-    cov = np.linalg.pinv(J @ J.T)
     span = (prob.upper - prob.lower).numpy()
+    cov = np.linalg.pinv(J @ J.T)[:P, :P] * np.outer(span, span)      # physical, every mass free
+    names, theta = list(prob.names), res.theta[b].numpy()
+    A = anchor_jacobian(theta, names, sim.anchor)
+    cov, theta = A @ cov @ A.T, to_anchor(theta, names, sim.anchor)
     out = {}
-    for i, n in enumerate(prob.names):
-        sd = math.sqrt(max(cov[i, i], 0.0)) * span[i]
-        est = float(res.theta[b, i])
+    for i, n in enumerate(names):
+        sd, est = math.sqrt(max(cov[i, i], 0.0)), float(theta[i])
         out[n] = {p: [est - z * sd, est + z * sd] for p, z in Z.items()}
     return out
 
@@ -133,7 +138,8 @@ def one(job: dict) -> dict:
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
     res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
                 seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
-    post = identify.with_identifiability(cfg, identify.posterior_from(res, prob), sim.anchor)
+    post = identify.anchored(identify.posterior_from(res, prob), sim.anchor, res.trace.get("kernel_metrics"))
+    post = identify.with_identifiability(cfg, post, sim.anchor)
     seconds = time.perf_counter() - t0
     ref = f"{sim.anchor['body']}.mass"
     lap = laplace_intervals(prob, res, sim)

@@ -122,3 +122,35 @@ def test_csvgd_intervals_hold_a_random_cartpole_truth():
     for k, r in q.items():
         assert r["in90"], (k, r)
         assert 1 / 3 < r["width90"] / r["laplace_width90"] < 3, (k, r)
+
+
+def test_rescaling_to_the_anchor_keeps_the_motion_and_stays_within_the_anchored_limits():
+    """to_anchor: a particle fitted with every mass free, rescaled so the anchor (cart) weighs its
+    anchored mass, moves identically on identify's simulator; its Jacobian matches central
+    differences; particles drawn in the box land inside anchor_limits."""
+    from vid2sim.pipeline.identifiability import anchor_jacobian, anchor_limits, to_anchor
+
+    s = simulate("cartpole", seed=0, frames=10, fps=30.0)
+    art, poses = Articulation.from_truth(s.truth), PoseTracks.from_truth(s.truth, s.world_from_body, 30.0)
+    sim = identify.build_simulator(identify.IdentifyConfig(shooting=identify.IdentifyShooting(substeps=4),
+                                                           compile=False), art, poses, s.shapes, 30.0)
+    names, anchor = list(sim.names), sim.anchor
+    theta = np.array([1.0, 0.2, 0.3, 0.004])
+    scaled = to_anchor(theta, names, anchor)
+    assert scaled[names.index(f"{anchor['body']}.mass")] == pytest.approx(anchor["mass"])
+    assert scaled / theta == pytest.approx(np.full(4, anchor["mass"] / theta[0]))
+    x0 = torch.tensor([[0.0, 0.3, 0.1, -0.5]], dtype=torch.float64)
+    with torch.no_grad():
+        a = sim.simulate(torch.as_tensor(theta[None]), x0, 30)
+        b = sim.simulate(torch.as_tensor(scaled[None]), x0, 30)
+    assert float((a - b).abs().max()) < 1e-9
+    h = 1e-7
+    fd = np.column_stack([(to_anchor(theta + h * e, names, anchor) - to_anchor(theta - h * e, names, anchor)) / (2 * h)
+                          for e in np.eye(4)])
+    assert anchor_jacobian(theta, names, anchor) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+    box = {n: (float(lo), float(hi)) for n, lo, hi in zip(names, sim.lower, sim.upper)}
+    env = anchor_limits(box, names, anchor)
+    X = sim.lower + np.random.default_rng(0).random((500, 4)) * (sim.upper - sim.lower)
+    Y = to_anchor(X, names, anchor)
+    for i, n in enumerate(names):
+        assert np.all((Y[:, i] >= env[n][0] - 1e-12) & (Y[:, i] <= env[n][1] + 1e-12)), n

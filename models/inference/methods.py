@@ -300,6 +300,7 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
     return x, tr, {"newton_iterations": n, "linearisations": lins,
                    "newton_rollouts": particles * (n + 1 + lins * (D + 1)),
                    "kernel_covariance": tr.kernel_covariance,   # unit parameter coordinates
+                   "kernel_metrics": tr.kernel_metrics,         # (N, P, P) per particle, unit coordinates
                    "newton_best": best}   # (seconds since the phase began, best log-likelihood) per step
 
 

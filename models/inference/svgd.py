@@ -57,6 +57,8 @@ class SVGDTrace:
     final_violation: list[float] = field(default_factory=list)   # per particle, max |constraint| at the end
     kernel_covariance: list = field(default_factory=list)   # (kd, kd) covariance of one kernel at the end, where
                                                             # the particles' kernel density is the approximation
+    kernel_metrics: list = field(default_factory=list)      # (N, kd, kd) each particle's metric on the kernel
+                                                            # coordinates at the end (svgd_newton.profiled_metrics)
 
 
 def run_svgd(density: DensityFn, x0: Tensor, iterations: int, lr: float = 0.01, kernel_dims: int | None = None,

@@ -61,14 +61,20 @@ def damped_metrics(metric: Tensor, damping: Tensor) -> Tensor:
     return m + torch.diag_embed(damping[:, None] * diag + floor)
 
 
-def kernel_metric(metrics: Tensor, kernel_dims: int) -> Tensor:
-    """The kernel coordinates' metric: the mean over particles of each metric's Schur complement
-    on them (their precision with the other coordinates profiled out). (N, D, D) -> (kd, kd)."""
+def profiled_metrics(metrics: Tensor, kernel_dims: int) -> Tensor:
+    """Each metric's Schur complement on the kernel coordinates (their precision with the other
+    coordinates profiled out). (N, D, D) -> (N, kd, kd)."""
     kd = kernel_dims
     mkk, mks, mss = metrics[:, :kd, :kd], metrics[:, :kd, kd:], metrics[:, kd:, kd:]
     if mss.shape[1]:
         mkk = mkk - mks @ torch.linalg.solve(mss, mks.transpose(1, 2))
-    a = mkk.mean(0)
+    return mkk
+
+
+def kernel_metric(metrics: Tensor, kernel_dims: int) -> Tensor:
+    """The kernel coordinates' metric: the mean over particles of ``profiled_metrics``.
+    (N, D, D) -> (kd, kd)."""
+    a = profiled_metrics(metrics, kernel_dims).mean(0)
     return 0.5 * (a + a.T)
 
 
@@ -173,6 +179,7 @@ def _finish_trace(trace: SVGDTrace, x: Tensor, g: Tensor, H: Tensor | None, mu: 
         trace.final_violation = g.abs().amax(1).tolist()
     if x.shape[0] > 1 and kd > 0 and H is not None:
         trace.kernel_covariance = kernel_covariance(x, damped_metrics(H, mu), kd).tolist()
+        trace.kernel_metrics = profiled_metrics(damped_metrics(H, mu), kd).tolist()
 
 
 def kernel_covariance(x: Tensor, metrics: Tensor, kernel_dims: int) -> Tensor:
