@@ -6,13 +6,13 @@ damping and friction by one factor: M(q) qdd + C(q, qd) + g(q) = -D qd - F sign(
 its solutions when M, C, g, D, F are all multiplied by s. So from joint trajectories only
 the mass *ratios* and damping (friction) per unit mass are observable; the overall scale
 is not. Identify removes the unobservable direction by anchoring one body's mass
-(``scale_anchor``): a known mass (``identify.bounds.masses``), held during the fit (the
-damping and friction limits scaled with it, ``limit_scale``), or, without one, the anchor
-body's volume x ``identify.bounds.density_anchor``. An anchored mass is imposed after the
-fit: the fit runs with every mass free (along the scale the likelihood is flat, which the
+(``scale_anchor``): a known mass (``identify.bounds.masses``) or, without one, the anchor
+body's volume x ``identify.bounds.density_anchor``. That one mass is imposed after the fit:
+the fit runs with every mass free (along the scale the likelihood is flat, which the
 particles may drift along), and ``to_anchor`` rescales each particle to the anchor's mass
 (the same motion), ``anchor_limits`` the limits and ``anchor_kernel_covariance`` the
-kernel density.
+kernel density. Two or more known masses are held during the fit instead (the damping and
+friction limits then scaled with the first, ``limit_scale``).
 
 ``summarise`` turns a posterior's particles into what the user may read off them:
 
@@ -178,7 +178,7 @@ def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, 
     X = np.asarray(particles, float)
     keep = converged(log_likelihood, dims, len(X))
     X = X[keep]
-    if kernel_covariance is None or len(X) < 2 or np.shape(kernel_covariance) != (X.shape[1], X.shape[1]):
+    if kernel_covariance is None or len(X) < 1 or np.shape(kernel_covariance) != (X.shape[1], X.shape[1]):
         return X, int((~keep).sum())
     rng = np.random.default_rng(seed)
     C = np.asarray(kernel_covariance, float)
@@ -248,7 +248,7 @@ def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndar
         scale["note"] = f"the scale is set by the known mass of {anchor['body']} ({anchor['mass']:.4g} kg)"
     spread = np.ptp(P0, axis=0) if len(P0) else np.zeros(len(names))
     single = bool(len(P0) > 1 and np.all(spread <= 1e-6 * np.maximum(np.abs(P0).max(0), 1e-12)))
-    kde = np.shape(kernel_covariance) == (len(names), len(names)) and len(P0) - excluded > 1
+    kde = np.shape(kernel_covariance) == (len(names), len(names)) and len(P0) - excluded >= 1
     samples = {"from": "kernel density of the particles" if kde else "particles", "count": int(len(X)), "particles_left_out": excluded}
     return {"scale": scale, "quantities": quantities, "at_limit": at_limit, "particles_identical": single,
             "samples": samples}

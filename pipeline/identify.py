@@ -29,10 +29,11 @@ joint damping, only mass *ratios* and damping/mass are observable from free moti
 One body's mass therefore anchors the scale (a known ``bounds.masses`` entry, else volume x
 ``bounds.density_anchor``), and ``params.json`` says what the posterior determines
 (``identifiability.py``: the ratios with their intervals, parameters at a limit and why).
-A known mass is held within +-0.1 % during inference. An anchored one is not: the fit runs
-with every mass free within its density limits (the scale a free direction the particles
-may drift along), and ``anchored`` then rescales each particle to the anchor's mass (the
-same motion); the fitted box and best particle stay in ``extra["box"]``.
+Two or more known masses are held within +-0.1 % during inference. One mass, known or
+anchored, is not: the fit runs with every mass free within its density limits (the scale a
+free direction the particles may drift along), and ``anchored`` then rescales each particle
+to the anchor's mass (the same motion); the fitted box and best particle stay in
+``extra["box"]``.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class TwinSimulator:
     substeps: int
     compile: bool = False
     anchor: dict = field(default_factory=dict)  # identifiability.scale_anchor: the body whose mass fixes the scale
+    rescale: bool = False  # the anchor's mass is imposed after the fit (``anchored``), not held during it
 
     def model_for(self, theta: torch.Tensor):
         """theta: (B, P) physical -> Model with batch B (masses, inertias, damping, friction set)."""
@@ -147,15 +149,16 @@ def build_simulator(cfg: IdentifyConfig, art: Articulation, poses: PoseTracks, s
     # the scale free motion leaves open: a known mass, else one body's at density_anchor (identifiability.py)
     anchor = scale_anchor(cfg.bounds.masses, list(model.body_names), list(model.joint_types),
                           {b: float(body_shapes[b].volume()) for b in model.body_names}, cfg.bounds.density_anchor)
-    for b, kg in cfg.bounds.masses.items():   # an anchored (not known) mass stays free here: anchored()
+    held = len(cfg.bounds.masses) > 1   # one mass (anchored or known) is imposed after the fit: anchored()
+    for b, kg in cfg.bounds.masses.items() if held else ():
         i = names.index(f"{b}.mass")
         lo[i], hi[i] = kg * 0.999, kg * 1.001
-    joint_parameters(cfg, model, names, lo, hi, scale=anchor["limit_scale"])
+    joint_parameters(cfg, model, names, lo, hi, scale=anchor["limit_scale"] if held else 1.0)
     unit = model.inertia.clone()  # built with unit masses
     sub = substeps_for(cfg, fps)
     frames = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
     return TwinSimulator(names, np.array(lo), np.array(hi), model, unit, list(model.dof_names),
-                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames), anchor)
+                         1.0 / (fps * sub), sub, compile_for(cfg, sub, frames), anchor, not held)
 
 
 def joint_parameters(cfg: IdentifyConfig, model, names: list, lo: list, hi: list, scale: float = 1.0) -> None:
@@ -297,7 +300,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     post = posterior_from(res, fit, extra=extra)
     if root is not None:
         post = root.finish(post)
-    elif not sim.anchor.get("known"):
+    elif sim.rescale:
         post = anchored(post, sim.anchor, res.trace.get("kernel_metrics"))
     if cfg.augmentation.augment:   # at the fit's best particle, in its scale (before ``anchored``)
         from vid2sim.pipeline.identify_augment import fit_augmentation
@@ -324,8 +327,7 @@ def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
 
 
 def anchored(post: Posterior, anchor: dict, metrics=None) -> Posterior:
-    """``post``, fitted with every mass free, in the scale of ``anchor`` (scale_anchor's, not a
-    known mass): particles, estimate and limits through identifiability.to_anchor (the same
+    """``post``, fitted with every mass free, in the scale of ``anchor`` (scale_anchor's): particles, estimate and limits through identifiability.to_anchor (the same
     motion; the log-likelihoods are unchanged); the kernel covariance from the particles' metrics
     ``metrics`` (N, P, P) (csvgd's ``trace["kernel_metrics"]``; None: no kernel covariance).
     ``extra["box"]`` keeps the limits and the best particle of the fit, where ``at_limit`` is judged."""

@@ -101,8 +101,9 @@ class IdentifyBounds:
                                    # posterior is rescaled to it afterwards (identifiability.to_anchor)
     masses: dict = field(default_factory=dict)  # known body masses (kg), e.g. {"cart": 1.0}: fix the
                                    # scale free motion leaves open (only mass ratios and damping/mass are
-                                   # observable), which control needs; their limits shrink to +-0.1 % and the
-                                   # damping/friction limits scale by the first one / (its volume x density_anchor)
+                                   # observable), which control needs; one is imposed after the fit (as the
+                                   # anchor); two or more are held within +-0.1 % during it, the damping/friction
+                                   # limits scaled by the first one / (its volume x density_anchor)
     damping_max_revolute: float = 0.05   # N m s/rad
     damping_max_prismatic: float = 2.0   # N s/m
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint

@@ -138,7 +138,8 @@ def one(job: dict) -> dict:
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
     res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
                 seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
-    post = identify.anchored(identify.posterior_from(res, prob), sim.anchor, res.trace.get("kernel_metrics"))
+    post = identify.posterior_from(res, prob)
+    post = identify.anchored(post, sim.anchor, res.trace.get("kernel_metrics")) if sim.rescale else post
     post = identify.with_identifiability(cfg, post, sim.anchor)
     seconds = time.perf_counter() - t0
     ref = f"{sim.anchor['body']}.mass"

@@ -50,6 +50,7 @@ import torch
 
 from vid2sim.models.inference import infer, nmae
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
+from vid2sim.pipeline.identifiability import to_anchor
 from vid2sim.pipeline.identify import (IdentifyConfig, IdentifyInference, IdentifyNoise, IdentifyShooting,
                                        IdentifyVideo, build_simulator, joint_trajectory, make_problem,
                                        make_video_problem, method_options)
@@ -121,7 +122,8 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
         res = infer(m, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations, seed=cfg.seed,
                     **opts)
         sec = time.perf_counter() - t0
-        est = res.estimate.numpy()[free]
+        best = res.estimate.numpy()   # one known mass is imposed after the fit, as identify.run does
+        est = (to_anchor(best, sim.names, sim.anchor) if sim.rescale else best)[free]
         out["nmae"][m] = nmae(est, t_true, lo, hi)
         out["seconds"][m] = sec
         out["estimates"][m] = dict(zip(names, est.tolist()))

@@ -126,14 +126,23 @@ def test_default_rate_follows_pybullet_on_the_chaotic_double_pendulum():
 
 def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
     art, jp, poses, shapes, truth = inputs
+    # one known mass fixes the scale after the fit (identify.anchored): the fit's box is unchanged
     known = identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"link1": 0.5}))
     sim = identify.build_simulator(known, art, poses, shapes, 30.0)
     i = sim.names.index("link1.mass")
-    assert sim.lower[i] == pytest.approx(0.4995) and sim.upper[i] == pytest.approx(0.5005)
-    # the damping limits scale with the mass scale: 0.5 kg against link1's volume x 500 kg/m^3
+    assert sim.rescale and sim.lower[i] == pytest.approx(100.0 * shapes["link1"].volume())
     scale = 0.5 / (500.0 * shapes["link1"].volume())
     assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.bounds.masses",
                                         "limit_scale": scale})
+    assert sim.upper[sim.names.index("elbow.damping")] == pytest.approx(0.05)
+    # two are held during the fit, and the damping limits scale with the first: 0.5 kg against
+    # link1's volume x 500 kg/m^3
+    both = identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"link1": 0.5, "link2": 0.4}))
+    sim = identify.build_simulator(both, art, poses, shapes, 30.0)
+    assert not sim.rescale
+    for n, kg in (("link1", 0.5), ("link2", 0.4)):
+        i = sim.names.index(f"{n}.mass")
+        assert sim.lower[i] == pytest.approx(kg * 0.999) and sim.upper[i] == pytest.approx(kg * 1.001)
     assert sim.upper[sim.names.index("elbow.damping")] == pytest.approx(0.05 * scale)
     with pytest.raises(ValueError, match="'arm'.*link1, link2"):
         identify.build_simulator(identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"arm": 1.0})), art,
