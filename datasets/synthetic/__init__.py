@@ -47,17 +47,19 @@ log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
 PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder")   # single pushed parts (pushes.py), for scripts/bench_push.py
+MESH_MECHANISMS = ("slotted_pendulum", "slotted_pendulum_box")  # a mesh part and its box twin (mesh_parts.py)
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
 
 
 def mechanism(name: str) -> Mechanism:
     """The mechanism definition called ``name`` (one of MECHANISMS or PUSH_MECHANISMS)."""
+    from vid2sim.datasets.synthetic.mesh_parts import MESH_FACTORIES
     from vid2sim.datasets.synthetic.pushes import PUSH_FACTORIES
 
-    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name)
+    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name) or MESH_FACTORIES.get(name)
     if factory is None:
-        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS)}")
+        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS + MESH_MECHANISMS)}")
     return factory()
 
 
