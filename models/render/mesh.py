@@ -5,7 +5,7 @@ for a watertight mesh in its body frame (``Shape.mesh()``: centre of mass at the
 so that a mesh part goes through the same renderer and Gauss-Newton alignment:
 
 - ``ray_hit(g, o, d)``: first ray parameter ``s > 0`` on the surface, ``inf`` on a miss.
-  Open3D's ``RaycastingScene`` (Embree BVH, float32) finds which triangle a ray meets;
+  Open3D's ``RaycastingScene`` (Embree BVH, float32; ``mesh_backends``) finds which triangle a ray meets;
   ``s`` is then recomputed in float64 on that triangle's plane,
   ``s = n . (v0 - o) / (n . d)``, which is exact and differentiable by autograd:
   ``ds/do = -n / (n . d)``, ``ds/dd = -s n / (n . d)``, the implicit-function derivative
@@ -32,14 +32,17 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from vid2sim.models.render.mesh_backends import make_engine
+
 MARGIN_SAMPLES = 24  # grid points along a ray's chord of the bounding sphere for min_s sdf
 MARGIN_REFINE = 20  # golden-section steps inside the best grid cell (cell shrinks 0.618x each)
+ENGINE = "open3d"  # triangle-query engine of new MeshGeometry objects (mesh_backends.ENGINES)
 _GOLDEN = 0.6180339887498949
 _ON_SURFACE_M = 1e-7  # m: closer than this to the surface, the gradient is the face normal
 
 
 class MeshGeometry:
-    """A watertight triangle mesh in its body frame, with the BVH Open3D builds over it.
+    """A watertight triangle mesh in its body frame, with its triangle-query engine.
 
     vertices: (V, 3) m; faces: (F, 3) vertex indices, counter-clockwise seen from outside.
     """
@@ -53,20 +56,18 @@ class MeshGeometry:
         self.normals = torch.from_numpy(n / np.linalg.norm(n, axis=1, keepdims=True).clip(1e-30))  # (F, 3) outward
         self.half_size = tuple(float(x) for x in np.abs(self.vertices).max(0))  # symmetric box about the origin
         self.bounding_radius = float(np.linalg.norm(self.vertices, axis=1).max())
-        self._scene = None
+        self.engine_name = ENGINE
+        self._engine = None
 
     @property
-    def scene(self):
-        """Open3D ``RaycastingScene`` of the mesh, built on first use (not picklable, so not pickled)."""
-        if self._scene is None:
-            import open3d as o3d
-
-            self._scene = o3d.t.geometry.RaycastingScene(nthreads=1)
-            self._scene.add_triangles(self.vertices.astype(np.float32), self.faces.astype(np.uint32))
-        return self._scene
+    def engine(self):
+        """The triangle-query engine (``mesh_backends``), built on first use (not pickled)."""
+        if self._engine is None:
+            self._engine = make_engine(self.engine_name, self.vertices, self.faces)
+        return self._engine
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_scene"} | {"_scene": None}
+        return {k: v for k, v in self.__dict__.items() if k != "_engine"} | {"_engine": None}
 
 
 @lru_cache(maxsize=32)
@@ -83,10 +84,8 @@ def geometry_of(shape) -> MeshGeometry:
     return _geometry_of(str(p), float(shape.scale), p.stat().st_mtime_ns)
 
 
-def _o3d(x: torch.Tensor):
-    import open3d as o3d
-
-    return o3d.core.Tensor(np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(), np.float32))
+def _np(x: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(x.detach().reshape(-1, x.shape[-1]).numpy(), np.float64)
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -100,9 +99,8 @@ def ray_hit(g: MeshGeometry, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     lead = shape[:-1]
     if not math.prod(lead):
         return o.new_zeros(lead)
-    ans = g.scene.cast_rays(_o3d(torch.cat([o.detach(), d.detach()], -1)), nthreads=1)
-    pid = torch.from_numpy(ans["primitive_ids"].numpy().astype(np.int64)).reshape(lead)
-    hit = torch.from_numpy(np.isfinite(ans["t_hit"].numpy())).reshape(lead)
+    pid = torch.from_numpy(g.engine.cast(_np(o), _np(d))).reshape(lead)
+    hit = pid >= 0
     pid = torch.where(hit, pid, torch.zeros_like(pid))
     n, v0 = g.normals.to(o.dtype)[pid], g.tri.to(o.dtype)[pid, 0]
     nd = _dot(n, d)
@@ -113,8 +111,7 @@ def ray_hit(g: MeshGeometry, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 
 def _closest(g: MeshGeometry, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q: (N, 3) -> closest surface points (N, 3), face normals there (N, 3), sign (N,) (-1 inside)."""
-    ans = g.scene.compute_closest_points(_o3d(q), nthreads=1)
-    pid = torch.from_numpy(ans["primitive_ids"].numpy().astype(np.int64))
+    pid = torch.from_numpy(g.engine.closest(_np(q)))
     n = g.normals.to(q.dtype)[pid]
     # Open3D's float32 closest point can be tens of micrometres off on long thin triangles;
     # it serves to pick the triangle, on which the closest point is recomputed in float64.
@@ -126,10 +123,12 @@ def _closest(g: MeshGeometry, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     diff = q - c
     face = (diff - h.unsqueeze(-1) * n).norm(dim=-1) <= 1e-9 + 1e-6 * diff.norm(dim=-1)  # inside the face
     sign = torch.where(h >= 0, 1.0, -1.0).to(q.dtype)
-    amb = ~face
-    if bool(amb.any()):  # an edge or vertex is closest: ray parity decides
-        occ = g.scene.compute_occupancy(_o3d(q[amb]), nthreads=1, nsamples=3).numpy()
-        sign[amb] = torch.from_numpy(np.where(occ > 0.5, -1.0, 1.0)).to(q.dtype)
+    # an edge or vertex is closest: ray parity decides, where q is within the mesh's bounding box
+    in_box = (q.abs() <= q.new_tensor(g.half_size)).all(-1)
+    sign = torch.where(~face & ~in_box, torch.ones_like(sign), sign)
+    amb = ~face & in_box
+    if bool(amb.any()):
+        sign[amb] = torch.from_numpy(np.where(g.engine.inside(_np(q[amb])), -1.0, 1.0)).to(q.dtype)
     return c, n, sign
 
 
