@@ -62,7 +62,7 @@ def _run(path: Path, out: Path, engine: str | None) -> dict:
     return {"cpu_s": cpu, "pos_err_max_m": float(err.max()), "pos_err_mean_m": float(err.mean())}
 
 
-def _full_image(path: Path, frame: int = 5, repeats: int = 5) -> dict:
+def _full_image(path: Path, frame: int = 0, repeats: int = 5) -> dict:
     """CPU ms of one whole-image hit query of the beam at frame ``frame`` per engine, and of
     DEODR's depth rasteriser (``Scene3DPytorch.render_depth``) for comparison, with the
     number of pixels each finds on the beam (DEODR's anti-aliased edge band adds some)."""
@@ -91,6 +91,7 @@ def _full_image(path: Path, frame: int = 5, repeats: int = 5) -> dict:
     scene = Scene3DPytorch()
     scene.set_mesh(mesh)
     scene.max_depth = 10.0
+    scene.set_background_color(np.zeros(1))
     K = np.array([[cam.fx, 0, cam.cx + 0.5], [0, cam.fy, cam.cy + 0.5], [0, 0, 1]])  # DEODR: pixel corners at integers
     camera = CameraPytorch(extrinsic=np.eye(4)[:3], intrinsic=K, width=cam.width, height=cam.height)
     t0 = time.process_time()
