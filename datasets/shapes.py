@@ -94,6 +94,16 @@ class Shape:
             return (d, d, self.length)
         return tuple(float(x) for x in self.mesh().extents)  # type: ignore[return-value]
 
+    def corners(self) -> np.ndarray:
+        """(8, 3) corners of the shape's axis-aligned bounding box in its body frame (m); a mesh's
+        need not be centred on the body origin (its centre of mass)."""
+        if self.type == "mesh":
+            lo, hi = np.asarray(self.mesh().bounds, float)
+        else:
+            hi = np.asarray(self.extents(), float) / 2
+            lo = -hi
+        return np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+
     def volume(self) -> float:
         if self.type == "box":
             return float(self.size[0] * self.size[1] * self.size[2])

@@ -64,8 +64,7 @@ def mechanism(name: str) -> Mechanism:
 
 
 def _corners(shape: Shape) -> np.ndarray:
-    e = np.asarray(shape.extents()) / 2
-    return np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * e
+    return shape.corners()
 
 
 def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None, tip_height: float = 0.0
