@@ -213,7 +213,11 @@ def _write_truth(w: RecordingWriter, st: SyntheticTruth, truth: dict) -> None:
     """truth.json, truth.urdf and truth_poses.npz of clip ``st``."""
     frames = len(st.world_from_body)
     w.add_file("truth.json", json.dumps(truth, indent=2) + "\n")
-    w.add_file("truth.urdf", st.urdf)
+    urdf = st.urdf
+    for shape in st.shapes.values():  # mesh files: the recording's copy, relative to truth.urdf
+        if shape.type == "mesh":
+            urdf = urdf.replace(f'filename="{shape.mesh_path().resolve()}"', f'filename="{shape.file}"')
+    w.add_file("truth.urdf", urdf)
     arrays = dict(world_from_body=st.world_from_body, body_names=np.array(st.body_names),
                   q=st.q, joint_names=np.array(st.joint_names, dtype=str),
                   times=np.arange(frames) / st.fps)
