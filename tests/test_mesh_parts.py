@@ -71,6 +71,22 @@ def test_beam_volume_and_inertia_match_the_solid_and_trimesh(beam, tmp_path):
     np.testing.assert_allclose(s2.inertia_tensor(1.0), 4 * s.inertia_tensor(1.0), rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize("suffix", ["stl", "ply"])
+def test_stl_and_ply_give_the_obj_mass_properties(beam, suffix, tmp_path):
+    """The beam written as STL or PLY (trimesh's exporters) reads back with the OBJ's volume,
+    inertia and centre-of-mass offset, in millimetres with scale 0.001."""
+    m = beam.mesh().copy()
+    m.apply_translation(beam.mesh_offset() + [0.01, -0.02, 0.03])  # a file frame away from the centre of mass
+    m.apply_scale(1000.0)  # millimetres
+    m.export(tmp_path / f"beam.{suffix}")
+    (tmp_path / "shapes.json").write_text(json.dumps({"b": {"type": "mesh", "file": f"beam.{suffix}", "scale": 0.001}}))
+    s = load_shapes(tmp_path / "shapes.json")["b"]
+    assert s.volume() == pytest.approx(beam.volume(), rel=1e-6)
+    np.testing.assert_allclose(s.inertia_tensor(0.2), beam.inertia_tensor(0.2), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(s.mesh_offset(), beam.mesh_offset() + [0.01, -0.02, 0.03], atol=1e-7)  # float32 files
+    np.testing.assert_allclose(s.mesh().center_mass, 0.0, atol=1e-9)
+
+
 def test_open_mesh_is_refused_in_one_line_naming_the_file(tmp_path):
     import trimesh
 
