@@ -166,7 +166,7 @@ def test_mesh_derivatives_against_finite_differences(beam):
     r, J = depth_residuals(p, T, c, dirs[on], s[on], min_cos=0.3)
     ok = torch.isfinite(r)
     assert int(ok.sum()) >= 10
-    rm, Jm = margin_residuals(p, T, c, dirs[~on])
+    _, Jm = margin_residuals(p, T, c, dirs[~on])
     for k in range(6):
         xi = torch.zeros(6, dtype=F64)
         xi[k] = 1e-6
@@ -220,7 +220,7 @@ def test_exported_urdf_with_mesh_loads_in_pybullet(truth_inputs, tmp_path):
     from vid2sim.pipeline import export
 
     st = simulate("slotted_pendulum", seed=0, frames=10)
-    art, poses, jp, post = truth_inputs(st)
+    art, poses, _, post = truth_inputs(st)
     path = export.run(export.ExportConfig(mjcf=False), art, post, st.shapes, poses, tmp_path)
     assert (tmp_path / "meshes" / "beam.obj").read_bytes() == st.shapes["beam"].mesh_path().read_bytes()
     assert 'filename="meshes/beam.obj"' in path.read_text()
