@@ -342,6 +342,10 @@ class RecordingWriter:
         (self._tmp / "camera.json").write_text(json.dumps(self.camera.to_json(), indent=2) + "\n")
         if self.shapes is not None:
             (self._tmp / "shapes.json").write_text(json.dumps(shapes_to_json(self.shapes), indent=2) + "\n")
+            for s in self.shapes.values():  # mesh files travel with shapes.json, at the same relative path
+                if s.type == "mesh" and s.file not in self.extra_files:
+                    (self._tmp / s.file).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(s.mesh_path(), self._tmp / s.file)
         for name, data in self.extra_files.items():
             (self._tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (self._tmp / name).write_bytes(data)

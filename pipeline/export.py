@@ -29,7 +29,10 @@ at frame 0 (docs/formats.md §2):
   (symmetric, principal moments > 0 and obeying the triangle inequality).
 * Geometry from the shape library, visual and collision alike. A capsule is written
   as a cylinder plus two spheres (every URDF reader understands those; MJCF gets a
-  native capsule). Meshes keep their file name, relative to the recording.
+  native capsule). A mesh's file is copied beside model.urdf as ``meshes/<shape><suffix>``
+  and referenced there (with its scale, placed so that its centre of mass is the body
+  origin); its inertia is trimesh's full tensor. MJCF leaves meshes out (it needs an
+  ``<asset>``). A mesh whose file cannot be read keeps its name and the stand-in sphere.
 * Joint limits only from evidence: a side of a joint gets a limit only where the tracks
   show an end stop there (``hits_stop``): q reaches its observed extreme on that side
   and loses its velocity there at once, staying (a drawer at its end) or bouncing back
@@ -68,7 +71,7 @@ from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
 from vid2sim.models import geometry
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
-from vid2sim.datasets.atomic import write_text
+from vid2sim.datasets.atomic import write_bytes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +110,33 @@ def _fmt(v) -> str:
     return " ".join(f"{float(x):.9g}" for x in np.atleast_1d(v))
 
 
+def _mesh_loads(shape: Shape) -> bool:
+    """Whether a mesh shape's file can be read (a shape built without its recording cannot)."""
+    try:
+        shape.mesh()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def shape_inertia(shape: Shape, mass: float) -> np.ndarray:
-    """(3, 3) inertia about the shape centre in its body frame, uniform density (kg m^2)."""
-    if shape.type == "mesh":
-        return np.diag(stand_in_inertia(mass))  # mesh without a loaded mesh
-    return np.diag(shape.inertia(mass))
+    """(3, 3) inertia about the shape centre (a mesh's centre of mass) in its body frame,
+    uniform density (kg m^2); a mesh whose file cannot be read gets the stand-in sphere's."""
+    if shape.type == "mesh" and not _mesh_loads(shape):
+        return np.diag(stand_in_inertia(mass))
+    return shape.inertia_tensor(mass)
 
 
 def shape_volume(shape: Shape) -> float:
-    try:
-        return shape.volume()
-    except ValueError:  # mesh without a loaded mesh
+    """Volume (m^3) of a shape; a mesh whose file cannot be read gets the stand-in sphere's."""
+    if shape.type == "mesh" and not _mesh_loads(shape):
         return stand_in_volume()
+    return shape.volume()
+
+
+def mesh_file_name(shape: Shape) -> str:
+    """Where model.urdf's folder holds a mesh shape's file: ``meshes/<shape name><suffix>``."""
+    return f"meshes/{shape.name}{Path(shape.file).suffix.lower()}"
 
 
 def valid_inertia(I: np.ndarray, mass: float) -> np.ndarray:
@@ -267,6 +285,10 @@ def _geometry(parent: ET.Element, kind: str, name: str, shape: Shape, T_link_bod
             T = np.eye(4)
             T[2, 3] = s * shape.length / 2
             parts.append((T, "sphere", {"radius": _fmt(shape.radius)}))
+    elif _mesh_loads(shape):  # the file beside model.urdf (``run`` copies it), its origin at the file's
+        T = np.eye(4)
+        T[:3, 3] = -shape.mesh_offset()
+        parts.append((T, "mesh", {"filename": mesh_file_name(shape), "scale": _fmt([shape.scale] * 3)}))
     else:
         parts.append((np.eye(4), "mesh", {"filename": str(shape.file)}))
     for i, (T, geom, attrs) in enumerate(parts):
@@ -541,6 +563,11 @@ def run(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: di
     if missing:
         raise ValueError(f"export: shapes {missing} of the pose tracks are not in the shape library")
     urdf = build_urdf(cfg, art, post, shapes, poses)
+    for name in sorted(set(poses.shape_names)):  # mesh files beside model.urdf, where it names them
+        shape = shapes[name]
+        if shape.type == "mesh" and _mesh_loads(shape):
+            (out_dir / mesh_file_name(shape)).parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(out_dir / mesh_file_name(shape), shape.mesh_path().read_bytes())
     path = out_dir / MODEL_FILE
     write_text(path, urdf)
     if cfg.mjcf:

@@ -34,7 +34,7 @@ The settings are in ``track_config.py``, the mask fits in ``track_fit.py``, the 
 
 Deliberately not here: RGB-only recordings (need an initial depth from the masks;
 raises a clear error, though the silhouette residuals and planar mode are ready for
-it), meshes (need a rasteriser backend).
+it).
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class _Scene:
         self.background = np.zeros((cam.height, cam.width), np.float32)
         self.hidden: np.ndarray | None = None   # (H, W) bool pixels of a known actuator in the current frame
         self.hidden_of = lambda i: None
-        half = [np.array(p.half_size) if p.kind == "box" else np.array([p.radius, p.radius, p.radius + p.half_length])
+        half = [np.array(p.half_size) if p.kind in ("box", "mesh") else np.array([p.radius, p.radius, p.radius + p.half_length])
                 for p in prims]
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
         self.corners = [signs * h for h in half]
@@ -293,7 +293,7 @@ def _seen_velocity(prims: list[Primitive], T: torch.Tensor, velocity: torch.Tens
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     out = velocity.clone()
     for m, prim in enumerate(prims):
-        if prim.kind != "box":
+        if prim.kind not in ("box", "mesh"):
             B = free_basis(prim, T[m], dofs)
             out[m, dofs] = B @ (B.T @ velocity[m, dofs])
     return out

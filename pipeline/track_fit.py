@@ -56,7 +56,7 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
     view = p.mean(0) - obs.origin.numpy()
     view /= np.linalg.norm(view)
     # The visible surface lies in front of the centre by about half the shape's depth.
-    centre = p.mean(0) + view * (prim.radius if prim.kind != "box" else min(prim.half_size))
+    centre = p.mean(0) + view * (min(prim.half_size) if prim.kind in ("box", "mesh") else prim.radius)
     best = (float("inf"), None)
     for R in rot_hypotheses(prim, p):
         T = torch.eye(4, dtype=FLOAT)

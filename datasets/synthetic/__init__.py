@@ -47,23 +47,24 @@ log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
 PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder")   # single pushed parts (pushes.py), for scripts/bench_push.py
+MESH_MECHANISMS = ("slotted_pendulum", "slotted_pendulum_box")  # a mesh part and its box twin (mesh_parts.py)
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
 
 
 def mechanism(name: str) -> Mechanism:
     """The mechanism definition called ``name`` (one of MECHANISMS or PUSH_MECHANISMS)."""
+    from vid2sim.datasets.synthetic.mesh_parts import MESH_FACTORIES
     from vid2sim.datasets.synthetic.pushes import PUSH_FACTORIES
 
-    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name)
+    factory = FACTORIES.get(name) or PUSH_FACTORIES.get(name) or MESH_FACTORIES.get(name)
     if factory is None:
-        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS)}")
+        raise ValueError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS + PUSH_MECHANISMS + MESH_MECHANISMS)}")
     return factory()
 
 
 def _corners(shape: Shape) -> np.ndarray:
-    e = np.asarray(shape.extents()) / 2
-    return np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * e
+    return shape.corners()
 
 
 def _view_points(mech: Mechanism, poses: np.ndarray, tip_pos: np.ndarray | None, tip_height: float = 0.0
@@ -212,7 +213,11 @@ def _write_truth(w: RecordingWriter, st: SyntheticTruth, truth: dict) -> None:
     """truth.json, truth.urdf and truth_poses.npz of clip ``st``."""
     frames = len(st.world_from_body)
     w.add_file("truth.json", json.dumps(truth, indent=2) + "\n")
-    w.add_file("truth.urdf", st.urdf)
+    urdf = st.urdf
+    for shape in st.shapes.values():  # mesh files: the recording's copy, relative to truth.urdf
+        if shape.type == "mesh":
+            urdf = urdf.replace(f'filename="{shape.mesh_path().resolve()}"', f'filename="{shape.file}"')
+    w.add_file("truth.urdf", urdf)
     arrays = dict(world_from_body=st.world_from_body, body_names=np.array(st.body_names),
                   q=st.q, joint_names=np.array(st.joint_names, dtype=str),
                   times=np.arange(frames) / st.fps)

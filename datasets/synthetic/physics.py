@@ -58,12 +58,16 @@ class SyntheticTruth:
 # ---------------------------------------------------------------- inertia and URDF
 
 def _geometry_parts(shape: Shape) -> list[tuple[np.ndarray, str]]:
-    """(offset in the shape frame, URDF <geometry> body) pieces of a primitive.
+    """(offset in the shape frame, URDF <geometry> body) pieces of a shape.
 
     Standard URDF has no capsule, so a capsule is written as its exact decomposition,
     a cylinder plus two end spheres (for visual and collision; inertia is explicit),
     which every URDF reader understands and which Bullet collides identically.
     """
+    if shape.type == "mesh":  # the file, scaled, placed so that its centre of mass is the shape centre
+        sc = shape.scale
+        return [(-shape.mesh_offset(), f'<mesh filename="{escape(str(shape.mesh_path().resolve()))}" '
+                 f'scale="{sc:.9g} {sc:.9g} {sc:.9g}"/>')]
     if shape.type == "box":
         return [(np.zeros(3), '<box size="%.9g %.9g %.9g"/>' % tuple(shape.size))]
     if shape.type == "sphere":
@@ -107,11 +111,12 @@ def build_urdf(mech: Mechanism) -> str:
         c_link = frames[b.name][:3, :3].T @ (b.T_world_body[:3, 3] - frames[b.name][:3, 3])
         T_off = np.eye(4)
         T_off[:3, 3] = c_link
-        ixx, iyy, izz = b.shape.inertia(b.mass)
+        I = b.shape.inertia_tensor(b.mass)
         rgba = "%.3g %.3g %.3g 1" % b.colour
         xml = (f'  <link name="{escape(b.name)}">\n'
                f'    <inertial>{_origin_xml(T_off)}<mass value="{b.mass:.9g}"/>'
-               f'<inertia ixx="{ixx:.9g}" ixy="0" ixz="0" iyy="{iyy:.9g}" iyz="0" izz="{izz:.9g}"/></inertial>\n')
+               f'<inertia ixx="{I[0, 0]:.9g}" ixy="{I[0, 1]:.9g}" ixz="{I[0, 2]:.9g}" iyy="{I[1, 1]:.9g}" '
+               f'iyz="{I[1, 2]:.9g}" izz="{I[2, 2]:.9g}"/></inertial>\n')
         for offset, geom in _geometry_parts(b.shape):
             T_geom = T_off @ pose(offset, b.T_world_body[:3, :3].T @ frames[b.name][:3, :3])
             xml += (f'    <visual>{_origin_xml(T_geom)}<geometry>{geom}</geometry>'

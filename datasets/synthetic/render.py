@@ -68,8 +68,11 @@ def fit_camera(points: np.ndarray, view: tuple[float, float], size=(320, 240), f
 
 
 def shape_mesh(shape: Shape, resolution: int = 40) -> tuple[np.ndarray, np.ndarray]:
-    """Triangle mesh (V (n, 3), F (m, 3)) of a primitive in its body frame (centred)."""
+    """Triangle mesh (V (n, 3), F (m, 3)) of a shape in its body frame (centred); a mesh shape's own."""
     G = o3d.geometry.TriangleMesh
+    if shape.type == "mesh":  # the file's triangles, in the body frame (centre of mass at the origin)
+        m = shape.mesh()
+        return np.asarray(m.vertices, np.float64).copy(), np.asarray(m.faces).astype(np.uint32)
     if shape.type == "box":
         m = G.create_box(*shape.size)
         m.translate(-np.asarray(shape.size) / 2)

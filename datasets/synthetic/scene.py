@@ -124,8 +124,7 @@ class Scene:
 # ---------------------------------------------------------------- geometry helpers
 
 def _box_corners(shape: Shape) -> np.ndarray:
-    e = np.asarray(shape.extents()) / 2
-    return np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * e
+    return shape.corners()
 
 
 def swept_points(st: SyntheticTruth) -> np.ndarray:
@@ -142,7 +141,10 @@ def swept_points(st: SyntheticTruth) -> np.ndarray:
 
 
 def hull_mesh_points(shape: Shape) -> np.ndarray:
-    """(n, 3) points of a primitive (body frame) whose convex hull is the primitive (to within 1 %)."""
+    """(n, 3) points of a shape (body frame) whose convex hull is the primitive's (to within 1 %)
+    or the mesh's (its hull's vertices)."""
+    if shape.type == "mesh":
+        return np.asarray(shape.mesh().convex_hull.vertices, float)
     if shape.type == "box":
         return _box_corners(shape)
     a = np.linspace(0, 2 * np.pi, 24, endpoint=False)

@@ -227,7 +227,10 @@ class TinyRenderer:
 
     def _add(self, shape: Shape, T: np.ndarray, colour, mask_id: int) -> int:
         p, kw = self.p, {"rgbaColor": [*colour, 1.0], "physicsClientId": self.cid}
-        if shape.type == "box":
+        if shape.type == "mesh":  # the file, scaled, its centre of mass at the body origin
+            vs = p.createVisualShape(p.GEOM_MESH, fileName=str(shape.mesh_path().resolve()), meshScale=[shape.scale] * 3,
+                                     visualFramePosition=(-shape.mesh_offset()).tolist(), **kw)
+        elif shape.type == "box":
             vs = p.createVisualShape(p.GEOM_BOX, halfExtents=[x / 2 for x in shape.size], **kw)
         elif shape.type == "sphere":
             vs = p.createVisualShape(p.GEOM_SPHERE, radius=shape.radius, **kw)

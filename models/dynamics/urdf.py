@@ -272,8 +272,8 @@ def model_from_articulation(art, T_world_body0, masses=None, shapes=None, batch:
         trans.append(pivot - origin[j.parent])
         m = float((masses or {}).get(j.child, 1.0))
         shape = (shapes or {}).get(j.child)
-        # Shape.inertia: the formula of the truth URDFs and the exported twin (a mesh raises)
-        I_shape = np.diag(shape.inertia(m) if shape is not None else stand_in_inertia(m))
+        # Shape.inertia_tensor: the truth URDFs' and the exported twin's (a mesh: trimesh's mass properties)
+        I_shape = shape.inertia_tensor(m) if shape is not None else np.diag(stand_in_inertia(m))
         R0 = T0[:3, :3]
         mass.append(m)
         com.append(T0[:3, 3] - pivot)

@@ -17,8 +17,12 @@ distance from the edge (``ray_margin``), which the colour-silhouette residuals n
 Why not a triangle rasteriser (DEODR) is in docs/decisions.md ("Settings and their
 measured reasons").
 
-Meshes (``type: mesh``) are not supported by the analytic backend and raise: they need a
-rasteriser backend (DEODR on the CPU, nvdiffrast on a GPU) behind the same ``render``.
+Meshes (``type: mesh``) go through the same backend and the same functions: a mesh
+``Primitive`` carries its ``mesh.MeshGeometry`` and ``ray_hit`` / ``sdf`` / ``ray_margin``
+hand it to ``mesh.py`` (BVH ray casting and closest points, Open3D by default; the
+engines measured are in ``mesh_backends.py`` and docs/decisions.md, "Mesh parts"), with
+depth derivatives from the hit triangle's plane and margin derivatives by the envelope
+theorem, as for the primitives.
 This package does no lighting model: colour is a flat per-body albedo.
 """
 from __future__ import annotations

@@ -18,15 +18,17 @@ Three quantities, each used by the renderer and the tracker:
   convex set is convex along a line) and the gradient comes from the envelope
   theorem, d/dθ min_s f(s, θ) = ∂f/∂θ at s*, which is exact.
 
-Meshes are deliberately not here: they go through a rasteriser backend.
+A mesh part (``kind == "mesh"``) carries its ``mesh.MeshGeometry``; every function
+here hands it to ``mesh.py`` (BVH ray casting and closest points, same quantities).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.render import mesh as _mesh
 _TINY = 1e-20
 _GOLDEN = 0.6180339887498949
 
@@ -38,7 +40,8 @@ class Primitive:
     kind: str
     radius: float = 0.0
     half_length: float = 0.0  # capsule (without caps) / cylinder, along z
-    half_size: tuple[float, float, float] = (0.0, 0.0, 0.0)  # box
+    half_size: tuple[float, float, float] = (0.0, 0.0, 0.0)  # box; mesh: its vertices' largest |x|, |y|, |z|
+    mesh: _mesh.MeshGeometry | None = field(default=None, compare=False, repr=False)  # kind "mesh"
 
     @staticmethod
     def from_shape(shape: Shape) -> "Primitive":
@@ -48,10 +51,15 @@ class Primitive:
             return Primitive(shape.type, radius=float(shape.radius), half_length=0.5 * float(shape.length))
         if shape.type == "box":
             return Primitive("box", half_size=tuple(0.5 * float(s) for s in shape.size))
-        raise ValueError(f"shape {shape.name!r}: type {shape.type!r} is not a primitive (meshes need a rasteriser backend)")
+        if shape.type == "mesh":
+            g = _mesh.geometry_of(shape)
+            return Primitive("mesh", half_size=g.half_size, mesh=g)
+        raise ValueError(f"shape {shape.name!r}: unknown type {shape.type!r}")
 
     @property
     def bounding_radius(self) -> float:
+        if self.kind == "mesh":
+            return self.mesh.bounding_radius
         if self.kind == "box":
             return float(sum(h * h for h in self.half_size) ** 0.5)
         return self.radius + self.half_length
@@ -59,6 +67,8 @@ class Primitive:
 
 def sdf(prim: Primitive, q: torch.Tensor) -> torch.Tensor:
     """q: (..., 3) body-frame points -> (...) signed distance (m), negative inside."""
+    if prim.kind == "mesh":
+        return _mesh.sdf(prim.mesh, q)
     if prim.kind == "sphere":
         return _norm(q) - prim.radius
     if prim.kind == "capsule":
@@ -82,6 +92,8 @@ def sdf_and_grad(prim: Primitive, q: torch.Tensor) -> tuple[torch.Tensor, torch.
     every depth point at every Gauss-Newton step.
     """
     q = q.detach()
+    if prim.kind == "mesh":
+        return _mesh.sdf_and_grad(prim.mesh, q)
     if prim.kind == "sphere":
         n = _norm(q)
         return n - prim.radius, q / n.unsqueeze(-1)
@@ -122,6 +134,8 @@ def ray_hit(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     The ray is ``o + s d``; with camera rays ``d = ((u-cx)/fx, (v-cy)/fy, 1)`` in the camera
     frame, ``s`` is the camera depth z. Origins are assumed outside the shape.
     """
+    if prim.kind == "mesh":
+        return _mesh.ray_hit(prim.mesh, o, d)
     if prim.kind == "sphere":
         return _sphere_hit(o, d, prim.radius)
     if prim.kind == "capsule":
@@ -139,8 +153,11 @@ def ray_hit(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 def ray_margin(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 14) -> torch.Tensor:
     """o, d: (..., 3) -> (...) signed ray-to-shape distance (m), positive where the ray pierces.
 
-    ``iters``: golden-section steps for boxes and cylinders (bracket shrinks 0.618x each).
+    ``iters``: golden-section steps for boxes and cylinders (bracket shrinks 0.618x each);
+    meshes: ``mesh.ray_margin`` (grid and golden section, its own step counts).
     """
+    if prim.kind == "mesh":
+        return _mesh.ray_margin(prim.mesh, o, d)
     if prim.kind == "sphere":
         return prim.radius - _line_point_dist(o, d)
     if prim.kind == "capsule":
@@ -184,6 +201,8 @@ def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tu
     (sphere) or the segment (capsule) in closed form, else the golden-section minimiser.
     """
     o, d = o.detach(), d.detach()
+    if prim.kind == "mesh":
+        return _mesh.ray_margin_and_grad(prim.mesh, o, d)
     if prim.kind == "sphere":
         s_star = -_dot(o, d) / _dot(d, d)
     elif prim.kind == "capsule":
