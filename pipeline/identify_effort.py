@@ -1,0 +1,114 @@
+"""Identify a fixed-base mechanism driven by a known joint effort (``actuation.npz``'s
+``joint_effort`` at ``effort_joints``, docs/formats.md §1.2).
+
+The recorded effort row k (N m or N) acts on its joint's dof over the frame period
+[k, k + 1) / fps (held, not interpolated: a robot's torque command per control period);
+rows past the last one hold the last. The simulator's state gets one more column, the time
+(s) of the state, so that a rollout started at any frame (a shooting window) applies the
+effort from that frame on, as ``identify_push`` does for a pusher's track.
+
+A known force sets the scale that free motion leaves open (mass x everything scaled by one
+factor moves the same under gravity and damping, not under a given torque), so the masses,
+damping and friction come out absolute: no body's mass is anchored after the fit
+(``identify.anchored`` is not applied) and params.json's ``identifiable.scale`` says so.
+The effort's sign follows the joint's axis in ``articulation.json``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+SCALE_NOTE = ("absolute: a known joint effort (actuation.npz joint_effort at {joints}) fixes the scale that free "
+              "motion leaves open; no mass is anchored")
+
+
+def effort_columns(rec, dof_names: list[str]) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """((R, nv) effort per recorded row on the simulator's dofs, the driven joints) of ``rec``'s
+    actuation, or None without a joint effort. ValueError naming the joints the articulation lacks."""
+    act = getattr(rec, "actuation", None)
+    if act is None or act.joint_effort is None or not act.effort_joints:
+        return None
+    missing = [j for j in act.effort_joints if j not in dof_names]
+    if missing:
+        raise ValueError(f"identify: actuation.npz joint_effort names joint(s) {', '.join(missing)} that the "
+                         f"articulation has no 1-dof joint of (its dofs: {', '.join(dof_names) or 'none'})")
+    E = np.zeros((act.joint_effort.shape[0], len(dof_names)))
+    for d, j in enumerate(act.effort_joints):
+        E[:, dof_names.index(j)] += act.joint_effort[:, d]
+    return E, tuple(act.effort_joints)
+
+
+def attach_effort(cfg, sim, prob, rec, fps: float):
+    """(simulator, Problem) of ``sim``/``prob`` (``identify.build_simulator``/``make_problem``'s) with
+    the recorded effort applied and the time column added to the state; None without an effort."""
+    found = effort_columns(rec, list(sim.dof_names)) if rec is not None else None
+    if found is None:
+        return None
+    E, joints = found
+    driven = _effort_simulator(type(sim))(**{f: getattr(sim, f) for f in sim.__dataclass_fields__})
+    driven.effort, driven.fps, driven.joints = torch.as_tensor(E, dtype=torch.float64), float(fps), joints
+    guess = prob.state_guess[0]
+    times = torch.arange(guess.shape[0], dtype=guess.dtype)[:, None] / fps
+    # observe: make_problem's reads the first nq columns, which the time column does not move
+    new = replace(prob, simulate=driven.simulate, state_guess=[torch.cat([guess, times], 1)], state_scale=None)
+    log.info("identify: known effort at %s (|tau| up to %.3g) drives the fit; masses are absolute",
+             ", ".join(joints), float(np.abs(E).max()))
+    return driven, new
+
+
+def absolute_scale(post, joints: tuple[str, ...]):
+    """``post`` whose ``identifiable.scale`` says that the known effort at ``joints`` fixed the scale."""
+    ident = dict(post.identifiable or {})
+    ident["scale"] = {"note": SCALE_NOTE.format(joints=", ".join(joints)), "known_effort": list(joints)}
+    return replace(post, identifiable=ident)
+
+
+def _effort_simulator(base):
+    class EffortSimulator(base):
+        """``identify.TwinSimulator`` with the recorded joint effort applied: state (q, qd, t)."""
+
+        effort: torch.Tensor = None   # (R, nv) generalised force per recorded row
+        fps: float = 30.0
+        joints: tuple = ()
+
+        def controls(self, t0: torch.Tensor, n: int, dtype):
+            """Generalised forces (n, B, nv) of the steps at times t0 + k dt, k < n: row floor(t fps)."""
+            from vid2sim.models.dynamics import Control
+
+            R = len(self.effort)
+            t = t0[None, :] + torch.arange(n, dtype=dtype)[:, None] * self.dt
+            row = torch.floor(t * self.fps + 1e-6).long().clamp(0, R - 1)   # (n, B)
+            return Control(tau=self.effort.to(dtype)[row])
+
+        def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = ()) -> torch.Tensor:
+            from vid2sim.models.dynamics import State, rollout
+
+            model = self.model_for(theta).replace(nets=tuple(nets))
+            nq, nv = model.nq, model.nv
+            t0 = torch.round(start[:, nq + nv].detach() * self.fps) / self.fps   # windows start on frames
+            n = (steps - 1) * self.substeps
+            st = rollout(model, State(start[:, :nq], start[:, nq:nq + nv]), n, dt=self.dt,
+                         controls=self.controls(t0, max(n, 1), start.dtype), compile=self.compile)
+            x = torch.cat([st.q, st.qd], -1)[:: self.substeps].transpose(0, 1)   # (B, steps, nq + nv)
+            t = t0[:, None] + torch.arange(steps, dtype=start.dtype)[None] / self.fps
+            return torch.cat([x, t[..., None]], -1)
+
+    return EffortSimulator
+
+
+def forecast_effort(rec, art):
+    """``forecast.Effort`` of ``rec``'s known joint effort on the joints of ``art`` it names, or None."""
+    from vid2sim.models.bullet import Effort
+
+    act = getattr(rec, "actuation", None)
+    if act is None or act.joint_effort is None:
+        return None
+    names = {j.name for j in art.joints if j.type in ("revolute", "prismatic")}
+    keep = [d for d, j in enumerate(act.effort_joints) if j in names]
+    if not keep:
+        return None
+    return Effort(tuple(act.effort_joints[d] for d in keep), act.joint_effort[:, keep].copy())

@@ -1,0 +1,143 @@
+"""The report's section on known actuators (``actuation.npz``, docs/formats.md §1.2).
+
+Shown when the recording has one: a frame with each actuator's recorded path drawn over
+it (its shape centre projected every frame, in one colour over the recording's frames and
+another over the rows past its end, a circle of the tip's radius every ``MARK_EVERY`` frames);
+the contact model and its coefficients from ``contacts.json`` (export's side file) or
+params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and 90 %
+interval from params.json); and a known joint effort plotted over time.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+MARK_EVERY = 15   # frames between the tip outlines drawn on the path
+PATH_COLOUR, PLAN_COLOUR = (255, 60, 200), (255, 200, 60)   # RGB: recorded frames, planned rows past the end
+FIT_KEYS = ("floor.friction", "tip.friction", "floor.stiffness", "floor.damping")
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def path_image(rec, act, frame: int) -> np.ndarray:
+    """(H, W, 3) uint8: frame ``frame`` with every actuator's path projected over it."""
+    from vid2sim.pipeline.report import background_image
+
+    img = np.ascontiguousarray(background_image(rec, frame))
+    cam = rec.camera
+    for a in range(len(act.names)):
+        uv, z = cam.project(act.positions(a))
+        ok = z > 1e-6
+        pts = np.round(uv).astype(np.int32)
+        T = rec.num_frames
+        shape = (rec.shapes or {}).get(act.shapes[a])
+        r_m = float(shape.radius) if shape is not None and shape.radius else 0.0
+        for k in range(0, min(T, len(pts)), MARK_EVERY):
+            if ok[k] and r_m > 0:
+                r_px = max(1, int(round(cam.fx * r_m / z[k])))
+                cv2.circle(img, tuple(int(v) for v in pts[k]), r_px, PATH_COLOUR, 1, cv2.LINE_AA)
+        if ok[min(frame, len(pts) - 1)]:
+            cv2.circle(img, tuple(int(v) for v in pts[min(frame, len(pts) - 1)]), 3, (255, 255, 255), -1)
+        for lo, hi, colour in ((T - 1, len(pts), PLAN_COLOUR), (0, T, PATH_COLOUR)):   # the path over the marks
+            seg = pts[lo:hi][ok[lo:hi]]
+            if len(seg) > 1:
+                cv2.polylines(img, [seg.reshape(-1, 1, 2)], False, colour, 1, cv2.LINE_8)
+        cv2.putText(img, f"{act.names[a]} path, frame {frame}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                    (255, 255, 255), 1)
+    return img
+
+
+def _rows(d: dict, prefix: str = "") -> str:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(_rows(v, f"{prefix}{k}."))
+        else:
+            txt = f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, list) else str(v)
+            out.append(f"<tr><td>{html.escape(prefix + k)}</td><td>{html.escape(txt)}</td></tr>")
+    return "".join(out)
+
+
+def contacts_table(run: Path) -> str:
+    """The contact model and its coefficients (contacts.json, else params.json ``extra.pusher``), or ''."""
+    side = _json(run / "contacts.json")
+    if side is None:
+        params = _json(run / "params.json") or {}
+        pusher = (params.get("extra") or {}).get("pusher")
+        if not pusher:
+            return ""
+        side, source = {"pusher": pusher}, "params.json extra.pusher"
+    else:
+        source = '<a href="contacts.json">contacts.json</a>'
+    model = side.pop("contact_model", None)
+    return (f"<div><p>contacts ({source})</p><table><tr><th>key</th><th>value</th></tr>{_rows(side)}</table>"
+            + (f"<p class='j'>{html.escape(str(model))}</p>" if model else "") + "</div>")
+
+
+def fit_table(run: Path) -> str:
+    """Floor and tip friction (and the floor's compliance) as identified: estimate and 90 % interval, or ''."""
+    params = _json(run / "params.json")
+    if not params:
+        return ""
+    est = params.get("estimate") or {}
+    q = (params.get("identifiable") or {}).get("quantities") or {}
+    rows = []
+    for k in FIT_KEYS:
+        if k not in est:
+            continue
+        iv = (q.get(k) or {}).get("interval90")
+        iv_txt = f"{iv[0]:.3g} .. {iv[1]:.3g}" if iv else "held (not fitted)"
+        rows.append(f"<tr><td>{html.escape(k)}</td><td>{est[k]:.4g}</td><td>{iv_txt}</td></tr>")
+    if not rows:
+        return ""
+    return ("<div><p>contact fit (params.json)</p><table><tr><th>parameter</th><th>estimate</th>"
+            "<th>90 % interval</th></tr>" + "".join(rows) + "</table></div>")
+
+
+def effort_plot(rec, act) -> str:
+    """The known joint effort over the recording's rows, as an <img>, or ''."""
+    if act.joint_effort is None:
+        return ""
+    from vid2sim.pipeline.report import _img, _plt, fig_data_uri
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 2.2))
+    t = np.arange(len(act.joint_effort)) / rec.fps
+    for d, j in enumerate(act.effort_joints):
+        ax.step(t, act.joint_effort[:, d], where="post", lw=1, label=j)
+    ax.axvline((rec.num_frames - 1) / rec.fps, color="0.5", lw=0.8, ls="--")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("effort (N m or N)")
+    ax.set_title("known joint effort (actuation.npz)")
+    ax.legend(fontsize=7)
+    return _img(fig_data_uri(fig), "known joint effort")
+
+
+def actuators_section(rec, run: Path) -> str:
+    """The section's HTML, or '' when the recording has no known actuator."""
+    from vid2sim.pipeline.report import _img, _section, png_data_uri
+
+    act = getattr(rec, "actuation", None)
+    if act is None:
+        return ""
+    run = Path(run)
+    parts = [f"<p>actuators: {html.escape(', '.join(f'{n} ({s})' for n, s in zip(act.names, act.shapes)) or 'none')}"
+             + (f"; known effort at {html.escape(', '.join(act.effort_joints))}" if act.joint_effort is not None else "")
+             + "</p>"]
+    if len(act.names):
+        try:
+            parts.append(_img(png_data_uri(path_image(rec, act, rec.num_frames // 2)), "actuator path"))
+        except Exception as e:   # a figure that cannot be drawn is reported, not fatal
+            parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
+    parts.append("<div class='row'>" + contacts_table(run) + fit_table(run) + "</div>")
+    parts.append(effort_plot(rec, act))
+    return _section("Known actuators: the pusher, its contacts and the fit", "".join(parts))
