@@ -11,7 +11,11 @@ A known force sets the scale that free motion leaves open (mass x everything sca
 factor moves the same under gravity and damping, not under a given torque), so the masses,
 damping and friction come out absolute: no body's mass is anchored after the fit
 (``identify.anchored`` is not applied) and params.json's ``identifiable.scale`` says so.
-The effort's sign follows the joint's axis in ``articulation.json``.
+The effort's sign follows the joint's axis in ``articulation.json``; articulate may find
+that axis reversed from the robot's own, so ``effort_signs`` checks each driven joint's sign
+against the tracks first: the generalised force is linear in the masses and joint damping
+(RNEA of one-hot masses), and the sign whose non-negative least-squares fit to the tracked
+accelerations leaves the smaller residual is used (logged when it reverses the recording's).
 """
 from __future__ import annotations
 
@@ -49,6 +53,13 @@ def attach_effort(cfg, sim, prob, rec, fps: float):
     if found is None:
         return None
     E, joints = found
+    q = prob.observations[0].numpy() if cfg.observation == "joints" else None
+    if q is not None and len(q) >= 9:
+        signs = effort_signs(sim, q, E, fps)
+        for d in np.flatnonzero(signs < 0):
+            log.warning("identify: the known effort at %s is applied reversed: its recorded sign fits the tracks "
+                        "worse (articulate's axis of %s points the other way)", sim.dof_names[d], sim.dof_names[d])
+        E = E * signs[None, :]
     driven = _effort_simulator(type(sim))(**{f: getattr(sim, f) for f in sim.__dataclass_fields__})
     driven.effort, driven.fps, driven.joints = torch.as_tensor(E, dtype=torch.float64), float(fps), joints
     guess = prob.state_guess[0]
@@ -58,6 +69,48 @@ def attach_effort(cfg, sim, prob, rec, fps: float):
     log.info("identify: known effort at %s (|tau| up to %.3g) drives the fit; masses are absolute",
              ", ".join(joints), float(np.abs(E).max()))
     return driven, new
+
+
+def effort_signs(sim, q: np.ndarray, E: np.ndarray, fps: float) -> np.ndarray:
+    """(nv,) +1 or -1 per dof: the sign of each driven dof's recorded effort ``E`` (R, nv) that
+    explains the tracked positions ``q`` (T, nv) better (module docstring); +1 where not driven.
+    Velocities and accelerations are Savitzky-Golay derivatives (9 frames, cubic)."""
+    from scipy.optimize import nnls
+    from scipy.signal import savgol_filter
+
+    from vid2sim.models.dynamics import inverse_dynamics
+
+    T, nv = q.shape
+    dt = 1.0 / fps
+    qd, qdd = (savgol_filter(q, 9, 3, deriv=k, delta=dt, axis=0) for k in (1, 2))
+    model = sim.model.expand(T)
+    N = model.mass.shape[1]
+    cols = []
+    with torch.no_grad():
+        for b in range(N):   # the generalised force of body b alone at 1 kg
+            onehot = torch.zeros(T, N, dtype=model.mass.dtype)
+            onehot[:, b] = 1.0
+            m = model.replace(mass=onehot, inertia=sim.unit_inertia * onehot[:, :, None, None],
+                              damping=torch.zeros(T, nv, dtype=onehot.dtype), friction=torch.zeros(T, nv, dtype=onehot.dtype))
+            cols.append(inverse_dynamics(m, *(torch.as_tensor(x, dtype=onehot.dtype) for x in (q, qd, qdd))).numpy())
+    tau = E[np.minimum(np.arange(T), len(E) - 1)]
+    signs = np.ones(nv)
+    edge = slice(4, T - 4)   # the filter's ends are extrapolated
+    damping = []
+    for d in range(nv):   # the generalised force of dof d's damping at 1 N m s/rad (or N s/m)
+        col = np.zeros((T - 8, nv))
+        col[:, d] = qd[edge, d]
+        damping.append(col.reshape(-1))
+    # rows: every dof over the clip; columns: the masses, then each dof's damping
+    A = np.stack([c[edge].reshape(-1) for c in cols] + damping, 1)
+    for d in np.flatnonzero(np.abs(E).max(0) > 0):
+        res = {}
+        for s in (1.0, -1.0):
+            target = tau[edge].copy()
+            target[:, d] *= s
+            res[s] = nnls(A, target.reshape(-1))[1]
+        signs[d] = 1.0 if res[1.0] <= res[-1.0] else -1.0
+    return signs
 
 
 def absolute_scale(post, joints: tuple[str, ...]):

@@ -20,7 +20,9 @@ Reported per case, against the truth of the unseen frames:
   (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
   known torque fixes the scale);
 beside, in the same run: ``oracle_*`` (the true URDF, floor, tip and effort restarted from the
-true poses) and ``baseline_*`` (the pipeline's twin without the pusher and without the effort).
+true poses) and ``baseline_*`` (the pipeline's twin without the pusher and without the effort);
+with a known effort also ``no_effort_fit_*``: the same tracks identified without the effort
+(mass anchored by density, as without actuation.npz) and forecast without it.
 
 The last stdout line is one JSON object ``{case: {"iou", "oracle_iou", "baseline_iou",
 "pos_err_1s_m", "rot_err_1s_deg", ..., "friction", "friction_rel_err", "joints", "seconds"}}``;
@@ -47,7 +49,7 @@ import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
 from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes, simulate, true_masks  # noqa: E402
-from vid2sim.pipeline import export, forecast  # noqa: E402
+from vid2sim.pipeline import export, forecast, identify  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 from vid2sim.pipeline.identify_effort import forecast_effort  # noqa: E402
 from vid2sim.pipeline.identify_push import forecast_tip  # noqa: E402
@@ -151,6 +153,13 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
                                        jp=jp, shapes=rec.shapes, effort=eff)
             res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))
         res.update(_parameter_errors(st, post))
+        if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
+            post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
+            urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")
+            W = forecast.simulate_twin(urdf0, art, poses, at, steps, FPS, floor=floor, jp=jp, shapes=rec.shapes)
+            res.update(_scores("no_effort_fit_", W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real,
+                               tip_px))
+            res["no_effort_fit_params"] = _parameter_errors(st, post0)["params"]
         res["joints"] = [f"{j.name}:{j.type}" for j in art.joints]
         res["side_file"] = (run / "contacts.json").exists()
     except Exception as e:  # a failing stage is a result to report, not to hide
