@@ -6,7 +6,8 @@
 
 A recording folder gets, besides what docs/formats.md §1 requires
 (camera.json, depth/, color/, shapes.json, truth.json, truth_poses.npz, and for
-``pushed`` actuation.npz with the tip as actuator ``pusher`` of shape ``pusher_tip``):
+``pushed`` actuation.npz with the tip as actuator ``pusher`` of shape ``pusher_tip``; for
+``driven_pendulum`` one with no actuator and its hinge's torque as ``joint_effort``):
   - ``truth.urdf``: the URDF PyBullet simulated (world coordinates);
   - ``truth_masks/000000.png``: uint8 body ids per pixel (0 background, i + 1 body i
     in truth.json order, 255 the pusher tip of ``pushed``);
