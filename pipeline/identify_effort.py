@@ -53,6 +53,9 @@ def attach_effort(cfg, sim, prob, rec, fps: float):
     if found is None:
         return None
     E, joints = found
+    if cfg.augmentation.augment:   # identify_augment's windows carry no time column to index the effort by
+        raise NotImplementedError("identify: augmentation.augment=true with a known joint effort (actuation.npz) "
+                                  "is not supported yet")
     q = prob.observations[0].numpy() if cfg.observation == "joints" else None
     if q is not None and len(q) >= 9:
         signs = effort_signs(sim, q, E, fps)
