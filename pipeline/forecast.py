@@ -441,7 +441,7 @@ def _validation_twin(cfg: ForecastConfig, rec: Recording, art: Articulation, jp:
 
     from vid2sim.pipeline.identify_effort import forecast_effort   # a known joint effort replayed
 
-    tip, effort = forecast_tip(rec, post), forecast_effort(rec, art)
+    tip, effort = forecast_tip(rec, post), forecast_effort(rec, art, post)
     sim = lambda path: simulate_twin(path, art, fitted, at, steps, rec.fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
                                      jp=jp, shapes=rec.shapes, tip=tip, effort=effort)
     urdf = out_dir / ".forecast_train.urdf"

@@ -51,7 +51,7 @@ from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
-from vid2sim.pipeline.identify_effort import absolute_scale, attach_effort
+from vid2sim.pipeline.identify_effort import attach_effort, with_effort
 from vid2sim.pipeline.identify_config import (IdentifyAugmentation, IdentifyBounds, IdentifyConfig,  # noqa: F401
                                               IdentifyContact, IdentifyInference, IdentifyNoise, IdentifyShooting,
                                               IdentifyVideo)
@@ -307,11 +307,11 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
         post.extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
-    absolute = hasattr(sim, "effort") and not sim.anchor.get("known")
+    absolute = hasattr(sim, "effort") and not sim.anchor.get("known")   # a known effort (identify_effort)
     post = with_identifiability(cfg, post, None if absolute else
                                 sim.anchor if root is None else root_anchor(cfg, root.anchored))
-    if absolute:
-        post = absolute_scale(post, sim.joints)
+    if hasattr(sim, "effort"):
+        post = with_effort(post, sim, absolute)
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:

@@ -63,8 +63,11 @@ def attach_effort(cfg, sim, prob, rec, fps: float):
             log.warning("identify: the known effort at %s is applied reversed: its recorded sign fits the tracks "
                         "worse (articulate's axis of %s points the other way)", sim.dof_names[d], sim.dof_names[d])
         E = E * signs[None, :]
+    else:
+        signs = np.ones(E.shape[1])
     driven = _effort_simulator(type(sim))(**{f: getattr(sim, f) for f in sim.__dataclass_fields__})
     driven.effort, driven.fps, driven.joints = torch.as_tensor(E, dtype=torch.float64), float(fps), joints
+    driven.signs = {j: float(signs[sim.dof_names.index(j)]) for j in joints}
     guess = prob.state_guess[0]
     times = torch.arange(guess.shape[0], dtype=guess.dtype)[:, None] / fps
     # observe: make_problem's reads the first nq columns, which the time column does not move
@@ -116,11 +119,15 @@ def effort_signs(sim, q: np.ndarray, E: np.ndarray, fps: float) -> np.ndarray:
     return signs
 
 
-def absolute_scale(post, joints: tuple[str, ...]):
-    """``post`` whose ``identifiable.scale`` says that the known effort at ``joints`` fixed the scale."""
+def with_effort(post, sim, absolute: bool):
+    """``post`` with ``extra["known_effort"]`` {"joints", "signs"} (the sign applied to each joint's
+    recorded effort, ``effort_signs``) and, when ``absolute`` (no known mass), ``identifiable.scale``
+    saying that the known effort fixed the scale."""
+    extra = dict(post.extra, known_effort={"joints": list(sim.joints), "signs": sim.signs})
     ident = dict(post.identifiable or {})
-    ident["scale"] = {"note": SCALE_NOTE.format(joints=", ".join(joints)), "known_effort": list(joints)}
-    return replace(post, identifiable=ident)
+    if absolute:
+        ident["scale"] = {"note": SCALE_NOTE.format(joints=", ".join(sim.joints)), "known_effort": list(sim.joints)}
+    return replace(post, extra=extra, identifiable=ident)
 
 
 def _effort_simulator(base):
@@ -130,6 +137,7 @@ def _effort_simulator(base):
         effort: torch.Tensor = None   # (R, nv) generalised force per recorded row
         fps: float = 30.0
         joints: tuple = ()
+        signs: dict = None            # joint -> +1 / -1 applied to its recorded effort
 
         def controls(self, t0: torch.Tensor, n: int, dtype):
             """Generalised forces (n, B, nv) of the steps at times t0 + k dt, k < n: row floor(t fps)."""
@@ -156,8 +164,9 @@ def _effort_simulator(base):
     return EffortSimulator
 
 
-def forecast_effort(rec, art):
-    """``forecast.Effort`` of ``rec``'s known joint effort on the joints of ``art`` it names, or None."""
+def forecast_effort(rec, art, post=None):
+    """``forecast.Effort`` of ``rec``'s known joint effort on the joints of ``art`` it names, with the
+    signs identify applied (``post.extra["known_effort"]``; +1 without), or None."""
     from vid2sim.models.bullet import Effort
 
     act = getattr(rec, "actuation", None)
@@ -167,4 +176,6 @@ def forecast_effort(rec, art):
     keep = [d for d, j in enumerate(act.effort_joints) if j in names]
     if not keep:
         return None
-    return Effort(tuple(act.effort_joints[d] for d in keep), act.joint_effort[:, keep].copy())
+    signs = ((post.extra or {}).get("known_effort") or {}).get("signs", {}) if post is not None else {}
+    joints = tuple(act.effort_joints[d] for d in keep)
+    return Effort(joints, act.joint_effort[:, keep] * np.array([signs.get(j, 1.0) for j in joints]))

@@ -140,4 +140,4 @@ def actuators_section(rec, run: Path) -> str:
             parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
     parts.append("<div class='row'>" + contacts_table(run) + fit_table(run) + "</div>")
     parts.append(effort_plot(rec, act))
-    return _section("Known actuators: the pusher, its contacts and the fit", "".join(parts))
+    return _section("Known actuators (actuation.npz): path, contacts, fit, effort", "".join(parts))

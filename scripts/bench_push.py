@@ -148,7 +148,7 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         rec = open_recording(fit_rec)
         Wt, body_shapes = _ordered(art, poses, rec.shapes)
         floor = forecast.default_floor(art, post)
-        for prefix, tip, eff in (("", forecast_tip(rec, post), forecast_effort(rec, art)), ("baseline_", None, None)):
+        for prefix, tip, eff in (("", forecast_tip(rec, post), forecast_effort(rec, art, post)), ("baseline_", None, None)):
             W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS, floor=floor, tip=tip,
                                        jp=jp, shapes=rec.shapes, effort=eff)
             res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))

@@ -90,6 +90,7 @@ def test_identify_with_the_known_effort_recovers_absolute_mass_and_damping(clip,
     m_err, d_err, ratio_err, post = out["effort"]
     assert m_err < 0.05 and d_err < 0.2, out["effort"][:3]
     assert "known_effort" in post.identifiable["scale"] and "arm.mass" in post.identifiable["quantities"]
+    assert post.extra["known_effort"] == {"joints": ["world_to_arm"], "signs": {"world_to_arm": 1.0}}
     assert out["none"][0] > 0.3 and out["none"][2] > ratio_err, (out["none"][:3], out["effort"][:3])
 
 
