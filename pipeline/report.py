@@ -152,6 +152,10 @@ def tracking_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
                 img = background_image(rec, i)
                 for m in range(len(poses.body_names)):
                     img = _tint(img, ids == m, PALETTE[m % len(PALETTE)])
+                if getattr(rec, "actuation", None) is not None:   # a known actuator's path up to this frame
+                    from vid2sim.pipeline.report_actuators import draw_paths
+
+                    img = draw_paths(np.ascontiguousarray(img), rec, rec.actuation, int(i), upto=int(i))
                 cv2.putText(img, f"frame {i}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1)
                 tiles.append(img)
             parts.append(_img(png_data_uri(np.concatenate(tiles, axis=1)), "tracking overlay"))

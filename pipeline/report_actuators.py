@@ -1,7 +1,7 @@
 """The report's section on known actuators (``actuation.npz``, docs/formats.md §1.2).
 
 Shown when the recording has one: a frame with each actuator's recorded path drawn over
-it (its shape centre projected every frame, in one colour over the recording's frames and
+it (the tracking overlay's tiles get the path up to their frame, ``draw_paths``) (its shape centre projected every frame, in one colour over the recording's frames and
 another over the rows past its end, a circle of the tip's radius every ``MARK_EVERY`` frames);
 the contact model and its coefficients from ``contacts.json`` (export's side file) or
 params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and 90 %
@@ -28,31 +28,40 @@ def _json(path: Path) -> dict | None:
         return None
 
 
-def path_image(rec, act, frame: int) -> np.ndarray:
-    """(H, W, 3) uint8: frame ``frame`` with every actuator's path projected over it."""
-    from vid2sim.pipeline.report import background_image
-
-    img = np.ascontiguousarray(background_image(rec, frame))
+def draw_paths(img: np.ndarray, rec, act, frame: int, upto: int | None = None) -> np.ndarray:
+    """``img`` (H, W, 3) uint8 with every actuator's path drawn in place: rows 0 .. ``upto`` (None:
+    every row; the recording's frames in ``PATH_COLOUR``, the rows past them in ``PLAN_COLOUR``),
+    a circle of the tip's radius every ``MARK_EVERY`` frames and a white dot at row ``frame``."""
     cam = rec.camera
+    T = rec.num_frames
     for a in range(len(act.names)):
         uv, z = cam.project(act.positions(a))
-        ok = z > 1e-6
-        pts = np.round(uv).astype(np.int32)
-        T = rec.num_frames
+        n = len(uv) if upto is None else min(upto + 1, len(uv))
+        ok = z[:n] > 1e-6
+        pts = np.round(uv[:n]).astype(np.int32)
         shape = (rec.shapes or {}).get(act.shapes[a])
         r_m = float(shape.radius) if shape is not None and shape.radius else 0.0
-        for k in range(0, min(T, len(pts)), MARK_EVERY):
+        for k in range(0, min(T, n), MARK_EVERY):
             if ok[k] and r_m > 0:
                 r_px = max(1, int(round(cam.fx * r_m / z[k])))
                 cv2.circle(img, tuple(int(v) for v in pts[k]), r_px, PATH_COLOUR, 1, cv2.LINE_AA)
-        if ok[min(frame, len(pts) - 1)]:
-            cv2.circle(img, tuple(int(v) for v in pts[min(frame, len(pts) - 1)]), 3, (255, 255, 255), -1)
-        for lo, hi, colour in ((T - 1, len(pts), PLAN_COLOUR), (0, T, PATH_COLOUR)):   # the path over the marks
+        f = min(frame, n - 1)
+        if ok[f]:
+            cv2.circle(img, tuple(int(v) for v in pts[f]), 3, (255, 255, 255), -1)
+        for lo, hi, colour in ((T - 1, n, PLAN_COLOUR), (0, min(T, n), PATH_COLOUR)):   # the path over the marks
             seg = pts[lo:hi][ok[lo:hi]]
             if len(seg) > 1:
                 cv2.polylines(img, [seg.reshape(-1, 1, 2)], False, colour, 1, cv2.LINE_8)
-        cv2.putText(img, f"{act.names[a]} path, frame {frame}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
-                    (255, 255, 255), 1)
+    return img
+
+
+def path_image(rec, act, frame: int) -> np.ndarray:
+    """(H, W, 3) uint8: frame ``frame`` with every actuator's whole path projected over it."""
+    from vid2sim.pipeline.report import background_image
+
+    img = draw_paths(np.ascontiguousarray(background_image(rec, frame)), rec, act, frame)
+    cv2.putText(img, f"{', '.join(act.names)} path, frame {frame}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                (255, 255, 255), 1)
     return img
 
 

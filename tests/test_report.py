@@ -144,3 +144,10 @@ def test_report_of_a_pushed_run_shows_the_pusher_path_contacts_and_fit(tmp_path)
     assert hits == 30
     far = (img == report_actuators.PATH_COLOUR).all(-1)
     assert far.sum() < 0.05 * far.size   # a path, not a wash of colour
+    # a tracking tile gets the path up to its own frame only
+    tile = report_actuators.draw_paths(np.zeros_like(img, dtype=np.uint8), rec, act, 10, upto=10)
+    on = (tile == report_actuators.PATH_COLOUR).all(-1)
+    px = np.round(uv).astype(int)
+    assert all(on[v, u] for u, v in px[:10])
+    later = [(u, v) for u, v in px[20:] if np.abs(px[:11] - (u, v)).max(1).min() > 1]
+    assert later and not any(on[v, u] for u, v in later)
