@@ -285,6 +285,9 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         if driven is not None:
             sim, prob = driven
     else:
+        if rec is not None and getattr(getattr(rec, "actuation", None), "joint_effort", None) is not None:
+            raise NotImplementedError("identify: a known joint effort (actuation.npz) on a mechanism with a planar or "
+                                      "free root is not supported yet")
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     pushed = root is not None and "pusher" in root.extra
