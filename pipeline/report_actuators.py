@@ -4,8 +4,8 @@ Shown when the recording has one: a frame with each actuator's recorded path dra
 it (the tracking overlay's tiles get the path up to their frame, ``draw_paths``) (its shape centre projected every frame, in one colour over the recording's frames and
 another over the rows past its end, a circle of the tip's radius every ``MARK_EVERY`` frames);
 the contact model and its coefficients from ``contacts.json`` (export's side file) or
-params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and 90 %
-interval from params.json); and a known joint effort plotted over time.
+params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and the
+particles' 5-95 % range from params.json); and a known joint effort plotted over time.
 """
 from __future__ import annotations
 
@@ -93,23 +93,27 @@ def contacts_table(run: Path) -> str:
 
 
 def fit_table(run: Path) -> str:
-    """Floor and tip friction (and the floor's compliance) as identified: estimate and 90 % interval, or ''."""
+    """Floor and tip friction (and the floor's compliance) as identified: the estimate and the 5-95 %
+    range of the posterior particles (Coulomb mu is scale-free: read as is, not as a ratio), or ''."""
     params = _json(run / "params.json")
     if not params:
         return ""
-    est = params.get("estimate") or {}
-    q = (params.get("identifiable") or {}).get("quantities") or {}
+    est, names = params.get("estimate") or {}, list(params.get("names") or [])
+    P = np.asarray(params.get("particles") or [], float).reshape(-1, len(names)) if names else np.zeros((0, 0))
     rows = []
     for k in FIT_KEYS:
         if k not in est:
             continue
-        iv = (q.get(k) or {}).get("interval90")
-        iv_txt = f"{iv[0]:.3g} .. {iv[1]:.3g}" if iv else "held (not fitted)"
-        rows.append(f"<tr><td>{html.escape(k)}</td><td>{est[k]:.4g}</td><td>{iv_txt}</td></tr>")
+        if k in names and len(P):
+            lo, hi = np.percentile(P[:, names.index(k)], [5, 95])
+            rng = f"{lo:.3g} .. {hi:.3g} ({len(P)} particles)"
+        else:
+            rng = "held (not fitted)"
+        rows.append(f"<tr><td>{html.escape(k)}</td><td>{est[k]:.4g}</td><td>{rng}</td></tr>")
     if not rows:
         return ""
     return ("<div><p>contact fit (params.json)</p><table><tr><th>parameter</th><th>estimate</th>"
-            "<th>90 % interval</th></tr>" + "".join(rows) + "</table></div>")
+            "<th>particles 5-95 %</th></tr>" + "".join(rows) + "</table></div>")
 
 
 def effort_plot(rec, act) -> str:

@@ -111,7 +111,8 @@ def test_posterior_section_says_what_is_identifiable_and_what_ends_at_a_limit(tm
 
 def test_report_of_a_pushed_run_shows_the_pusher_path_contacts_and_fit(tmp_path):
     """A pushed recording's report: the tip's recorded path drawn where the camera projects it,
-    contacts.json's model and coefficients, and the identified floor / tip friction with intervals."""
+    contacts.json's model and coefficients, and the identified floor / tip friction with the
+    particles' 5-95 % range."""
     from vid2sim.pipeline import identify_push, report_actuators
     from vid2sim.pipeline.artifacts import Posterior
 
@@ -124,15 +125,15 @@ def test_report_of_a_pushed_run_shows_the_pusher_path_contacts_and_fit(tmp_path)
     pusher = {"actuator": "pusher", "shape": "pusher_tip", "radius": 0.015, "length": 0.06, "axis": [0, 0, 1],
               "contact_points": 137, "tip_damping": 1.0}
     post = Posterior(names, {n: (0.0, 2.0) for n in names}, dict(zip(names, X[0])), X, "cmaes", 1.0,
-                     {"pusher": pusher, "floor": {"height": 0.0}},
-                     {"quantities": {"floor.friction": {"estimate": 0.41, "interval90": [0.405, 0.449]},
-                                     "tip.friction": {"estimate": 0.33, "interval90": [0.303, 0.357]}}})
+                     {"pusher": pusher, "floor": {"height": 0.0}})
     post.save(run / "params.json")
     assert identify_push.write_side_file(post, run) == run / "contacts.json"
     page = report.run(report.ReportConfig(), rec, run).read_text()
     assert "Known actuators" in page and "pusher (pusher_tip)" in page
-    assert "<td>tip.friction</td><td>0.33</td><td>0.303 .. 0.357</td>" in page
-    assert "<td>floor.friction</td><td>0.41</td><td>0.405 .. 0.449</td>" in page
+    lo, hi = np.percentile(X, [5, 95], axis=0)   # the particles' range, read from the file's particles
+    assert f"<td>tip.friction</td><td>0.33</td><td>{lo[2]:.3g} .. {hi[2]:.3g} (3 particles)</td>" in page
+    assert f"<td>floor.friction</td><td>0.41</td><td>{lo[1]:.3g} .. {hi[1]:.3g} (3 particles)</td>" in page
+    assert abs(lo[2] - 0.303) < 1e-9 and abs(hi[2] - 0.357) < 1e-9
     assert "<td>pusher.contact_points</td><td>137</td>" in page and "Hunt-Crossley" in page
     # the path goes through each frame's projected tip centre (independent: Camera.project of the rows)
     img = report_actuators.path_image(rec, act, 15).astype(int)
