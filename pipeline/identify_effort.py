@@ -56,8 +56,8 @@ def attach_effort(cfg, sim, prob, rec, fps: float):
     if cfg.augmentation.augment:   # identify_augment's windows carry no time column to index the effort by
         raise NotImplementedError("identify: augmentation.augment=true with a known joint effort (actuation.npz) "
                                   "is not supported yet")
-    q = prob.observations[0].numpy() if cfg.observation == "joints" else None
-    if q is not None and len(q) >= 9:
+    q = prob.observations[0].numpy()   # make_problem's: the tracked joint positions, whatever the observation
+    if len(q) >= 9:
         signs = effort_signs(sim, q, E, fps)
         for d in np.flatnonzero(signs < 0):
             log.warning("identify: the known effort at %s is applied reversed: its recorded sign fits the tracks "
