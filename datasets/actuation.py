@@ -26,7 +26,8 @@ OPTIONAL = ("joint_effort", "effort_joints")
 @dataclass(frozen=True)
 class Actuation:
     """names, shapes: (A,) actuator names and their shape names in ``shapes.json``;
-    world_from_actuator: (T, A, 4, 4) float64 world poses (m), T >= the recording's frames
+    world_from_actuator: (T, A, 4, 4) float64 world poses (m), T >= the recording's frames; A may be 0
+    when only joint efforts are known
     (rows past its last frame are the planned motion); joint_effort: (T, D) N m or N at the
     joints ``effort_joints`` (D,), or None."""
 
@@ -82,8 +83,9 @@ def _strings(path: Path, z, key: str) -> tuple[str, ...]:
 def validate(path: Path, act: Actuation, shapes: dict[str, Shape] | None, num_frames: int | None) -> None:
     """RecordingError naming ``path`` when ``act`` breaks the contract of docs/formats.md §1.2."""
     A = len(act.names)
-    if A == 0:
-        raise RecordingError(path, "names is empty (an actuation file lists at least one actuator)")
+    if A == 0 and act.joint_effort is None:
+        raise RecordingError(path, "names is empty and there is no joint_effort (an actuation file lists at least "
+                                   "one actuator or a known joint effort)")
     if len(set(act.names)) != A:
         raise RecordingError(path, f"actuator names repeat: {list(act.names)}")
     if len(act.shapes) != A:

@@ -1,6 +1,7 @@
 """PyBullet pieces that simulations share: the floor (the synthetic generator's ground truth
 and the twin's forecast stand on the same definition, so their contacts agree), a
-kinematic pusher (``Tip``) and a URDF twin read out as body poses (``BulletTwin``)."""
+kinematic pusher (``Tip``), a known joint effort (``Effort``) and a URDF twin read out as
+body poses (``BulletTwin``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,14 +53,24 @@ class Tip:
         return Tip(t["radius"], t["height"], st.tip_position, t["friction"])
 
 
+@dataclass(frozen=True)
+class Effort:
+    """A known generalised force at URDF joints ``joints``: ``values`` (T, D) N m or N, row k held
+    over the period from frame k to k + 1 (the last row past the end)."""
+
+    joints: tuple[str, ...]
+    values: np.ndarray
+
+
 class BulletTwin:
     """A URDF in its own PyBullet client, default motors off, read out as body (shape) poses."""
 
     def __init__(self, urdf_path: str, T_link_body: dict[str, np.ndarray], floating: bool, floor: Floor | None = None,
-                 sim_hz: float = 960.0, tip: Tip | None = None):
+                 sim_hz: float = 960.0, tip: Tip | None = None, effort: Effort | None = None):
         import pybullet as pb
 
         self.pb, self.T_link_body, self.floating, self.sim_hz, self.tip = pb, T_link_body, floating, sim_hz, tip
+        self.effort = effort
         self.cid = cid = pb.connect(pb.DIRECT)
         pb.setGravity(0, 0, -9.81, physicsClientId=cid)
         pb.setTimeStep(1.0 / sim_hz, physicsClientId=cid)
@@ -83,6 +94,11 @@ class BulletTwin:
                 # default motor off; Coulomb friction as a zero-velocity motor of force = URDF friction
                 pb.setJointMotorControl2(self.rid, i, pb.VELOCITY_CONTROL, targetVelocity=0.0, force=info[7],
                                          physicsClientId=cid)
+        if effort is not None:
+            missing = [j for j in effort.joints if j not in self.joint_index]
+            if missing:
+                raise ValueError(f"BulletTwin: effort joint(s) {', '.join(missing)} are not revolute/prismatic joints "
+                                 f"of {urdf_path} (it has {', '.join(self.joint_index) or 'none'})")
         self.base_inertial = pose_to_T(np.concatenate(pb.getDynamicsInfo(self.rid, -1, physicsClientId=cid)[3:5]))
         if floor is not None:  # friction/restitution 1.0 on it: the parts carry the effective values
             fid = add_floor(pb, cid, floor)
@@ -130,9 +146,15 @@ class BulletTwin:
             pb.resetBaseVelocity(self.rid, v_com, root_w, physicsClientId=self.cid)
 
     def step_frame(self, fps: float, frame: int = 0) -> None:
-        """Advance one frame period; a tip moves linearly from its frame to the next meanwhile."""
+        """Advance one frame period; a tip moves linearly from its frame to the next meanwhile, a
+        known effort's row ``frame`` acts on its joints (torque control, on top of the joint's
+        damping and its friction motor)."""
         n = max(1, int(round(self.sim_hz / fps)))
+        tau = self.effort.values[min(frame, len(self.effort.values) - 1)] if self.effort is not None else ()
         for s in range(n):
+            for j, f in zip(self.effort.joints if self.effort is not None else (), tau):
+                self.pb.setJointMotorControl2(self.rid, self.joint_index[j], self.pb.TORQUE_CONTROL, force=float(f),
+                                              physicsClientId=self.cid)
             if self.tip is not None:
                 P = self.tip.positions
                 a, b = P[min(frame, len(P) - 1)], P[min(frame + 1, len(P) - 1)]

@@ -72,7 +72,8 @@ def _json_or_text(v: str) -> Any:
 
 
 @app.command()
-def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, pendulum3, rott, tree5, cabinet, thrown, pushed."),
+def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pendulum, pendulum3, rott, tree5, cabinet, thrown, pushed; "
+                                                     "known actuators: pushed_box, pushed_cylinder, driven_pendulum."),
           out: Path = typer.Option(..., "--out", help="Recording folder to write."),
           seed: int = typer.Option(0, help="Random seed (initial state, noise; with --scene random also the scene)."),
           frames: int = typer.Option(120, help="Number of frames."),
@@ -85,11 +86,11 @@ def synth(name: str = typer.Argument(..., help="Mechanism: cartpole, double_pend
                                                     "and renderer drawn from the seed (truth.json 'scene')."),
           overwrite: bool = typer.Option(False, help="Replace OUT if it exists.")) -> None:
     """Make a synthetic recording with ground truth (PyBullet physics, independent renderer)."""
-    from vid2sim.datasets.synthetic import MECHANISMS, SCENE_NOISE, SCENES, make_recording
+    from vid2sim.datasets.synthetic import MECHANISMS, PUSH_MECHANISMS, SCENE_NOISE, SCENES, make_recording
     from vid2sim.datasets.synthetic.sensor import NOISE_MODES
 
-    if name not in MECHANISMS:
-        raise runner.StageError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
+    if name not in MECHANISMS + PUSH_MECHANISMS:
+        raise runner.StageError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS + PUSH_MECHANISMS)}")
     if scene not in SCENES:
         raise runner.StageError(f"--scene {scene!r}: choose one of {', '.join(SCENES)}")
     modes = NOISE_MODES if scene == "default" else SCENE_NOISE

@@ -59,7 +59,7 @@ from vid2sim.pipeline import export, forecast_band
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import atomic_path, write_json, write_npz
 from vid2sim.pipeline.holdout import fit_frames
-from vid2sim.models.bullet import BulletTwin, Floor, Tip  # noqa: F401 (BulletTwin, Tip: forecast's API)
+from vid2sim.models.bullet import BulletTwin, Effort, Floor, Tip  # noqa: F401 (BulletTwin, Effort, Tip: forecast's API)
 from vid2sim.models.render.depth import DepthRenderer, background_from, composite
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,9 @@ def default_floor(art: Articulation, post: Posterior | None) -> Floor | None:
 def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, at: int, steps: int, fps: float,
                   observe: int = 10, sim_hz: float = 960.0, floor: Floor | None = None, tip: Tip | None = None,
                   shoot: bool = True, jp: JointPositions | None = None,
-                  shapes: dict[str, Shape] | None = None) -> np.ndarray:
+                  shapes: dict[str, Shape] | None = None, effort: Effort | None = None) -> np.ndarray:
     """Body poses (steps, M, 4, 4), bodies in ``art.bodies`` order, row k = frame ``at + 1 + k``.
+    ``tip`` and ``effort`` (recorded rows, frame-indexed) are replayed through the fitted window and on.
 
     State estimation from the tracked frames ``lo .. at``, ``lo = at-observe+1`` or, with a
     floor and ``shapes``, the first frame after the window's last floor contact where that
@@ -251,7 +252,7 @@ def simulate_twin(urdf_path: str | Path, art: Articulation, poses: PoseTracks, a
     if floor is not None and body_shapes:
         lo = after_contact(poses.world_from_body[:at + 1][:, order], body_shapes, floor.height, lo, fps)
     observed = poses.world_from_body[lo:at + 1][:, order]
-    twin = BulletTwin(str(urdf_path), link_body_offsets(art, poses), R is not None, floor, sim_hz, tip)
+    twin = BulletTwin(str(urdf_path), link_body_offsets(art, poses), R is not None, floor, sim_hz, tip, effort)
     try:
         restart = Restart(twin, list(art.bodies), names, Q[lo:at + 1], None if R is None else R[lo:at + 1], lo, fps)
         x = restart.fit(observed, kinds) if shoot else restart.x0
@@ -438,9 +439,11 @@ def _validation_twin(cfg: ForecastConfig, rec: Recording, art: Articulation, jp:
     floor = default_floor(art, post)
     from vid2sim.pipeline.identify_push import forecast_tip   # a known pusher replayed with its friction
 
-    tip = forecast_tip(rec, post)
+    from vid2sim.pipeline.identify_effort import forecast_effort   # a known joint effort replayed
+
+    tip, effort = forecast_tip(rec, post), forecast_effort(rec, art, post)
     sim = lambda path: simulate_twin(path, art, fitted, at, steps, rec.fps, cfg.observe, cfg.sim_hz, floor,  # noqa: E731
-                                     jp=jp, shapes=rec.shapes, tip=tip)
+                                     jp=jp, shapes=rec.shapes, tip=tip, effort=effort)
     urdf = out_dir / ".forecast_train.urdf"
     urdf.write_text(export.build_urdf(export.ExportConfig(), art, post, rec.shapes, fitted))
     try:

@@ -34,6 +34,7 @@ import numpy as np
 DRAWS = 4000              # samples of a kernel-density posterior the intervals are read from
 LIMIT_FRACTION = 0.01      # a value within this fraction of the limits' span from a limit is "at" it
 SCALED = ("mass", "damping", "friction", "stiffness")   # parameter kinds proportional to the mass scale
+COEFFICIENTS = ("floor.friction", "tip.friction")      # Coulomb coefficients: dimensionless, not scaled
 SCALE_NOTE = ("absolute mass is not observable from free motion: give one known mass with identify.bounds.masses")
 
 
@@ -66,7 +67,7 @@ def to_anchor(theta: np.ndarray, names: list[str], anchor: dict) -> np.ndarray:
     X = np.array(theta, float, copy=True)
     X2 = np.atleast_2d(X)
     s = anchor["mass"] / X2[:, names.index(f"{anchor['body']}.mass")]
-    cols = [i for i, n in enumerate(names) if _kind(n) in SCALED]
+    cols = [i for i, n in enumerate(names) if _scaled(n)]
     X2[:, cols] *= s[:, None]
     return X2[0] if X.ndim == 1 else X2
 
@@ -79,7 +80,7 @@ def anchor_jacobian(theta: np.ndarray, names: list[str], anchor: dict) -> np.nda
     s = anchor["mass"] / theta[a]
     J = np.eye(len(names))
     for i, n in enumerate(names):
-        if _kind(n) in SCALED:
+        if _scaled(n):
             J[i] *= s
             J[i, a] -= s * theta[i] / theta[a]
     return J
@@ -99,7 +100,7 @@ def anchor_kernel_covariance(particles: np.ndarray, metrics: np.ndarray, span: n
     X = np.asarray(particles, float)
     a = names.index(f"{anchor['body']}.mass")
     keep = [i for i in range(len(names)) if i != a]
-    scaled = np.array([_kind(n) in SCALED for n in names])
+    scaled = np.array([_scaled(n) for n in names])
     s = anchor["mass"] / X[:, a]                                      # (N,) each particle's factor
     factor = np.where(scaled[None], s[:, None], 1.0) * np.asarray(span, float)[None]   # d theta' / d u
     M = np.asarray(metrics, float) / (factor[:, :, None] * factor[:, None, :])
@@ -121,7 +122,7 @@ def anchor_limits(limits: dict, names: list[str], anchor: dict) -> dict:
     for n in names:
         lo, hi = limits[n]
         out[n] = (kg * 0.999, kg * 1.001) if n == ref else \
-            (lo * kg / hi_a, hi * kg / lo_a) if _kind(n) in SCALED else (lo, hi)
+            (lo * kg / hi_a, hi * kg / lo_a) if _scaled(n) else (lo, hi)
     return out
 
 
@@ -134,6 +135,11 @@ def interval(values: np.ndarray, level: float) -> list[float]:
 
 def _kind(name: str) -> str:
     return name.rsplit(".", 1)[-1]
+
+
+def _scaled(name: str) -> bool:
+    """Whether parameter ``name`` is proportional to the mass scale (``SCALED``, not a coefficient)."""
+    return _kind(name) in SCALED and name not in COEFFICIENTS
 
 
 def limit_reason(name: str, side: str, anchor: dict) -> str:
@@ -222,7 +228,7 @@ def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndar
     for i, n in enumerate(names):
         if n in fixed:
             continue
-        if by_ratio and _kind(n) in SCALED:
+        if by_ratio and _scaled(n):
             label, v, est = f"{n}/{ref}", X[:, i] / ref_col, estimate[n] / ref_est
         else:
             label, v, est = n, X[:, i], estimate[n]

@@ -52,6 +52,7 @@ from vid2sim.models.joints.fit import difference_noise
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior
 from vid2sim.datasets.atomic import write_bytes, write_json
 from vid2sim.pipeline.holdout import fit_frames
+from vid2sim.pipeline.identify_effort import attach_effort, with_effort
 from vid2sim.pipeline.identify_config import (IdentifyAugmentation, IdentifyBounds, IdentifyConfig,  # noqa: F401
                                               IdentifyContact, IdentifyInference, IdentifyNoise, IdentifyShooting,
                                               IdentifyVideo)
@@ -283,7 +284,13 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
             return static_posterior(cfg, sim)
         q = joint_trajectory(jp, sim.dof_names, cfg.frames)
         prob = make_problem(cfg, sim, q, fps)
+        driven = attach_effort(cfg, sim, prob, rec, fps)   # a known joint effort (actuation.npz) drives the fit
+        if driven is not None:
+            sim, prob = driven
     else:
+        if rec is not None and getattr(getattr(rec, "actuation", None), "joint_effort", None) is not None:
+            raise NotImplementedError("identify: a known joint effort (actuation.npz) on a mechanism with a planar or "
+                                      "free root is not supported yet")
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     pushed = root is not None and "pusher" in root.extra
@@ -300,13 +307,17 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     post = posterior_from(res, fit, extra=extra)
     if root is not None:
         post = root.finish(post)
-    elif sim.rescale:
+    elif sim.rescale and not hasattr(sim, "effort"):   # a known effort fixes the scale itself
         post = anchored(post, sim.anchor, res.trace.get("kernel_metrics"))
     if cfg.augmentation.augment:   # at the fit's best particle, in its scale (before ``anchored``)
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
         post.extra["augmentation"] = fit_augmentation(cfg, sim, q, fps, res.theta[res.best].numpy(), out_dir)
-    post = with_identifiability(cfg, post, sim.anchor if root is None else root_anchor(cfg, root.anchored))
+    absolute = hasattr(sim, "effort") and not sim.anchor.get("known")   # a known effort (identify_effort)
+    post = with_identifiability(cfg, post, None if absolute else
+                                sim.anchor if root is None else root_anchor(cfg, root.anchored))
+    if hasattr(sim, "effort"):
+        post = with_effort(post, sim, absolute)
     out_dir = Path(out_dir)
     write_json(out_dir / "identify_config.json", asdict(cfg))
     if cfg.plots:

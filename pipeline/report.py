@@ -4,7 +4,9 @@ Sections, each from the run folder's files and each saying "stage not run" when 
 file is absent (or unreadable): segmentation overlay; tracking overlay (the tracked
 shapes ray-cast over the frames) and the per-frame residual; the kinematic tree with
 joint axes and pivots drawn on frame 0; q(t); the posterior (per-parameter particle
-histograms with estimate and limits, pairwise scatter); the forecast strip (observed |
+histograms with estimate and limits, pairwise scatter); with known actuators
+(``actuation.npz``) their recorded path over a frame, the contacts and their fit
+(``report_actuators.py``); the forecast strip (observed |
 predicted | error) with the metrics table; links to ``model.urdf`` / ``model.xml`` with
 a table of links and joints; and any other PNG a stage left in the folder. Images are
 base64-embedded PNGs; the page has no script and loads nothing, so it opens anywhere.
@@ -150,6 +152,10 @@ def tracking_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
                 img = background_image(rec, i)
                 for m in range(len(poses.body_names)):
                     img = _tint(img, ids == m, PALETTE[m % len(PALETTE)])
+                if getattr(rec, "actuation", None) is not None:   # a known actuator's path up to this frame
+                    from vid2sim.pipeline.report_actuators import draw_paths
+
+                    img = draw_paths(np.ascontiguousarray(img), rec, rec.actuation, int(i), upto=int(i))
                 cv2.putText(img, f"frame {i}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1)
                 tiles.append(img)
             parts.append(_img(png_data_uri(np.concatenate(tiles, axis=1)), "tracking overlay"))
@@ -431,9 +437,12 @@ figure{display:inline-block;margin:.3em}figcaption{font-size:.8em;color:#666}"""
 
 def run(cfg: ReportConfig, rec: Recording, out_dir: Path) -> Path:
     """Write ``out_dir/report.html`` from whatever stage files exist there; return its path."""
+    from vid2sim.pipeline.report_actuators import actuators_section
+
     out_dir = Path(out_dir)
     sections = [segmentation_section(rec, out_dir), tracking_section(rec, out_dir, cfg), articulation_section(rec, out_dir),
-                joints_section(out_dir), posterior_section(out_dir, cfg), forecast_section(rec, out_dir, cfg),
+                joints_section(out_dir), posterior_section(out_dir, cfg), actuators_section(rec, out_dir),
+                forecast_section(rec, out_dir, cfg),
                 model_section(out_dir), other_figures(out_dir)]
     settings = {}
     for p in sorted(out_dir.glob("*.json")):

@@ -1,7 +1,8 @@
 """Push benchmark, held out in time: parts pushed across a floor by a robot's known tip.
 
 Cases (``--cases``): the three-link ``pushed`` linkage, a single pushed box
-(``pushed_box``) and an upright puck (``pushed_cylinder``). For each: a recording of
+(``pushed_box``), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
+is driven by a known torque (``driven_pendulum``: ``joint_effort`` in ``actuation.npz``, no pusher). For each: a recording of
 ``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s) with the tip in ``actuation.npz``;
 the pipeline (segment ... export) runs on a copy holding only the first ``fit`` frames
 (``write_first_frames``, which keeps every actuation row: the robot's planned motion);
@@ -15,9 +16,13 @@ Reported per case, against the truth of the unseen frames:
   true rotation change since the last fitted frame (box symmetries cancel);
 - ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
   where the tip is in front are left out of the prediction: the masks do not show them);
-- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``;
-beside, in the same run: ``oracle_*`` (the true URDF, floor and tip restarted from the true
-poses) and ``baseline_*`` (the pipeline's twin without the pusher: no contact).
+- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``
+  (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
+  known torque fixes the scale);
+beside, in the same run: ``oracle_*`` (the true URDF, floor, tip and effort restarted from the
+true poses) and ``baseline_*`` (the pipeline's twin without the pusher and without the effort);
+with a known effort also ``no_effort_fit_*``: the same tracks identified without the effort
+(mass anchored by density, as without actuation.npz) and forecast without it.
 
 The last stdout line is one JSON object ``{case: {"iou", "oracle_iou", "baseline_iou",
 "pos_err_1s_m", "rot_err_1s_deg", ..., "friction", "friction_rel_err", "joints", "seconds"}}``;
@@ -44,8 +49,9 @@ import numpy as np  # noqa: E402
 
 from vid2sim.datasets.recording import open_recording, write_first_frames  # noqa: E402
 from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes, simulate, true_masks  # noqa: E402
-from vid2sim.pipeline import export, forecast  # noqa: E402
+from vid2sim.pipeline import export, forecast, identify  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.identify_effort import forecast_effort  # noqa: E402
 from vid2sim.pipeline.identify_push import forecast_tip  # noqa: E402
 from vid2sim.pipeline.run import run_pipeline  # noqa: E402
 
@@ -55,7 +61,7 @@ from bench_twin import add_split_arguments, first_part_configs, silhouettes  # n
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
-CASES = ("pushed", "pushed_box", "pushed_cylinder")
+CASES = ("pushed", "pushed_box", "pushed_cylinder", "driven_pendulum")
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 
 
@@ -102,6 +108,19 @@ def _scores(prefix: str, W: np.ndarray, shapes: list, true: np.ndarray, W_at, tr
     return out
 
 
+def _parameter_errors(st, post: Posterior) -> dict:
+    """Identified against true: floor and tip friction with a pusher, else (a known effort) every mass and
+    joint damping of the truth that the posterior names."""
+    p = st.truth["params"]
+    if st.tip_position is not None:
+        truth, key = {"floor.friction": p["floor.friction"], "tip.friction": st.truth["tip"]["friction"]}, "friction"
+    else:
+        truth, key = {k: v for k, v in p.items() if k.endswith((".mass", ".damping")) and k in post.estimate}, "params"
+    est = {k: post.estimate.get(k) for k in truth}
+    return {key: {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()},
+            f"{key}_rel_err": {k: None if est[k] is None else round(abs(est[k] - v) / v, 4) for k, v in truth.items()}}
+
+
 def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) -> dict:
     t0 = time.time()
     frames = fit + steps
@@ -115,8 +134,9 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
     art, poses, jp, post = truth_inputs(st, FPS)
     shapes = recording_shapes(st)
     urdf = export.run(export.ExportConfig(), art, post, shapes, poses, out / "oracle")
+    effort = forecast.Effort(st.effort_joints, st.joint_effort) if st.joint_effort is not None else None
     W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post),
-                               tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes)
+                               tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes, effort=effort)
     Wo, so = _ordered(art, poses, shapes)
     res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real, tip_px))
     run = out / "run"
@@ -128,14 +148,18 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         rec = open_recording(fit_rec)
         Wt, body_shapes = _ordered(art, poses, rec.shapes)
         floor = forecast.default_floor(art, post)
-        for prefix, tip in (("", forecast_tip(rec, post)), ("baseline_", None)):
+        for prefix, tip, eff in (("", forecast_tip(rec, post), forecast_effort(rec, art, post)), ("baseline_", None, None)):
             W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS, floor=floor, tip=tip,
-                                       jp=jp, shapes=rec.shapes)
+                                       jp=jp, shapes=rec.shapes, effort=eff)
             res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))
-        truth = {"floor.friction": st.truth["params"]["floor.friction"], "tip.friction": st.truth["tip"]["friction"]}
-        est = {k: post.estimate.get(k) for k in truth}
-        res["friction"] = {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()}
-        res["friction_rel_err"] = {k: None if est[k] is None else round(abs(est[k] - v) / v, 4) for k, v in truth.items()}
+        res.update(_parameter_errors(st, post))
+        if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
+            post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
+            urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")
+            W = forecast.simulate_twin(urdf0, art, poses, at, steps, FPS, floor=floor, jp=jp, shapes=rec.shapes)
+            res.update(_scores("no_effort_fit_", W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real,
+                               tip_px))
+            res["no_effort_fit_params"] = _parameter_errors(st, post0)["params"]
         res["joints"] = [f"{j.name}:{j.type}" for j in art.joints]
         res["side_file"] = (run / "contacts.json").exists()
     except Exception as e:  # a failing stage is a result to report, not to hide

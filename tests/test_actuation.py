@@ -129,3 +129,14 @@ def test_synthetic_pushed_carries_its_pusher(tmp_path):
         top = act.positions()[k] + [0, 0, 0.03]                         # centre of the visible top face
         uv, _ = rec.camera.project(top)
         assert abs(u.mean() - uv[0]) < 3 and abs(v.mean() - uv[1]) < 4, (u.mean(), v.mean(), uv)
+
+
+def test_an_effort_only_file_has_no_actuator_but_a_known_joint_effort(tmp_path):
+    """A motor's torque with no tool in view: zero actuators, the effort rows kept; an empty file is refused."""
+    effort = np.linspace(-0.2, 0.3, N)[:, None]
+    got = open_recording(_recording(tmp_path / "rec", Actuation((), (), np.zeros((N, 0, 4, 4)), effort,
+                                                                ("world_to_arm",)))).actuation
+    assert got.names == () and got.effort_joints == ("world_to_arm",)
+    np.testing.assert_array_equal(got.joint_effort, effort)
+    empty = dict(names=np.array([], dtype=str), shapes=np.array([], dtype=str), world_from_actuator=np.zeros((N, 0, 4, 4)))
+    assert "names is empty and there is no joint_effort" in _bad(tmp_path / "b", **empty)

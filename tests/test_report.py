@@ -107,3 +107,48 @@ def test_posterior_section_says_what_is_identifiable_and_what_ends_at_a_limit(tm
     assert "<td>pole.mass/cart.mass</td><td>0.2</td>" in page          # 0.48 / 2.4
     assert "<b>slider.damping</b> ends at its upper limit 2" in page and "damping_max" in page
     assert "The 16 particles are one point" in page
+
+
+def test_report_of_a_pushed_run_shows_the_pusher_path_contacts_and_fit(tmp_path):
+    """A pushed recording's report: the tip's recorded path drawn where the camera projects it,
+    contacts.json's model and coefficients, and the identified floor / tip friction with the
+    particles' 5-95 % range."""
+    from vid2sim.pipeline import identify_push, report_actuators
+    from vid2sim.pipeline.artifacts import Posterior
+
+    rec = open_recording(make_recording("pushed_box", tmp_path / "rec", frames=30, size=(160, 120)))
+    act = rec.actuation
+    run = tmp_path / "run"
+    run.mkdir()
+    names = ["part.mass", "floor.friction", "tip.friction"]
+    X = np.array([[0.3, 0.41, 0.33], [0.3, 0.45, 0.36], [0.3, 0.43, 0.30]])
+    pusher = {"actuator": "pusher", "shape": "pusher_tip", "radius": 0.015, "length": 0.06, "axis": [0, 0, 1],
+              "contact_points": 137, "tip_damping": 1.0}
+    post = Posterior(names, {n: (0.0, 2.0) for n in names}, dict(zip(names, X[0])), X, "cmaes", 1.0,
+                     {"pusher": pusher, "floor": {"height": 0.0}})
+    post.save(run / "params.json")
+    assert identify_push.write_side_file(post, run) == run / "contacts.json"
+    page = report.run(report.ReportConfig(), rec, run).read_text()
+    assert "Known actuators" in page and "pusher (pusher_tip)" in page
+    lo, hi = np.percentile(X, [5, 95], axis=0)   # the particles' range, read from the file's particles
+    assert f"<td>tip.friction</td><td>0.33</td><td>{lo[2]:.3g} .. {hi[2]:.3g} (3 particles)</td>" in page
+    assert f"<td>floor.friction</td><td>0.41</td><td>{lo[1]:.3g} .. {hi[1]:.3g} (3 particles)</td>" in page
+    assert abs(lo[2] - 0.303) < 1e-9 and abs(hi[2] - 0.357) < 1e-9
+    assert "<td>pusher.contact_points</td><td>137</td>" in page and "Hunt-Crossley" in page
+    # the path goes through each frame's projected tip centre (independent: Camera.project of the rows)
+    img = report_actuators.path_image(rec, act, 15).astype(int)
+    uv, _ = rec.camera.project(act.positions(0)[:30])
+    hits = 0
+    for u, v in np.round(uv).astype(int):
+        patch = img[max(v - 1, 0):v + 2, max(u - 1, 0):u + 2].reshape(-1, 3)
+        hits += bool((patch == report_actuators.PATH_COLOUR).all(1).any())
+    assert hits == 30
+    far = (img == report_actuators.PATH_COLOUR).all(-1)
+    assert far.sum() < 0.05 * far.size   # a path, not a wash of colour
+    # a tracking tile gets the path up to its own frame only
+    tile = report_actuators.draw_paths(np.zeros_like(img, dtype=np.uint8), rec, act, 10, upto=10)
+    on = (tile == report_actuators.PATH_COLOUR).all(-1)
+    px = np.round(uv).astype(int)
+    assert all(on[v, u] for u, v in px[:10])
+    later = [(u, v) for u, v in px[20:] if np.abs(px[:11] - (u, v)).max(1).min() > 1]
+    assert later and not any(on[v, u] for u, v in later)

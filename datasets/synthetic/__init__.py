@@ -6,7 +6,8 @@
 
 A recording folder gets, besides what docs/formats.md §1 requires
 (camera.json, depth/, color/, shapes.json, truth.json, truth_poses.npz, and for
-``pushed`` actuation.npz with the tip as actuator ``pusher`` of shape ``pusher_tip``):
+``pushed`` actuation.npz with the tip as actuator ``pusher`` of shape ``pusher_tip``; for
+``driven_pendulum`` one with no actuator and its hinge's torque as ``joint_effort``):
   - ``truth.urdf``: the URDF PyBullet simulated (world coordinates);
   - ``truth_masks/000000.png``: uint8 body ids per pixel (0 background, i + 1 body i
     in truth.json order, 255 the pusher tip of ``pushed``);
@@ -46,7 +47,8 @@ __all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording
 log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
-PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder")   # single pushed parts (pushes.py), for scripts/bench_push.py
+PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder", "driven_pendulum")   # known actuators (pushes.py), for
+                                                                          # scripts/bench_push.py
 MESH_MECHANISMS = ("slotted_pendulum", "slotted_pendulum_box")  # a mesh part and its box twin (mesh_parts.py)
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)
@@ -96,7 +98,8 @@ def simulate(name: str, seed: int = 0, frames: int = 120, fps: float = 30.0,
         shapes={b.shape.name: b.shape for b in mech.bodies}, urdf=sim["urdf"], q=sim["q"],
         joint_names=sim["joint_names"], camera=camera, fps=float(fps),
         colours={b.name: b.colour for b in mech.bodies}, root_pose=sim["root_pose"],
-        tip_position=sim["tip_pos"])
+        tip_position=sim["tip_pos"], joint_effort=sim["effort"],
+        effort_joints=sim["effort_names"])
 
 
 def renderer_for(st: SyntheticTruth, camera: Camera | None = None) -> Renderer:
@@ -149,14 +152,15 @@ def recording_shapes(st: SyntheticTruth) -> dict[str, Shape]:
 
 
 def actuation_of(st: SyntheticTruth):
-    """The pusher of clip ``st`` as known actuation (docs/formats.md §1.2), or None."""
+    """The pusher and known joint effort of clip ``st`` as known actuation (docs/formats.md §1.2), or None."""
     from vid2sim.datasets.actuation import Actuation
 
+    effort = dict(joint_effort=st.joint_effort, effort_joints=st.effort_joints) if st.joint_effort is not None else {}
     if st.tip_position is None:
-        return None
+        return Actuation((), (), np.zeros((len(st.world_from_body), 0, 4, 4)), **effort) if effort else None
     W = np.tile(np.eye(4), (len(st.tip_position), 1, 1, 1))
     W[:, 0, :3, 3] = st.tip_position
-    return Actuation((PUSHER,), (PUSHER_SHAPE,), W)
+    return Actuation((PUSHER,), (PUSHER_SHAPE,), W, **effort)
 
 
 def _npz_bytes(**arrays) -> bytes:

@@ -78,6 +78,17 @@ class Tip:
 
 
 @dataclass(frozen=True)
+class Effort:
+    """A known generalised force at URDF joints ``joints`` (named as articulate names them,
+    ``parent_to_child``: ``actuation.npz`` carries these names): ``values(t)`` (D,) N m or N at
+    time t (s), held over each frame period (sampled at its start), so that a recording's
+    per-frame rows replay it exactly."""
+
+    joints: tuple[str, ...]
+    values: Callable[[float], np.ndarray]
+
+
+@dataclass(frozen=True)
 class InitialState:
     q: dict[str, float]  # joint positions (URDF joints)
     qd: dict[str, float]  # joint velocities
@@ -96,6 +107,7 @@ class Mechanism:
     view: tuple[float, float] = (-20.0, 15.0)  # camera azimuth, elevation (deg)
     ground: float | None = None  # rendered floor height when there is no physical floor
     extra_params: dict = field(default_factory=dict)
+    effort_factory: Callable[[np.random.Generator], "Effort"] | None = None   # a known joint effort (actuation.npz)
 
     @property
     def root(self) -> JointSpec | None:

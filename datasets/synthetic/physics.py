@@ -34,7 +34,9 @@ class SyntheticTruth:
     truth: the truth.json dict (docs/formats.md); world_from_body: (T, M, 4, 4)
     shape-centre poses, bodies in truth order; q: (T, dofs) URDF joint positions of the
     non-fixed URDF joints ``joint_names``; root_pose: (T, 7) x, y, z, qx, qy, qz, qw of
-    the floating root (None for fixed-base); tip_position: (T, 3) or None.
+    the floating root (None for fixed-base); tip_position: (T, 3) or None; joint_effort:
+    (T, D) the known effort applied over each frame period at the joints ``effort_joints``
+    (articulate's names), or None.
     """
 
     name: str
@@ -49,6 +51,8 @@ class SyntheticTruth:
     colours: dict[str, tuple[float, float, float]]
     root_pose: np.ndarray | None = None
     tip_position: np.ndarray | None = None
+    joint_effort: np.ndarray | None = None
+    effort_joints: tuple[str, ...] = ()
 
     @property
     def body_names(self) -> list[str]:
@@ -169,6 +173,7 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
     rng = np.random.default_rng(seed)
     init = mech.initial(rng)
     tip = mech.tip_factory(rng) if mech.tip_factory is not None else None
+    effort = mech.effort_factory(rng) if mech.effort_factory is not None else None
     urdf = build_urdf(mech)
     n_sub = max(1, math.ceil(SIM_HZ / fps))
     dt = 1.0 / (fps * n_sub)
@@ -224,6 +229,8 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
         q = np.zeros((frames, len(movable)))
         root_pose = np.zeros((frames, 7)) if floating else None
         tip_pos = np.zeros((frames, 3)) if tip is not None else None
+        tau = np.zeros((frames, len(effort.joints))) if effort is not None else None
+        driven = [joint_index[j] for j in effort.joints] if effort is not None else []
 
         def set_tip(t: float) -> None:
             pos = np.asarray(tip.start) + t * np.asarray(tip.velocity)
@@ -251,17 +258,22 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
                     joint_frames0[jname] = _T_from_pq(s[4], s[5])  # URDF link frame = joint frame
             if tip is not None:
                 tip_pos[k] = np.asarray(tip.start) + (k / fps) * np.asarray(tip.velocity)
+            if effort is not None:   # held over the frame period: the recorded row replays it exactly
+                tau[k] = effort.values(k / fps)
             if k == frames - 1:
                 break
             for s in range(n_sub):
                 if tip is not None:
                     set_tip((k + s / n_sub) / fps)
+                for i, f in zip(driven, tau[k] if effort is not None else ()):
+                    p.setJointMotorControl2(rid, i, p.TORQUE_CONTROL, force=float(f), physicsClientId=cid)
                 p.stepSimulation(physicsClientId=cid)
         axes_local = {info[i][1].decode(): np.asarray(info[i][13], float) for i in range(nj)}
     finally:
         p.disconnect(cid)
     return dict(urdf=urdf, poses=poses, q=q, joint_names=[info[i][1].decode() for i in movable],
-                root_pose=root_pose, tip=tip, tip_pos=tip_pos, joint_frames0=joint_frames0,
+                root_pose=root_pose, tip=tip, tip_pos=tip_pos, joint_frames0=joint_frames0, effort=tau,
+                effort_names=tuple(effort.joints) if effort is not None else (),
                 axes_local=axes_local, sim_hz=fps * n_sub)
 
 

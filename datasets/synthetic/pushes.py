@@ -2,7 +2,8 @@
 beside the three-link ``pushed`` linkage of ``mechanisms.py``).
 
 ``pushed_box``: a flat box; ``pushed_cylinder``: an upright puck (a cylinder standing on
-its end). Each part's joint to the world is ``planar``; the tip moves at constant velocity
+its end); ``driven_pendulum``: no pusher but a known torque at its hinge to the world
+(``actuation.npz``'s ``joint_effort``). Each part's joint to the world is ``planar``; the tip moves at constant velocity
 along world +y, off the part's centre so that the part turns as it slides. The floor is
 compliant as in ``pushed`` (a restarted clip stays on the uninterrupted one). Not in
 ``MECHANISMS`` (the benchmarks that loop over every mechanism do not take them); ``mechanism``
@@ -10,10 +11,12 @@ and ``make_recording`` know them by name.
 """
 from __future__ import annotations
 
+import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape
-from vid2sim.datasets.synthetic.mechanisms import PALETTE, BodySpec, InitialState, JointSpec, Mechanism, Tip, _u, pose
+from vid2sim.datasets.synthetic.mechanisms import (PALETTE, BodySpec, Effort, InitialState, JointSpec, Mechanism, Tip,
+                                                   _capsule, _u, pose)
 from vid2sim.models.bullet import Floor
 
 
@@ -45,4 +48,27 @@ def pushed_cylinder() -> Mechanism:
     return _single("pushed_cylinder", Shape("part", "cylinder", radius=0.04, length=0.04), 0.25, 0.3, (0.01, 0.03))
 
 
-PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_cylinder": pushed_cylinder}
+def driven_pendulum() -> Mechanism:
+    """A capsule (radius 2 cm, length 0.3 m, 0.4 kg) hanging from a hinge about world y at 1 m (named
+    as articulate names it, ``world_to_arm``, which ``actuation.npz`` carries),
+    damping 0.02 N m s/rad, driven by a known torque at the hinge: two sines, 0.15-0.25 N m at
+    0.4-0.7 Hz and 0.05-0.1 N m at 1.1-1.6 Hz, random phases (the gravity torque at 90 deg is
+    0.59 N m); started at rest 0.2-0.5 rad off the vertical."""
+    L, r, top = 0.3, 0.02, 1.0
+    bodies = (BodySpec("arm", _capsule("arm", r, L), 0.4, PALETTE[2], pose((0.0, 0.0, top - L / 2))),)
+    joints = (JointSpec("world_to_arm", "revolute", "world", "arm", (0, 1, 0), (0.0, 0.0, top), damping=0.02),)
+
+    def initial(rng):
+        return InitialState(q={"world_to_arm": _u(rng, 0.2, 0.5, True)}, qd={"world_to_arm": 0.0})
+
+    def effort(rng):
+        a = (_u(rng, 0.15, 0.25), _u(rng, 0.05, 0.1))
+        f = (_u(rng, 0.4, 0.7), _u(rng, 1.1, 1.6))
+        ph = (_u(rng, 0, 2 * np.pi), _u(rng, 0, 2 * np.pi))
+        return Effort(("world_to_arm",),
+                      lambda t: np.array([sum(ai * np.sin(2 * np.pi * fi * t + pi) for ai, fi, pi in zip(a, f, ph))]))
+
+    return Mechanism("driven_pendulum", bodies, joints, initial, view=(-20.0, 12.0), effort_factory=effort)
+
+
+PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_cylinder": pushed_cylinder, "driven_pendulum": driven_pendulum}
