@@ -35,6 +35,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -45,6 +46,9 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
+
+if TYPE_CHECKING:
+    from vid2sim.pipeline.artifacts import Segmentation
 
 log = logging.getLogger(__name__)
 OVERLAY_FILE = "segmentation_overlay.png"

@@ -111,7 +111,6 @@ def test_rod_hinge_is_found_through_its_unseen_spin(seed, monkeypatch):
 
 
 def test_noise_estimate_recovers_white_noise():
-    rng = np.random.default_rng(3)
     t = np.arange(300) / 30
     q = 0.8 * np.sin(2 * t)
     W = np.stack([fit.predict("revolute", np.array([0, 1.0, 0]), np.zeros(3), geometry.make(np.eye(3), np.array([0.4, 0, 0])), q),

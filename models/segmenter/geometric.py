@@ -268,7 +268,7 @@ def split_bent(mask: np.ndarray, rng: np.random.Generator, min_pixels: int, fill
     pieces = []
     while left.sum() >= min_pixels and len(pieces) < 6:
         P = pts[left]
-        best, best_in = None, None
+        best_in = None
         for _ in range(trials):
             a, b = P[rng.integers(len(P), size=2)]
             d = b - a
@@ -278,7 +278,7 @@ def split_bent(mask: np.ndarray, rng: np.random.Generator, min_pixels: int, fill
             n = np.array([-d[1], d[0]]) / nrm
             inl = np.abs((P - a) @ n) < half
             if best_in is None or inl.sum() > best_in.sum():
-                best, best_in = (a, n), inl
+                best_in = inl
         if best_in is None or best_in.sum() < min_pixels:
             break
         idx = np.flatnonzero(left)[best_in]
