@@ -155,17 +155,9 @@ def _effort_simulator(base):
             return Control(tau=self.effort.to(dtype)[row])
 
         def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = ()) -> torch.Tensor:
-            from vid2sim.models.dynamics import State, rollout
+            from vid2sim.pipeline.identify_push import timed_rollout
 
-            model = self.model_for(theta).replace(nets=tuple(nets))
-            nq, nv = model.nq, model.nv
-            t0 = torch.round(start[:, nq + nv].detach() * self.fps) / self.fps   # windows start on frames
-            n = (steps - 1) * self.substeps
-            st = rollout(model, State(start[:, :nq], start[:, nq:nq + nv]), n, dt=self.dt,
-                         controls=self.controls(t0, max(n, 1), start.dtype), compile=self.compile)
-            x = torch.cat([st.q, st.qd], -1)[:: self.substeps].transpose(0, 1)   # (B, steps, nq + nv)
-            t = t0[:, None] + torch.arange(steps, dtype=start.dtype)[None] / self.fps
-            return torch.cat([x, t[..., None]], -1)
+            return timed_rollout(self, theta, start, steps, nets, compile=self.compile)
 
     return EffortSimulator
 

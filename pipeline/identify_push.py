@@ -220,19 +220,27 @@ def _push_simulator(base):
             return Control(tip_pos=pos, tip_vel=vel)
 
         def simulate(self, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = ()) -> torch.Tensor:
-            from vid2sim.models.dynamics import State, rollout
-
-            model = self.model_for(theta).replace(nets=tuple(nets))
-            nq, nv = model.nq, model.nv
-            t0 = torch.round(start[:, nq + nv].detach() * self.fps) / self.fps   # windows start on frames
-            n = (steps - 1) * self.substeps
-            st = rollout(model, State(start[:, :nq], start[:, nq:nq + nv]), n, dt=self.dt,
-                         controls=self.controls(t0, max(n, 1), start.dtype))
-            x = torch.cat([st.q, st.qd], -1)[:: self.substeps].transpose(0, 1)   # (B, steps, nq + nv)
-            t = t0[:, None] + torch.arange(steps, dtype=start.dtype)[None] / self.fps
-            return torch.cat([x, t[..., None]], -1)
+            return timed_rollout(self, theta, start, steps, nets)
 
     return PushSimulator
+
+
+def timed_rollout(sim, theta: torch.Tensor, start: torch.Tensor, steps: int, nets: tuple = (),
+                  compile: bool = False) -> torch.Tensor:
+    """``simulate`` of a simulator whose state ends with its time (s): start (B, nq + nv + 1) ->
+    (B, steps, nq + nv + 1), driven by ``sim.controls(t0 (B,), substeps, dtype)`` (the pusher's
+    tip, a known joint effort); each window starts on a frame (``sim.fps``)."""
+    from vid2sim.models.dynamics import State, rollout
+
+    model = sim.model_for(theta).replace(nets=tuple(nets))
+    nq, nv = model.nq, model.nv
+    t0 = torch.round(start[:, nq + nv].detach() * sim.fps) / sim.fps
+    n = (steps - 1) * sim.substeps
+    st = rollout(model, State(start[:, :nq], start[:, nq:nq + nv]), n, dt=sim.dt,
+                 controls=sim.controls(t0, max(n, 1), start.dtype), compile=compile)
+    x = torch.cat([st.q, st.qd], -1)[:: sim.substeps].transpose(0, 1)   # (B, steps, nq + nv)
+    t = t0[:, None] + torch.arange(steps, dtype=start.dtype)[None] / sim.fps
+    return torch.cat([x, t[..., None]], -1)
 
 
 def contact_summary(post, rec) -> dict | None:

@@ -57,7 +57,7 @@ from vid2sim.pipeline.run import run_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
-from bench_twin import add_split_arguments, first_part_configs, silhouettes  # noqa: E402
+from bench_twin import add_split_arguments, chosen, first_part_configs, silhouettes  # noqa: E402
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
@@ -176,10 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-    names = [n for n in args.cases.split(",") if n]
-    unknown = [n for n in names if n not in CASES]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    names = chosen(ap, args.cases, CASES, "case")
     configs = first_part_configs(args.set)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_push_"))
     fit, steps = int(round(args.fit_seconds * FPS)), int(round(args.seconds * FPS))

@@ -122,6 +122,15 @@ def add_split_arguments(ap: argparse.ArgumentParser) -> None:
                     help="override a setting as vid2sim run does (repeatable), e.g. --set identify.inference.method=csvgd")
 
 
+def chosen(ap: argparse.ArgumentParser, text: str, known, what: str) -> list[str]:
+    """The comma-separated names of ``text``; an unknown one stops the parser with the known list."""
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        ap.error(f"unknown {what}(s) {unknown}; known: {', '.join(known)}")
+    return names
+
+
 def first_part_configs(sets: list[str]) -> dict:
     """Stage configs for a pipeline run on a copy that holds only the fitted frames: ``--set``
     overrides, no further hold-out (identify fits all of the copy, once), no overlay video."""
@@ -140,10 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-    names = [n for n in args.mechanisms.split(",") if n]
-    unknown = [n for n in names if n not in MECHANISMS]
-    if unknown:
-        ap.error(f"unknown mechanism(s) {unknown}; known: {', '.join(MECHANISMS)}")
+    names = chosen(ap, args.mechanisms, MECHANISMS, "mechanism")
     configs = first_part_configs(args.set)
     steps = int(round(args.seconds * FPS))
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_twin_"))

@@ -76,25 +76,31 @@ def test_run_writes_posterior_and_plots(inputs, tmp_path):
     assert back.names == post.names and np.allclose(back.particles, post.particles)
 
 
-def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
-    """At the true start and parameters, the identify simulator's default rate (960 Hz, that of
-    forecast's PyBullet twin) follows PyBullet's 960-Hz cartpole over 2 s of large swings to
-    float precision; 480 Hz (the earlier default) drifts by about the tracking noise, 4 substeps
-    per frame by several times more."""
-    from vid2sim.datasets.synthetic.mechanisms import cartpole
+def _errors_at_truth(name: str, frames: int, substeps: tuple) -> dict:
+    """{substeps: (frames, 2) |identify's simulator - PyBullet's clip|} of the two-joint
+    mechanism ``name`` (seed 0), from the true start state and parameters."""
+    from vid2sim.datasets.synthetic.mechanisms import FACTORIES
 
-    art, jp, poses, shapes, truth = truth_inputs("cartpole", 60)
-    init = cartpole().initial(np.random.default_rng(0))   # simulate()'s initial state for seed 0
+    art, jp, poses, shapes, truth = truth_inputs(name, frames)
+    init = FACTORIES[name]().initial(np.random.default_rng(0))   # simulate()'s initial state for seed 0
     errors = {}
-    for sub in (0, 16, 4):
+    for sub in substeps:
         cfg = identify.IdentifyConfig(compile=False, shooting=identify.IdentifyShooting(substeps=sub))
         sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
         theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
         q = identify.joint_trajectory(jp, sim.dof_names)
         x0 = torch.tensor([[0.0, 0.0] + [init.qd[d] for d in sim.dof_names]], dtype=torch.float64)
         with torch.no_grad():
-            pred = sim.simulate(theta, x0, 60)[0, :, :2].numpy()
-        errors[sub] = np.abs(pred - q).max(0)
+            errors[sub] = np.abs(sim.simulate(theta, x0, frames)[0, :, :2].numpy() - q)
+    return errors
+
+
+def test_default_substeps_follow_pybullet_on_the_swinging_cartpole():
+    """At the true start and parameters, the identify simulator's default rate (960 Hz, that of
+    forecast's PyBullet twin) follows PyBullet's 960-Hz cartpole over 2 s of large swings to
+    float precision; 480 Hz (the earlier default) drifts by about the tracking noise, 4 substeps
+    per frame by several times more."""
+    errors = {sub: err.max(0) for sub, err in _errors_at_truth("cartpole", 60, (0, 16, 4)).items()}
     assert identify.substeps_for(identify.IdentifyConfig(), 30.0) == 32
     assert errors[0].max() < 1e-5                        # rad or m; measured 6.3e-7 (pole)
     assert 1e-3 < errors[16].max() < 0.015               # measured 0.0073 (pole), 0.0034 (cart)
@@ -107,19 +113,7 @@ def test_default_rate_follows_pybullet_on_the_chaotic_double_pendulum():
     more than 1 rad off PyBullet's 960-Hz clip after 2 s, at the default 960 Hz within 1e-4 rad
     over 3 s (measured 9.5e-6 after 2 s, 2.8e-5 after 3 s): identify fits the dynamics forecast
     runs the twin with."""
-    from vid2sim.datasets.synthetic.mechanisms import double_pendulum
-
-    art, jp, poses, shapes, truth = truth_inputs("double_pendulum", 90)
-    init = double_pendulum().initial(np.random.default_rng(0))
-    errors = {}
-    for sub in (0, 16):
-        cfg = identify.IdentifyConfig(compile=False, shooting=identify.IdentifyShooting(substeps=sub))
-        sim = identify.build_simulator(cfg, art, poses, shapes, 30.0)
-        theta = torch.tensor([[truth[n] for n in sim.names]], dtype=torch.float64)
-        q = identify.joint_trajectory(jp, sim.dof_names)
-        x0 = torch.tensor([[0.0, 0.0] + [init.qd[d] for d in sim.dof_names]], dtype=torch.float64)
-        with torch.no_grad():
-            errors[sub] = np.abs(sim.simulate(theta, x0, 90)[0, :, :2].numpy() - q)
+    errors = _errors_at_truth("double_pendulum", 90, (0, 16))
     assert errors[0].max() < 1e-4
     assert errors[16][:60].max() > 1.0
 

@@ -32,12 +32,12 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from vid2sim.models.render.golden import golden_section
 from vid2sim.models.render.mesh_backends import make_engine
 
 MARGIN_SAMPLES = 24  # grid points along a ray's chord of the bounding sphere for min_s sdf
 MARGIN_REFINE = 20  # golden-section steps inside the best grid cell (cell shrinks 0.618x each)
 ENGINE = "open3d"  # triangle-query engine of new MeshGeometry objects (mesh_backends.ENGINES)
-_GOLDEN = 0.6180339887498949
 _ON_SURFACE_M = 1e-7  # m: closer than this to the surface, the gradient is the face normal
 
 
@@ -178,17 +178,7 @@ def argmin_along_ray(g: MeshGeometry, o: torch.Tensor, d: torch.Tensor) -> torch
         s_k = s[torch.arange(N), k]
         lo, hi = s_k - step, s_k + step
         f_of = lambda x: sdf_and_grad(g, o + x.unsqueeze(-1) * d)[0]  # noqa: E731
-        x1, x2 = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-        f1, f2 = f_of(x1), f_of(x2)
-        for _ in range(MARGIN_REFINE):
-            left = f1 < f2
-            hi = torch.where(left, x2, hi)
-            lo = torch.where(left, lo, x1)
-            x2n = torch.where(left, x1, lo + _GOLDEN * (hi - lo))
-            x1n = torch.where(left, hi - _GOLDEN * (hi - lo), x2)
-            fn = f_of(torch.where(left, x1n, x2n))
-            f1, f2 = torch.where(left, fn, f2), torch.where(left, f1, fn)
-            x1, x2 = x1n, x2n
+        lo, hi = golden_section(f_of, lo, hi, MARGIN_REFINE)
         s_ref = 0.5 * (lo + hi)
         # keep the grid point if the refinement ended worse (a kink at a cell edge)
         better = f_of(s_ref) <= f[torch.arange(N), k]

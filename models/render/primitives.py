@@ -29,8 +29,8 @@ import torch
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import mesh as _mesh
+from vid2sim.models.render.golden import golden_section
 _TINY = 1e-20
-_GOLDEN = 0.6180339887498949
 
 
 @dataclass(frozen=True)
@@ -358,17 +358,6 @@ def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: 
             s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
             pierce = s_in < s_out
             lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
-        f = lambda s: sdf(prim, o + s.unsqueeze(-1) * d)  # noqa: E731
-        x1 = hi - _GOLDEN * (hi - lo)
-        x2 = lo + _GOLDEN * (hi - lo)
-        f1, f2 = f(x1), f(x2)
-        for _ in range(iters):
-            left = f1 < f2
-            hi = torch.where(left, x2, hi)
-            lo = torch.where(left, lo, x1)
-            x2n = torch.where(left, x1, lo + _GOLDEN * (hi - lo))
-            x1n = torch.where(left, hi - _GOLDEN * (hi - lo), x2)
-            fn = f(torch.where(left, x1n, x2n))
-            f1, f2 = torch.where(left, fn, f2), torch.where(left, f1, fn)
-            x1, x2 = x1n, x2n
+        lo, hi = golden_section(lambda s: sdf(prim, o + s.unsqueeze(-1) * d), lo, hi, iters)
         return 0.5 * (lo + hi)
+
