@@ -32,16 +32,18 @@ NOISE_DRAWS = 256  # normal quantiles of the track noise added to each forecast
 
 def posterior_parameters(post: Posterior, n: int) -> np.ndarray:
     """At most ``n`` parameter vectors (n, P) of ``post``'s posterior: draws of the particles'
-    kernel density where the method's posterior is one (``extra.kernel_covariance``, csvgd;
-    ``identifiability.posterior_samples``, stragglers left out, fixed seed), else the particles
-    of ``pick_particles``."""
+    Gaussian mixture where the method gives one (``extra.laplace_covariance`` and ``noise_scale``,
+    csvgd, or ``extra.kernel_covariance``; ``identifiability.posterior_samples``, stragglers left
+    out, fixed seed), else the particles of ``pick_particles``."""
     if n <= 0 or post.particles.shape[0] == 0:
         return np.zeros((0, len(post.names)))
-    C = post.extra.get("kernel_covariance")
-    if C is not None and np.shape(C) == (len(post.names),) * 2:
-        dims = len(post.names) + len(post.extra.get("start_state", ()))
+    ex, P = post.extra, len(post.names)
+    C, L = ex.get("kernel_covariance"), ex.get("laplace_covariance")
+    if np.shape(C) == (P, P) or np.shape(L) == (len(post.particles), P, P):
+        dims = len(post.names) + len(ex.get("start_state", ()))
         Y, _ = posterior_samples([post.limits[k] for k in post.names], post.particles,
-                                 post.extra.get("particle_log_likelihood"), dims, C, draws=n)
+                                 ex.get("particle_log_likelihood"), dims, C, draws=n, laplace=L,
+                                 noise_scale=ex.get("noise_scale", 1.0))
         if len(Y) == n:
             return Y
     return post.particles[pick_particles(post, n)]

@@ -10,9 +10,9 @@ is not. Identify removes the unobservable direction by anchoring one body's mass
 body's volume x ``identify.bounds.density_anchor``. That one mass is imposed after the fit:
 the fit runs with every mass free (along the scale the likelihood is flat, which the
 particles may drift along), and ``to_anchor`` rescales each particle to the anchor's mass
-(the same motion), ``anchor_limits`` the limits and ``anchor_kernel_covariance`` the
-kernel density. Two or more known masses are held during the fit instead (the damping and
-friction limits then scaled with the first, ``limit_scale``).
+(the same motion), ``anchor_limits`` the limits and ``anchor_laplace_covariances`` each
+particle's Laplace covariance. Two or more known masses are held during the fit instead (the
+damping and friction limits then scaled with the first, ``limit_scale``).
 
 ``summarise`` turns a posterior's particles into what the user may read off them:
 
@@ -21,7 +21,8 @@ friction limits then scaled with the first, ``limit_scale``).
   damping per anchor mass ``slider.damping/cart.mass``, ..., or, with a known mass, the
   parameters themselves) with the best particle's value, the posterior median and its
   equal-tailed 50 % and 90 % intervals (``posterior_samples``: stragglers left out, and
-  for a kernel-density method the particles widened by its kernel);
+  the particles widened to their Laplace covariances, the whole scaled by the noise variance
+  the fit's residuals show (``matched_kernels``; a kernel-density method: by its kernel));
 - ``at_limit``: parameters whose best value ends within ``LIMIT_FRACTION`` of the
   limits' span from a limit, with the reason where it is known.
 
@@ -86,6 +87,21 @@ def anchor_jacobian(theta: np.ndarray, names: list[str], anchor: dict) -> np.nda
     return J
 
 
+def _anchor_metrics(particles: np.ndarray, metrics: np.ndarray, span: np.ndarray, names: list[str],
+                    anchor: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each particle's metric ``metrics`` (N, P, P) (unit coordinates of limits of span ``span`` (P,))
+    restricted to its slice of the scale ridge (the anchor mass held) and carried to the anchor's
+    scale -> (metrics (N, P-1, P-1), rescaled particles (N, P-1), the kept columns)."""
+    X = np.asarray(particles, float)
+    a = names.index(f"{anchor['body']}.mass")
+    keep = np.array([i for i in range(len(names)) if i != a], int)
+    scaled = np.array([_scaled(n) for n in names])
+    s = anchor["mass"] / X[:, a]                                      # (N,) each particle's factor
+    factor = np.where(scaled[None], s[:, None], 1.0) * np.asarray(span, float)[None]   # d theta' / d u
+    M = np.asarray(metrics, float) / (factor[:, :, None] * factor[:, None, :])
+    return M[:, keep][:, :, keep], to_anchor(X, names, anchor)[:, keep], keep
+
+
 def anchor_kernel_covariance(particles: np.ndarray, metrics: np.ndarray, span: np.ndarray, names: list[str],
                              anchor: dict) -> np.ndarray:
     """The kernel covariance (P, P) of particles (N, P) fitted with every mass free, in the anchor's
@@ -97,19 +113,32 @@ def anchor_kernel_covariance(particles: np.ndarray, metrics: np.ndarray, span: n
 
     from vid2sim.models.inference.svgd_newton import kernel_covariance
 
-    X = np.asarray(particles, float)
-    a = names.index(f"{anchor['body']}.mass")
-    keep = [i for i in range(len(names)) if i != a]
-    scaled = np.array([_scaled(n) for n in names])
-    s = anchor["mass"] / X[:, a]                                      # (N,) each particle's factor
-    factor = np.where(scaled[None], s[:, None], 1.0) * np.asarray(span, float)[None]   # d theta' / d u
-    M = np.asarray(metrics, float) / (factor[:, :, None] * factor[:, None, :])
-    M = M[:, keep][:, :, keep]
-    Y = to_anchor(X, names, anchor)[:, keep]
+    M, Y, keep = _anchor_metrics(particles, metrics, span, names, anchor)
     C = kernel_covariance(torch.as_tensor(Y), torch.as_tensor(M), len(keep)).numpy()
     out = np.zeros((len(names), len(names)))
     out[np.ix_(keep, keep)] = 0.5 * (C + C.T)
     return out
+
+
+def anchor_laplace_covariances(particles: np.ndarray, metrics: np.ndarray, span: np.ndarray, names: list[str],
+                               anchor: dict) -> np.ndarray:
+    """Each particle's Laplace covariance (N, P, P) in the anchor's scale: the inverse of its
+    Gauss-Newton metric ``metrics`` (N, P, P) (unit coordinates of limits of span ``span`` (P,), the
+    start state profiled out) on its slice of the scale ridge. The anchor's rows and columns are 0."""
+    M, _, keep = _anchor_metrics(particles, metrics, span, names, anchor)
+    out = np.zeros((len(M), len(names), len(names)))
+    out[:, keep[:, None], keep[None, :]] = laplace_covariances(M)
+    return out
+
+
+def laplace_covariances(metrics: np.ndarray, span: np.ndarray | None = None) -> np.ndarray:
+    """Each particle's Laplace covariance (N, P, P): the (pseudo-)inverse of its Gauss-Newton metric
+    ``metrics`` (N, P, P), in physical units when ``span`` (P,) gives the limits' span of the unit
+    coordinates the metrics are in."""
+    M = np.asarray(metrics, float)
+    C = np.linalg.pinv(0.5 * (M + M.transpose(0, 2, 1)), hermitian=True)
+    C = 0.5 * (C + C.transpose(0, 2, 1))
+    return C if span is None else C * np.outer(span, span)[None]
 
 
 def anchor_limits(limits: dict, names: list[str], anchor: dict) -> dict:
@@ -170,30 +199,66 @@ def converged(log_likelihood, dims: int, n: int) -> np.ndarray:
     return ll >= ll.max() - 0.5 * chi2.ppf(0.999, dims)
 
 
+def matched_kernels(X: np.ndarray, laplace: np.ndarray) -> np.ndarray:
+    """Kernels (K, P, P) that widen particles X (K, P) to their Laplace covariances ``laplace``
+    (K, P, P): each particle's kernel is its Laplace covariance less the particles' own spread S,
+    where that is positive (in the Laplace covariance's whitened coordinates: V max(1 - w, 0) V^T
+    for eigenpairs (w, V) of the whitened S). A mixture at the particles with these kernels has
+    about the Laplace covariance: the Laplace approximation where the particles have collapsed to
+    one point, their own spread where they cover the posterior, and no more than the larger."""
+    X = np.asarray(X, float)
+    S = np.cov(X.T).reshape(X.shape[1], X.shape[1]) if len(X) > 1 else np.zeros((X.shape[1],) * 2)
+    out = np.zeros_like(np.asarray(laplace, float))
+    for i, C in enumerate(np.asarray(laplace, float)):
+        lam, U = np.linalg.eigh(0.5 * (C + C.T))
+        ok = lam > 1e-12 * max(lam.max(), 1e-300)
+        if not ok.any():
+            continue
+        R = U[:, ok] * np.sqrt(lam[ok])                       # C = R R^T on its range
+        Ri = U[:, ok] / np.sqrt(lam[ok])                      # whitening: Ri^T C Ri = I
+        w, V = np.linalg.eigh(Ri.T @ S @ Ri)
+        K = R @ (V * np.clip(1.0 - w, 0.0, None)) @ V.T @ R.T
+        out[i] = 0.5 * (K + K.T)
+    return out
+
+
 def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, log_likelihood=None, dims: int = 0,
-                      kernel_covariance=None, draws: int = DRAWS, seed: int = 0) -> tuple[np.ndarray, int]:
+                      kernel_covariance=None, draws: int = DRAWS, seed: int = 0, laplace=None,
+                      noise_scale: float = 1.0) -> tuple[np.ndarray, int]:
     """Samples (M, P) of the posterior the particles (N, P) stand for, and how many particles were
     left out as unconverged.
 
     A particle whose log-likelihood is below the best by more than chi2_dims(0.999) / 2 (what a
     posterior sample over ``dims`` free coordinates falls short of the maximum by once in a
-    thousand) is a straggler the method did not bring in, and is left out. With
-    ``kernel_covariance`` (P, P) (a kernel-density method, models/inference/svgd_newton.py), the
-    approximation is the particles' kernel density: ``draws`` samples of it (truncated to the
-    ``limits``); else the particles themselves."""
+    thousand) is a straggler the method did not bring in, and is left out. The approximation is a
+    mixture of Gaussians at the kept particles, equal weights, ``draws`` samples of it truncated to
+    the ``limits``:
+    - ``laplace`` (N, P, P), each particle's Laplace covariance: kernels ``matched_kernels``, and
+      the whole mixture (the particles' offsets from their mean, and the kernels) scaled to the
+      noise variance ``noise_scale`` x the one the fit assumed (``identify.noise_scale``);
+    - else ``kernel_covariance`` (P, P), one kernel for all (a kernel density,
+      models/inference/svgd_newton.py);
+    - else the particles themselves."""
     X = np.asarray(particles, float)
     keep = converged(log_likelihood, dims, len(X))
     X = X[keep]
-    if kernel_covariance is None or len(X) < 1 or np.shape(kernel_covariance) != (X.shape[1], X.shape[1]):
+    P = X.shape[1] if X.ndim == 2 else 0
+    if laplace is not None and np.shape(laplace) == (len(keep), P, P) and len(X):
+        centre = X.mean(0)
+        C = matched_kernels(X, np.asarray(laplace, float)[keep]) * noise_scale
+        X = centre + np.sqrt(noise_scale) * (X - centre)
+    elif kernel_covariance is not None and np.shape(kernel_covariance) == (P, P) and len(X):
+        C = np.broadcast_to(np.asarray(kernel_covariance, float), (len(X), P, P))
+    else:
         return X, int((~keep).sum())
     rng = np.random.default_rng(seed)
-    C = np.asarray(kernel_covariance, float)
-    w, V = np.linalg.eigh(0.5 * (C + C.T))
-    L = V * np.sqrt(np.clip(w, 0.0, None))
+    w, V = np.linalg.eigh(0.5 * (C + C.transpose(0, 2, 1)))
+    L = V * np.sqrt(np.clip(w, 0.0, None))[:, None, :]              # (K, P, P): L L^T = C
     lo, hi = (np.array(v) for v in zip(*limits))
     out, n = [], 0
     for _ in range(20):                       # rejection: the posterior is zero outside the limits
-        Y = X[rng.integers(len(X), size=draws)] + rng.standard_normal((draws, X.shape[1])) @ L.T
+        idx = rng.integers(len(X), size=draws)
+        Y = X[idx] + np.einsum("nij,nj->ni", L[idx], rng.standard_normal((draws, P)))
         Y = Y[np.all((Y >= lo) & (Y <= hi), 1)]
         out.append(Y)
         n += len(Y)
@@ -205,16 +270,18 @@ def posterior_samples(limits: list[tuple[float, float]], particles: np.ndarray, 
 
 def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndarray, anchor: dict | None,
               known: tuple = (), log_likelihood=None, dims: int = 0, kernel_covariance=None,
-              box: tuple[dict, dict] | None = None) -> dict:
+              box: tuple[dict, dict] | None = None, laplace=None, noise_scale: float = 1.0) -> dict:
     """{"scale", "quantities", "at_limit", "particles_identical", "samples"} (module docstring) of
     particles (N, P) over ``names``; ``anchor``: ``scale_anchor``'s dict (None: no anchor, every
     parameter is reported as it is); ``known``: bodies of known mass (held within a sliver, not
     reported). The intervals are those of ``posterior_samples`` (``log_likelihood`` (N,) of the
-    particles, ``dims`` free coordinates, ``kernel_covariance`` (P, P) physical). ``box``: (limits,
+    particles, ``dims`` free coordinates, ``laplace`` (N, P, P) and ``noise_scale``, or
+    ``kernel_covariance`` (P, P), physical). ``box``: (limits,
     estimate) of the fit where the posterior was rescaled to the anchor afterwards (``to_anchor``):
     ``at_limit`` judges damping and friction there, mass ratios on the rescaled limits."""
     P0 = np.asarray(particles, float).reshape(-1, len(names))
-    X, excluded = posterior_samples([limits[n] for n in names], P0, log_likelihood, dims, kernel_covariance)
+    X, excluded = posterior_samples([limits[n] for n in names], P0, log_likelihood, dims, kernel_covariance,
+                                    laplace=laplace, noise_scale=noise_scale)
     anchor = dict(anchor or {})
     ref = f"{anchor['body']}.mass" if anchor.get("body") else None
     fixed = {ref} if ref else set()
@@ -254,7 +321,12 @@ def summarise(names: list[str], limits: dict, estimate: dict, particles: np.ndar
         scale["note"] = f"the scale is set by the known mass of {anchor['body']} ({anchor['mass']:.4g} kg)"
     spread = np.ptp(P0, axis=0) if len(P0) else np.zeros(len(names))
     single = bool(len(P0) > 1 and np.all(spread <= 1e-6 * np.maximum(np.abs(P0).max(0), 1e-12)))
-    kde = np.shape(kernel_covariance) == (len(names), len(names)) and len(P0) - excluded >= 1
-    samples = {"from": "kernel density of the particles" if kde else "particles", "count": int(len(X)), "particles_left_out": excluded}
+    P = len(names)
+    source = ("Laplace mixture of the particles" if np.shape(laplace) == (len(P0), P, P) else
+              "kernel density of the particles" if np.shape(kernel_covariance) == (P, P) else "particles")
+    samples = {"from": source if len(P0) - excluded >= 1 else "particles", "count": int(len(X)),
+               "particles_left_out": excluded}
+    if source.startswith("Laplace"):
+        samples["noise_scale"] = float(noise_scale)
     return {"scale": scale, "quantities": quantities, "at_limit": at_limit, "particles_identical": single,
             "samples": samples}

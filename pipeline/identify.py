@@ -56,7 +56,8 @@ from vid2sim.pipeline.identify_effort import attach_effort, with_effort
 from vid2sim.pipeline.identify_config import (IdentifyAugmentation, IdentifyBounds, IdentifyConfig,  # noqa: F401
                                               IdentifyContact, IdentifyInference, IdentifyNoise, IdentifyShooting,
                                               IdentifyVideo)
-from vid2sim.pipeline.identifiability import anchor_kernel_covariance, anchor_limits, scale_anchor, summarise, to_anchor
+from vid2sim.pipeline.identifiability import (anchor_laplace_covariances, anchor_limits, laplace_covariances,
+                                              scale_anchor, summarise, to_anchor)
 
 log = logging.getLogger(__name__)
 SIM_HZ = 960.0           # simulator rate of substeps=0: that of the twin in PyBullet (forecast.simulate_twin)
@@ -304,6 +305,10 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if cfg.observation == "joints":
         extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
+    if cfg.observation == "joints" and cfg.noise.sigma == 0 and res.trace.get("kernel_metrics") is not None:
+        extra["noise_scale"] = noise_scale(fit, res)   # the noise estimated from the tracks, checked by the fit
+        log.info("identify: reduced chi-square of the best fit %.3g (the posterior's width scaled by it)",
+                 extra["noise_scale"])
     post = posterior_from(res, fit, extra=extra)
     if root is not None:
         post = root.finish(post)
@@ -338,20 +343,36 @@ def root_anchor(cfg: IdentifyConfig, anchored: dict) -> dict:
 
 
 def anchored(post: Posterior, anchor: dict, metrics=None) -> Posterior:
-    """``post``, fitted with every mass free, in the scale of ``anchor`` (scale_anchor's): particles, estimate and limits through identifiability.to_anchor (the same
-    motion; the log-likelihoods are unchanged); the kernel covariance from the particles' metrics
-    ``metrics`` (N, P, P) (csvgd's ``trace["kernel_metrics"]``; None: no kernel covariance).
-    ``extra["box"]`` keeps the limits and the best particle of the fit, where ``at_limit`` is judged."""
+    """``post``, fitted with every mass free, in the scale of ``anchor`` (scale_anchor's): particles,
+    estimate and limits through identifiability.to_anchor (the same motion; the log-likelihoods are
+    unchanged); ``extra["laplace_covariance"]``: each particle's Laplace covariance on its slice of
+    the scale ridge (``anchor_laplace_covariances``) from its Gauss-Newton metric ``metrics``
+    (N, P, P) (csvgd's ``trace["kernel_metrics"]``; None: none). ``extra["box"]`` keeps the limits
+    and the best particle of the fit, where ``at_limit`` is judged."""
     names = list(post.names)
     best = np.array([post.estimate[n] for n in names])
     extra = dict(post.extra, box={"limits": {n: list(v) for n, v in post.limits.items()}, "estimate": post.estimate})
     extra.pop("kernel_covariance", None)
-    if metrics is not None and len(metrics) == len(post.particles) > 1:
+    extra.pop("laplace_covariance", None)
+    if metrics is not None and len(metrics) == len(post.particles):
         span = np.array([post.limits[n][1] - post.limits[n][0] for n in names])
-        extra["kernel_covariance"] = anchor_kernel_covariance(post.particles, metrics, span, names, anchor).tolist()
+        extra["laplace_covariance"] = anchor_laplace_covariances(post.particles, metrics, span, names, anchor).tolist()
     return replace(post, limits=anchor_limits(post.limits, names, anchor),
                    estimate=dict(zip(names, to_anchor(best, names, anchor).tolist())),
                    particles=to_anchor(post.particles, names, anchor), extra=extra)
+
+
+def noise_scale(prob: Problem, res: InferenceResult) -> float:
+    """The reduced chi-square of the best particle's single-shooting residuals, sum r^2 / (n - d)
+    (r whitened by the problem's noise std, n residuals, d = parameters + start state): the factor
+    by which the noise variance estimated from the tracks (``track_noise``) is off, as far as the
+    fitted model can tell; 1.0 where there are no more residuals than coordinates."""
+    b = res.best
+    with torch.no_grad():
+        r = Shooting(prob, 1).residuals(res.theta[b:b + 1], res.start[b:b + 1]).numpy()
+    r = r[np.isfinite(r)]
+    dof = r.size - prob.num_params - prob.state_dim * res.start.shape[1]
+    return float(np.sum(r * r) / dof) if dof > 0 else 1.0
 
 
 def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:
@@ -362,7 +383,8 @@ def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> 
     ident = summarise(post.names, post.limits, post.estimate, post.particles, anchor, tuple(cfg.bounds.masses),
                       ex.get("particle_log_likelihood"), len(post.names) + len(ex.get("start_state", ())),
                       ex.get("kernel_covariance"),
-                      box=({n: tuple(v) for n, v in box["limits"].items()}, box["estimate"]) if box else None)
+                      box=({n: tuple(v) for n, v in box["limits"].items()}, box["estimate"]) if box else None,
+                      laplace=ex.get("laplace_covariance"), noise_scale=ex.get("noise_scale", 1.0))
     for hit in ident["at_limit"]:
         log.warning("identify: %s ends at its %s limit %.4g: %s", hit["parameter"], hit["side"], hit["limit"],
                     hit["reason"])
@@ -405,13 +427,20 @@ def run_with_holdout(cfg: IdentifyConfig, art: Articulation, jp: JointPositions,
 
 
 def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = None) -> Posterior:
+    """The Posterior of an inference result: the particles, the best one as the estimate, and,
+    physical, ``extra.laplace_covariance`` (N, P, P), each particle's Laplace covariance from its
+    Gauss-Newton metric, where the method gives metrics (csvgd), else ``extra.kernel_covariance``
+    (P, P), its kernel density's, where it gives one."""
     names = list(prob.names)
     b = res.best
     extra = dict(extra or {})
     extra.update({"start_state": res.start[b, 0].tolist(), "particle_log_likelihood": res.log_likelihood.tolist(),
                   "evaluations": res.evaluations})  # no wall time: the artifact must be reproducible
-    if res.trace.get("kernel_covariance"):   # unit -> physical: the posterior is the particles' kernel density
-        span = (prob.upper - prob.lower).numpy()
+    span = (prob.upper - prob.lower).numpy()
+    metrics = res.trace.get("kernel_metrics")
+    if metrics is not None and len(metrics) == len(res.theta):
+        extra["laplace_covariance"] = laplace_covariances(np.asarray(metrics, float), span).tolist()
+    elif res.trace.get("kernel_covariance"):   # unit -> physical: the posterior is the particles' kernel density
         extra["kernel_covariance"] = (np.asarray(res.trace["kernel_covariance"]) * np.outer(span, span)).tolist()
     return Posterior(names, {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)},
                      {n: float(v) for n, v in zip(names, res.theta[b])}, res.theta.numpy().astype(float),

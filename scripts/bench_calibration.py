@@ -72,9 +72,10 @@ def draw_truth(mech, rng: np.random.Generator, anchor_body: str) -> dict[str, fl
     return params
 
 
-def laplace_intervals(prob, res, sim, h: float = 1e-6) -> dict[str, dict[int, list[float]]]:
+def laplace_intervals(prob, res, sim, h: float = 1e-6) -> tuple[dict[str, dict[int, list[float]]], np.ndarray]:
     """Normal intervals of each parameter from the Gauss-Newton covariance at the best particle, in
-    the scale of the anchor (identify.anchored: the covariance through to_anchor's Jacobian)."""
+    the scale of the anchor (identify.anchored: the covariance through to_anchor's Jacobian), and that
+    covariance (P, P) before the rescaling (physical, every mass free)."""
     from vid2sim.pipeline.identifiability import anchor_jacobian, to_anchor
 
     import torch
@@ -93,6 +94,7 @@ def laplace_intervals(prob, res, sim, h: float = 1e-6) -> dict[str, dict[int, li
     J = ((r[1:] - r[:1]) / h).numpy()
     span = (prob.upper - prob.lower).numpy()
     cov = np.linalg.pinv(J @ J.T)[:P, :P] * np.outer(span, span)      # physical, every mass free
+    free = cov.copy()
     names, theta = list(prob.names), res.theta[b].numpy()
     A = anchor_jacobian(theta, names, sim.anchor)
     cov, theta = A @ cov @ A.T, to_anchor(theta, names, sim.anchor)
@@ -100,21 +102,16 @@ def laplace_intervals(prob, res, sim, h: float = 1e-6) -> dict[str, dict[int, li
     for i, n in enumerate(names):
         sd, est = math.sqrt(max(cov[i, i], 0.0)), float(theta[i])
         out[n] = {p: [est - z * sd, est + z * sd] for p, z in Z.items()}
-    return out
+    return out, free
 
 
-def one(job: dict) -> dict:
-    """Simulate, identify and score one recording (runs in a worker process)."""
-    import torch
-
+def prepare(job: dict) -> dict:
+    """The recording of one job, from the generator (PyBullet): the true parameters and trajectories,
+    the noisy joint positions identify sees, and what the fit needs of the mechanism (picklable, so
+    that ``--prepare`` can write it for a machine without PyBullet)."""
     from vid2sim.datasets.synthetic import mechanism, simulate
-    from vid2sim.models.inference import infer
-    from vid2sim.pipeline import identify
-    from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
-    from vid2sim.pipeline.config import config_from_json
-    from vid2sim.pipeline.identifiability import scale_anchor, summarise
+    from vid2sim.pipeline.identifiability import scale_anchor
 
-    torch.set_num_threads(1)
     name, seed, frames, fps = job["mechanism"], job["seed"], job["frames"], job["fps"]
     mech = mechanism(name)
     types = {j.child: j.type for j in mech.joints}
@@ -124,26 +121,55 @@ def one(job: dict) -> dict:
     rng = np.random.default_rng(10_000 + seed)
     truth = draw_truth(mech, rng, anchor)
     s = simulate(name, seed=seed, frames=frames, fps=fps, params=truth)
-    tr = s.truth
-    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, s.world_from_body, fps)
-    jtype = {j["name"]: j["type"] for j in tr["joints"]}
+    jtype = {j["name"]: j["type"] for j in s.truth["joints"]}
     sig = np.array([TRACK_NOISE[jtype[n]] for n in s.joint_names])
     noise = rng.standard_normal(np.shape(s.q)) * sig
     noise[0] = 0.0   # frame 0 defines the model's geometry (joint_trajectory's q = 0): no error simulated there
-    q = np.asarray(s.q, float) + noise
-    jp = JointPositions(q, list(s.joint_names))
+    return {"mechanism": name, "seed": seed, "fps": fps, "truth": truth, "truth_tracks": s.truth,
+            "world_from_body": s.world_from_body, "shapes": s.shapes, "joint_names": list(s.joint_names),
+            "q": np.asarray(s.q, float) + noise}
+
+
+def fit(job: dict, rec: dict) -> tuple:
+    """Identify on ``rec``'s noisy joint positions as the pipeline does (truth articulation and
+    shapes) -> (problem, inference result, anchored posterior, simulator, seconds)."""
+    from vid2sim.models.inference import infer
+    from vid2sim.pipeline import identify
+    from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks
+    from vid2sim.pipeline.config import config_from_json
+
+    fps, tr = rec["fps"], rec["truth_tracks"]
+    art, poses = Articulation.from_truth(tr), PoseTracks.from_truth(tr, rec["world_from_body"], fps)
+    jp = JointPositions(rec["q"], rec["joint_names"])
     cfg = config_from_json(identify.IdentifyConfig, job["identify"], "bench_calibration")
     t0 = time.perf_counter()
-    sim = identify.build_simulator(cfg, art, poses, s.shapes, fps)
+    sim = identify.build_simulator(cfg, art, poses, rec["shapes"], fps)
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
     res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
                 seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
-    post = identify.posterior_from(res, prob)
+    # as identify.run: the track noise is estimated (sigma = 0) and checked by the fit's residuals
+    post = identify.posterior_from(res, prob, {"noise_scale": identify.noise_scale(prob, res)})
     post = identify.anchored(post, sim.anchor, res.trace.get("kernel_metrics")) if sim.rescale else post
     post = identify.with_identifiability(cfg, post, sim.anchor)
-    seconds = time.perf_counter() - t0
+    return prob, res, post, sim, time.perf_counter() - t0
+
+
+def one(job: dict) -> dict:
+    """Simulate (or load ``job["recording"]``), identify and score one recording (runs in a worker
+    process). The result keeps the raw fit (``"fit"``) so that ``--rescore`` can compare interval rules
+    without fitting again."""
+    import pickle
+
+    import torch
+
+    from vid2sim.pipeline.identifiability import summarise
+
+    torch.set_num_threads(1)
+    rec = pickle.loads(Path(job["recording"]).read_bytes()) if job.get("recording") else prepare(job)
+    name, seed, truth = rec["mechanism"], rec["seed"], rec["truth"]
+    prob, res, post, sim, seconds = fit(job, rec)
     ref = f"{sim.anchor['body']}.mass"
-    lap = laplace_intervals(prob, res, sim)
+    lap, lap_cov = laplace_intervals(prob, res, sim)
     # peers from the same particles: the bare particles, and the particles with stragglers left out
     bare = summarise(post.names, post.limits, post.estimate, post.particles, sim.anchor)["quantities"]
     screened = summarise(post.names, post.limits, post.estimate, post.particles, sim.anchor, (),
@@ -165,9 +191,66 @@ def one(job: dict) -> dict:
         rows[label] = row
     log.info("%s seed %d: %.0f s, ll %.1f, %s", name, seed, seconds, float(res.log_likelihood.max()),
              {k: (round(r["truth"], 4), round(r["median"], 4), r["in50"], r["in90"]) for k, r in rows.items()})
+    metrics = res.trace.get("kernel_metrics")
+    raw = {"names": list(prob.names), "lower": prob.lower.tolist(), "upper": prob.upper.tolist(),
+           "theta": res.theta.tolist(), "best": int(res.best), "log_likelihood": res.log_likelihood.tolist(),
+           "dims": len(post.names) + int(res.start.shape[-1]), "anchor": sim.anchor,
+           "kernel_metrics": None if metrics is None else np.asarray(metrics).tolist(),
+           "laplace_cov": lap_cov.tolist(), "phases": res.trace.get("phases"),
+           "noise_scale": post.extra.get("noise_scale")}
     return {"mechanism": name, "seed": seed, "seconds": seconds, "truth": truth, "quantities": rows,
             "sigma": prob.sigma.tolist(), "log_likelihood": float(res.log_likelihood.max()),
-            "particle_log_likelihood": res.log_likelihood.tolist()}
+            "particle_log_likelihood": res.log_likelihood.tolist(), "fit": raw}
+
+
+RULES = ("kde", "laplace_mixture_unscaled", "laplace_best")
+
+
+def rescore(result: dict) -> dict:
+    """Coverage rows {rule: {quantity: {"in50", "in90", "width90"}}} of one result's stored fit under
+    each interval rule of ``RULES``, peers of identify's (the particles' Laplace mixture with the
+    noise checked by the fit's residuals): the kernel density of the particles (identify's rule
+    until 2026-11-27), the Laplace mixture without the noise check, and the Laplace covariance at
+    the best particle alone (no noise check); all in the anchor's scale, stragglers left out."""
+    from vid2sim.pipeline.identifiability import (anchor_jacobian, anchor_kernel_covariance,
+                                                  anchor_laplace_covariances, anchor_limits, summarise, to_anchor)
+
+    f, truth = result["fit"], result["truth"]
+    names, anchor = f["names"], f["anchor"]
+    theta, ll = np.asarray(f["theta"], float), f["log_likelihood"]
+    span = np.asarray(f["upper"]) - np.asarray(f["lower"])
+    limits = anchor_limits({n: (lo, hi) for n, lo, hi in zip(names, f["lower"], f["upper"])}, names, anchor)
+    X, best = to_anchor(theta, names, anchor), f["best"]
+    estimate = dict(zip(names, X[best].tolist()))
+    M = np.asarray(f["kernel_metrics"], float)
+    J = anchor_jacobian(theta[best], names, anchor)
+    args = {"kde": (X, ll, {"kernel_covariance": anchor_kernel_covariance(theta, M, span, names, anchor)}),
+            "laplace_mixture_unscaled": (X, ll, {"laplace": anchor_laplace_covariances(theta, M, span, names, anchor)}),
+            "laplace_best": (X[best:best + 1], None, {"laplace": (J @ np.asarray(f["laplace_cov"]) @ J.T)[None]})}
+    ref = f"{anchor['body']}.mass"
+    out = {}
+    for rule, (P, lls, kw) in args.items():
+        q = summarise(names, limits, estimate, P, anchor, (), lls, f["dims"], **kw)["quantities"]
+        out[rule] = {}
+        for label, v in q.items():
+            param = label.split("/")[0]
+            true = truth[param] / truth[ref] if "/" in label else truth[param]
+            out[rule][label] = {f"in{p}": bool(v[f"interval{p}"][0] <= true <= v[f"interval{p}"][1]) for p in (50, 90)}
+            out[rule][label]["width90"] = v["interval90"][1] - v["interval90"][0]
+    return out
+
+
+def rescored_summary(results: list[dict]) -> dict:
+    """Coverage per mechanism and interval rule (``rescore``) over the results that keep their fit."""
+    out = {}
+    for name in sorted({r["mechanism"] for r in results if (r.get("fit") or {}).get("kernel_metrics")}):
+        per = [rescore(r) for r in results if r["mechanism"] == name and (r.get("fit") or {}).get("kernel_metrics")]
+        out[name] = {"recordings": len(per)}
+        for rule in RULES:
+            rows = [q for p in per for q in p[rule].values()]
+            for p in (50, 90):
+                out[name][f"{rule}{p}"] = float(np.mean([q[f"in{p}"] for q in rows])) if rows else float("nan")
+    return out
 
 
 def summary(results: list[dict]) -> dict:
@@ -194,6 +277,53 @@ def summary(results: list[dict]) -> dict:
     return out
 
 
+def settings_of(a: argparse.Namespace) -> dict:
+    """The IdentifyConfig settings of the run: identify at the generator's rate (PyBullet, 960 Hz),
+    since its default 480 Hz integrates differently by 2-6x the track noise on these clips, an error
+    the parameters absorb as bias (docs/results.md)."""
+    from vid2sim.pipeline.config import set_path
+
+    settings = {"inference": {"method": a.method, "particles": a.particles, "iterations": a.iterations},
+                "plots": False, "shooting": {"substeps": math.ceil(GENERATOR_HZ / a.fps - 1e-9)}}
+    for kv in a.set:
+        k, v = kv.split("=", 1)
+        try:
+            set_path(settings, k, json.loads(v))
+        except json.JSONDecodeError:
+            set_path(settings, k, v)
+    return settings
+
+
+def run_jobs(jobs: list[dict], n: int, jsonl: Path | None) -> list[dict]:
+    """``one`` of every job on ``n`` worker processes; each result is appended to ``jsonl`` as it
+    ends (so that a run cut short keeps what it finished)."""
+    from concurrent.futures import as_completed
+
+    results = []
+
+    def keep(r: dict) -> None:
+        results.append(r)
+        if jsonl:
+            with jsonl.open("a") as fh:
+                fh.write(json.dumps(r) + "\n")
+
+    if n > 1:
+        with ProcessPoolExecutor(n) as ex:
+            for fut in as_completed([ex.submit(one, j) for j in jobs]):
+                keep(fut.result())
+    else:
+        for j in jobs:
+            keep(one(j))
+    return sorted(results, key=lambda r: (r["mechanism"], r["seed"]))
+
+
+def print_summary(out: dict, rescored: dict | None = None) -> None:
+    line = {m: {k: v for k, v in s.items() if k != "per_quantity"} for m, s in out.items()}
+    for m, r in (rescored or {}).items():
+        line.setdefault(m, {})["rules"] = {k: v for k, v in r.items() if k != "recordings"}
+    print(json.dumps(line))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mechanisms", default="cartpole,double_pendulum")
@@ -207,40 +337,33 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                     help="further IdentifyConfig settings (JSON values), e.g. --set shooting.windows=4")
     ap.add_argument("--out", type=Path, default=Path("bench_calibration.json"))
-    ap.add_argument("--merge", type=Path, nargs="+", help="summarise the results of earlier --out files instead")
+    ap.add_argument("--jsonl", type=Path, help="also append each recording's result to this file as it ends")
+    ap.add_argument("--prepare", type=Path, metavar="DIR",
+                    help="only simulate the recordings (PyBullet) and write them to DIR, one pickle each")
+    ap.add_argument("--recordings", type=Path, metavar="DIR", help="fit the recordings --prepare wrote to DIR")
+    ap.add_argument("--merge", type=Path, nargs="+", help="summarise the results of earlier --out or --jsonl files")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     if a.merge:
-        runs = [json.loads(p.read_text()) for p in a.merge]
-        if len({json.dumps(r["settings"], sort_keys=True) for r in runs}) > 1 or len({r["frames"] for r in runs}) > 1:
-            raise SystemExit("error: bench_calibration: --merge: the files were run with different settings")
-        results = [x for r in runs for x in r["results"]]
-        out = summary(results)
-        a.out.write_text(json.dumps(dict(runs[0], summary=out, results=results, merged=[str(p) for p in a.merge]),
-                                    indent=1))
-        print(json.dumps({m: {k: v for k, v in s.items() if k != "per_quantity"} for m, s in out.items()}))
-        return
-    # identify at the generator's rate (PyBullet, 960 Hz): its default 480 Hz integrates differently by 2-6x
-    # the track noise on these clips, an error the parameters absorb as bias (docs/results.md)
-    from vid2sim.pipeline.config import config_from_json, set_path
+        return merge(a.merge, a.out)
+    import pickle
+
+    from vid2sim.pipeline.config import config_from_json
     from vid2sim.pipeline.identify import IdentifyConfig
 
-    settings = {"inference": {"method": a.method, "particles": a.particles, "iterations": a.iterations},
-                "plots": False, "shooting": {"substeps": math.ceil(GENERATOR_HZ / a.fps - 1e-9)}}
-    for kv in a.set:
-        k, v = kv.split("=", 1)
-        try:
-            set_path(settings, k, json.loads(v))
-        except json.JSONDecodeError:
-            set_path(settings, k, v)
+    settings = settings_of(a)
     jobs = [{"mechanism": m, "seed": s, "frames": a.frames, "fps": a.fps, "identify": dict(settings, seed=s)}
-            for m in a.mechanisms.split(",") for s in seeds_of(a.seeds)]
+            for s in seeds_of(a.seeds) for m in a.mechanisms.split(",")]
+    if a.prepare:
+        a.prepare.mkdir(parents=True, exist_ok=True)
+        for j in jobs:
+            (a.prepare / f"{j['mechanism']}_{j['seed']}.pkl").write_bytes(pickle.dumps(prepare(j)))
+        log.info("wrote %d recordings to %s", len(jobs), a.prepare)
+        return
+    for j in jobs if a.recordings else ():
+        j["recording"] = str(a.recordings / f"{j['mechanism']}_{j['seed']}.pkl")
     t0 = time.perf_counter()
-    if a.jobs > 1:
-        with ProcessPoolExecutor(a.jobs) as ex:
-            results = list(ex.map(one, jobs))
-    else:
-        results = [one(j) for j in jobs]
+    results = run_jobs(jobs, a.jobs, a.jsonl)
     out = summary(results)
     full = {"summary": out, "results": results,
             "settings": asdict(config_from_json(IdentifyConfig, settings, "bench_calibration")),
@@ -248,7 +371,22 @@ def main() -> None:
             "track_noise": TRACK_NOISE, "seconds": time.perf_counter() - t0}
     a.out.write_text(json.dumps(full, indent=1))
     log.info("wrote %s", a.out)
-    print(json.dumps({m: {k: v for k, v in s.items() if k != "per_quantity"} for m, s in out.items()}))
+    print_summary(out, rescored_summary(results))
+
+
+def merge(paths: list[Path], out_path: Path) -> None:
+    """Summarise the results of earlier ``--out`` files (same settings) or ``--jsonl`` files."""
+    runs = [json.loads(p.read_text()) if p.suffix == ".json" else
+            {"results": [json.loads(x) for x in p.read_text().splitlines() if x.strip()]} for p in paths]
+    full = [r for r in runs if "settings" in r]
+    if len({json.dumps(r["settings"], sort_keys=True) for r in full}) > 1 or len({r["frames"] for r in full}) > 1:
+        raise SystemExit("error: bench_calibration: --merge: the files were run with different settings")
+    results = sorted({(x["mechanism"], x["seed"]): x for r in runs for x in r["results"]}.values(),
+                     key=lambda x: (x["mechanism"], x["seed"]))
+    out = summary(results)
+    base = full[0] if full else {}
+    out_path.write_text(json.dumps(dict(base, summary=out, results=results, merged=[str(p) for p in paths]), indent=1))
+    print_summary(out, rescored_summary(results))
 
 
 if __name__ == "__main__":
