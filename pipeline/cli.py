@@ -162,8 +162,12 @@ def batch(recs: list[Path] = typer.Argument(..., help="Recordings (folders, bags
         colour = {"ok": "green", "partial": "yellow"}.get(r["status"], "red")
         err.print(f"[{colour}]{r['status']:>8}[/] {r['recording']}  {r['error']}", highlight=False)
     print(out / "summary.html")
-    if any(r["status"] == "failed" for r in rows):
-        sys.exit(1)
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        e = runner.StageError(f"{out / 'summary.html'}: {len(failed)} of {len(rows)} recordings failed "
+                              f"(first: {failed[0]['recording']}: {failed[0]['error']})")
+        e.stage = "batch"
+        raise e
 
 
 def _progress_printer():

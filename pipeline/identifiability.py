@@ -175,6 +175,13 @@ def limit_reason(name: str, side: str, anchor: dict) -> str:
     """Why parameter ``name`` may end at its ``side`` ("lower" | "upper") limit, as far as known."""
     kind = _kind(name)
     scaled = "" if anchor.get("known") else " (of the fit, every mass free: extra.box)"
+    if name in COEFFICIENTS:
+        surface = "the floor" if name.startswith("floor") else "the pusher's tip"
+        return (f"the Coulomb coefficient of {surface} is unobserved on this clip (nothing slides against it)"
+                if side == "lower" else
+                f"the Coulomb coefficient of {surface} reaches its upper limit: the parts stick where the model "
+                f"would let them slide, or an unmodelled force holds them (a position-controlled push shows "
+                f"the floor's coefficient only weakly: docs/decisions.md)")
     if kind == "mass":
         return (f"the mass ratio to {anchor.get('body')} reaches what the density limits allow "
                 f"(identify.bounds.density_min/max x volume): a part denser or lighter than they allow, a wrong "

@@ -154,3 +154,15 @@ def test_rescaling_to_the_anchor_keeps_the_motion_and_stays_within_the_anchored_
     Y = to_anchor(X, names, anchor)
     for i, n in enumerate(names):
         assert np.all((Y[:, i] >= env[n][0] - 1e-12) & (Y[:, i] <= env[n][1] + 1e-12)), n
+
+
+def test_floor_and_tip_friction_at_a_limit_are_explained_as_coefficients():
+    """A Coulomb coefficient (floor.friction, tip.friction) at a limit gets its own reason, not the
+    joint-friction setting's."""
+    from vid2sim.pipeline.identifiability import limit_reason
+
+    anchor = {"body": "box", "mass": 1.0, "known": False}
+    assert "floor" in limit_reason("floor.friction", "upper", anchor)
+    assert "friction_max" not in limit_reason("floor.friction", "upper", anchor)
+    assert "unobserved" in limit_reason("tip.friction", "lower", anchor)
+    assert "friction_max_revolute" in limit_reason("hinge.friction", "upper", anchor)

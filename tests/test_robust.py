@@ -313,3 +313,21 @@ def test_ctrl_c_is_exit_130_without_a_traceback(rec, tmp_path):
     rest = "".join(out)
     assert proc.wait(timeout=120) == 130, "".join(seen) + rest
     assert "Traceback" not in rest and "error:" not in rest, rest
+
+
+def test_batch_with_a_failed_recording_ends_in_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """`vid2sim batch` whose recordings partly fail: each row printed, then one error line naming
+    the summary and the first failure, exit code 2 (run_batch stubbed: no Ray cluster here; the
+    batch itself is tests/test_batch.py's)."""
+    from vid2sim.pipeline import batch, cli
+
+    rows = [{"recording": "a", "status": "ok", "error": ""},
+            {"recording": "b", "status": "failed", "error": "b/camera.json: missing"}]
+    monkeypatch.setattr(batch, "run_batch", lambda *a, **k: rows)
+    monkeypatch.setattr(sys, "argv", ["vid2sim", "batch", "a", "b", "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert lines == [f"error: batch: {tmp_path / 'out' / 'summary.html'}: 1 of 2 recordings failed "
+                     f"(first: b: b/camera.json: missing)"], lines
