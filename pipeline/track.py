@@ -215,6 +215,9 @@ def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segm
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
         roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.gates.roi_pad_px + 1,) * 2, np.uint8)) > 0
+        # rays only where the pixel is this part's or known background: the other parts' pixels (they may
+        # hide it) and the unmasked band around the masks (a mask's missed edge) tell nothing about it
+        roi &= (seg.masks[k] > 0) | (scene.background > 0)
         # at most max_rays rays, as every later frame: a part filling the view needs no more to start from
         stride = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1))))
         obs, _ = scene.observe(depth, roi, foreground=mask, stride=stride)

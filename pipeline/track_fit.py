@@ -2,9 +2,11 @@
 
 Used for the segmentation frame's start poses and to re-acquire a body (``track.py``).
 Each orientation hypothesis (principal axes of the points; for a box also the world axes,
-every assignment of the axes to its edges) is aligned by a few damped Gauss-Newton steps of
-the renderer (``models/render/align.py``) and the pose that explains the points best,
-with a penalty for covering background, is kept.
+every assignment of the axes to its edges) is aligned to the points' surface (``surface_fit``:
+each point's signed distance to the shape, which holds wherever the shape is seen, whatever
+hides the rest of it), then by damped Gauss-Newton steps of the renderer
+(``models/render/align.py``), and the pose that explains the points best, with a penalty for
+covering background, is kept.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from vid2sim.models.geometry_torch import perturb
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.align import Observation, gauss_newton_step
+from vid2sim.models.render.primitives import sdf_and_grad
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.track import TrackConfig
@@ -62,10 +66,10 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
         T = torch.eye(4, dtype=FLOAT)
         T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
-        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
+        kw = dict(gate=prim.bounding_radius * 2, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
                   grazing=False)  # see gauss_newton_step
-        for _ in range(cfg.init_iterations):
-            T = gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette, **kw).T
+        T = _levenberg_marquardt(cfg, prim, surface_fit(prim, T, obs.points[obs.foreground], cfg.noise.huber_m * 2.5,
+                                                        cfg.init_iterations), obs, kw)
         res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
         r = res.point_res[torch.isfinite(res.point_res)]
         cost = float(torch.minimum(r, torch.tensor(cfg.gates.gate_m)).square().mean()) + cfg.gates.gate_m ** 2 * float(
@@ -73,3 +77,55 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
         if best[1] is None or cost < best[0]:  # no finite cost at all: the first hypothesis, cost inf
             best = (cost if np.isfinite(cost) else float("inf"), T[0])
     return best
+
+
+def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, obs: Observation, kw: dict) -> torch.Tensor:
+    """``cfg.init_iterations`` damped Gauss-Newton steps of one primitive (1, 4, 4) from ``T``, each
+    kept only where it lowers the step's truncated cost (``StepResult.cost``, judged at the next
+    step's start), else retried from the last kept pose with 10x the damping (3x less after a
+    kept one, not below ``cfg.steps.damping``): a step from a partly seen box can run far off."""
+    step = lambda T, lam: gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth,  # noqa: E731
+                                            w_silhouette=cfg.noise.w_silhouette, damping=lam, **kw)
+    lam = cfg.steps.damping
+    res = step(T, lam)
+    for _ in range(cfg.init_iterations - 1):
+        cand = step(res.T, max(lam / 3.0, cfg.steps.damping))
+        if cand.cost <= res.cost:
+            T, res, lam = res.T, cand, max(lam / 3.0, cfg.steps.damping)
+        else:
+            lam *= 10.0
+            res = step(T, lam)
+    return T
+
+
+def surface_fit(prim: Primitive, T: torch.Tensor, pts: torch.Tensor, scale: float, iterations: int) -> torch.Tensor:
+    """The pose (1, 4, 4) near ``T`` that puts the world points ``pts`` (N, 3) on the surface of
+    ``prim``: Levenberg-Marquardt on sum Huber(signed distance, ``scale`` m) over the body twist,
+    a step kept only where it lowers that sum. Written here because the residual is the
+    primitives' own closed-form SDF (``sdf_and_grad``), which no ICP library takes."""
+    P = torch.as_tensor(pts, dtype=FLOAT)
+    if len(P) < 6:
+        return T
+
+    def terms(T: torch.Tensor):
+        R, t = T[0, :3, :3], T[0, :3, 3]
+        x = P - t
+        d, g = sdf_and_grad(prim, x @ R)
+        n = g @ R.T                                             # world normals
+        J = torch.cat([-n, torch.cross(n, x, dim=-1)], 1)       # d sdf / d (v, w) of perturb's twist
+        w = torch.clamp(scale / d.abs().clamp(min=1e-12), max=1.0)
+        cost = float(torch.where(d.abs() < scale, 0.5 * d * d, scale * (d.abs() - 0.5 * scale)).sum())
+        return d, J, w, cost
+
+    lam = 1e-3
+    d, J, w, c = terms(T)
+    for _ in range(iterations):
+        H, g = (J * w[:, None]).T @ J, (J * w[:, None]).T @ d
+        step = -torch.linalg.solve(H + lam * torch.diag(torch.diag(H)) + 1e-12 * torch.eye(6, dtype=FLOAT), g)
+        Tn = perturb(T[0], step)[None]
+        d2, J2, w2, c2 = terms(Tn)
+        if c2 <= c:
+            T, d, J, w, c, lam = Tn, d2, J2, w2, c2, max(lam / 3.0, 1e-6)
+        else:
+            lam *= 10.0
+    return T
