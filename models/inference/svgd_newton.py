@@ -174,12 +174,14 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
 
 
 def _finish_trace(trace: SVGDTrace, x: Tensor, g: Tensor, H: Tensor | None, mu: Tensor, kd: int) -> None:
-    """Record the final constraint violations (N, G) and, for N > 1 particles, the kernel covariance."""
+    """Record the final constraint violations (N, G) and, for N > 1 particles, the kernel covariance
+    and each particle's undamped metric on the kernel coordinates (``kernel_metrics``)."""
     if g.shape[1]:
         trace.final_violation = g.abs().amax(1).tolist()
     if x.shape[0] > 1 and kd > 0 and H is not None:
         trace.kernel_covariance = kernel_covariance(x, damped_metrics(H, mu), kd).tolist()
-        trace.kernel_metrics = profiled_metrics(damped_metrics(H, mu), kd).tolist()
+        # each particle's own curvature (its Laplace precision), without the step's Levenberg-Marquardt damping
+        trace.kernel_metrics = profiled_metrics(damped_metrics(H, torch.zeros_like(mu)), kd).tolist()
 
 
 def kernel_covariance(x: Tensor, metrics: Tensor, kernel_dims: int) -> Tensor:
