@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
+from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
@@ -86,6 +87,7 @@ class SegmentConfig:
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
+    motion: SegmentMotion = field(default_factory=SegmentMotion)  # RGB-only recordings: parts from their motion
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -510,6 +512,8 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:
         raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
+    if not rec.has_depth and cfg.motion.by_motion == "auto":
+        return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     candidates = _candidates(cfg, rec, frames, 1.0)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
@@ -542,3 +546,17 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
     return Segmentation(masks, int(i), list(names), scores)
+
+
+def _by_motion(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
+    """An RGB-only recording's parts from its rigid motion (``segment_motion``), with the overlay."""
+    from vid2sim.datasets.atomic import write_bytes
+
+    seg = segment_by_motion(cfg.motion, rec, cfg.min_pixels, cfg.missing)
+    if cfg.overlay:
+        rgb = rec.color(seg.frame)
+        img = _overlay(rgb, rgb, seg.masks, list(seg.shape_names), seg.scores)
+        ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+        if ok:
+            write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
+    return seg

@@ -1,0 +1,294 @@
+"""Motion as a cue: the parts of an RGB-only recording are the regions that move rigidly.
+
+Over frames ``first``..``last`` (every ``step``-th), dense optical flow (Farneback,
+``cv2.calcOpticalFlowFarneback``) between consecutive looked-at frames, on grey images
+normalised to zero mean and unit spread (an exposure change is no motion), at a working
+resolution whose longer side is at most ``max_side`` px. A pixel *moves* in a pair when
+its flow exceeds ``min_motion_px`` (full-resolution pixels); what never moves relative to
+the camera is background. In the pair where the most pixels move, the moving pixels are
+split into rigid groups by sequential RANSAC of 2-D similarity transforms
+(``cv2.estimateAffinePartial2D``: rotation about the optical axis, scale, image-plane
+translation): the largest consensus set is one body, its pixels are removed, and so on;
+each moving pixel then goes to the group whose transform predicts its flow best, and each
+group keeps its largest connected region. The groups are the parts, at the first frame of
+that pair, named after the library shapes by their proportions alone (an RGB-only
+recording has no metric size): the long-to-short ratio of the group's rotated bounding
+rectangle against a shape's face proportions, one group per shape (Hungarian); moving
+groups left over (a hand, an arm) are clutter, logged.
+
+A recording where no region of ``min_pixels`` px moves is an error saying so.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import cv2
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from vid2sim.datasets.recording import Recording
+from vid2sim.datasets.shapes import Shape
+
+if TYPE_CHECKING:
+    from vid2sim.pipeline.artifacts import Segmentation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SegmentMotion:
+    """Settings of segmenting an RGB-only recording by its motion."""
+
+    # "auto": RGB-only recordings are segmented by their motion (depth recordings never are);
+    # "off": RGB-only recordings go through the pseudo-depth segmenter instead
+    by_motion: str = "auto"
+    motion_first: int = 0  # first frame looked at for motion
+    motion_last: int = 90  # last frame looked at for motion (clipped to the recording)
+    motion_step: int = 3  # frames between the two images of a flow pair, >= 1
+    min_motion_px: float = 1.0  # px (full resolution) a pixel must move within a pair to count as moving
+    max_side: int = 320  # px: flow is computed with the image's longer side scaled down to this
+    rigid_px: float = 1.0  # px (full resolution): RANSAC inlier distance of a rigid group's flow
+    pairs: int = 8  # flow pairs looked at (evenly spaced); the one where the most moves is segmented
+    colours: int = 8  # k-means colour clusters whose connected regions are the candidate parts
+
+    def __post_init__(self):
+        if self.by_motion not in ("auto", "off"):
+            raise ValueError(f"segment.by_motion must be auto or off, got {self.by_motion!r}")
+        if self.motion_step < 1 or self.motion_last < self.motion_first or self.motion_first < 0:
+            raise ValueError(f"segment: motion frames {self.motion_first}-{self.motion_last} step "
+                             f"{self.motion_step}: need 0 <= first <= last and step >= 1")
+
+
+@dataclass
+class MotionCue:
+    """moving: (H, W) bool, moved in some pair; groups: (G, H, W) bool rigid groups at ``frame``;
+    transforms: (G, 2, 3) their similarity (frame -> frame + step, full-resolution px); flow:
+    (G,) median flow magnitude px of each group; frames: (first, last) looked at."""
+
+    moving: np.ndarray
+    groups: np.ndarray
+    transforms: np.ndarray
+    flow: np.ndarray
+    frame: int
+    frames: tuple[int, int]
+
+
+def _grey(rec: Recording, i: int, scale: float) -> np.ndarray:
+    g = cv2.cvtColor(rec.color(i), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    if scale != 1.0:
+        g = cv2.resize(g, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    return np.clip((g - g.mean()) / max(float(g.std()), 1e-3) * 40.0 + 128.0, 0, 255).astype(np.uint8)
+
+
+def _flow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return cv2.calcOpticalFlowFarneback(a, b, None, 0.5, 4, 15, 3, 5, 1.2, 0)
+
+
+def _clean(mask: np.ndarray, k: int) -> np.ndarray:
+    m = cv2.morphologyEx(mask.astype(np.uint8), cv2.MORPH_OPEN, np.ones((k, k), np.uint8))
+    return cv2.morphologyEx(m, cv2.MORPH_CLOSE, np.ones((k, k), np.uint8)) > 0
+
+
+def _largest_region(mask: np.ndarray) -> np.ndarray:
+    n, lab, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
+    if n <= 1:
+        return np.zeros_like(mask, bool)
+    return lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+
+
+def _regions(rgb: np.ndarray, k: int, min_px: int, seed: int) -> tuple[np.ndarray, int]:
+    """(H, W) int region labels (-1: none) of an RGB image: k-means colour clusters (Lab) split
+    into connected regions, those under ``min_px`` px dropped; and the number of labels."""
+    lab = cv2.cvtColor(cv2.GaussianBlur(rgb, (5, 5), 0), cv2.COLOR_RGB2LAB).reshape(-1, 3).astype(np.float32)
+    cv2.setRNGSeed(seed)
+    crit = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_MAX_ITER, 20, 1.0)
+    _, cl, _ = cv2.kmeans(lab, k, None, crit, 2, cv2.KMEANS_PP_CENTERS)
+    cl = cl.reshape(rgb.shape[:2])
+    out = np.full(cl.shape, -1)
+    n = 0
+    for c in range(k):
+        m, lab_c, stats, _ = cv2.connectedComponentsWithStats((cl == c).astype(np.uint8), connectivity=4)
+        for j in range(1, m):
+            if stats[j, cv2.CC_STAT_AREA] >= min_px:
+                out[lab_c == j] = n
+                n += 1
+    return out, n
+
+
+def _region_motion(region: np.ndarray, flow: np.ndarray, g0: np.ndarray, g1: np.ndarray, cfg: SegmentMotion,
+                   s: float) -> tuple[np.ndarray | None, float, float, float]:
+    """(similarity (2, 3) or None, median flow px, mean |I0 - I1| unmoved, mean |I0 - I1(M x)|) of one region
+    (working resolution), the grey residuals over the region grown by 2 px."""
+    ys, xs = np.nonzero(region)
+    pick = np.random.default_rng(0).choice(len(xs), min(len(xs), 1500), replace=False)
+    src = np.stack([xs[pick], ys[pick]], 1).astype(np.float32)
+    M, _ = cv2.estimateAffinePartial2D(src, src + flow[ys[pick], xs[pick]], method=cv2.RANSAC,
+                                       ransacReprojThreshold=cfg.rigid_px * s, maxIters=500)
+    speed = float(np.median(np.linalg.norm(flow[ys, xs], axis=1)))
+    if M is None:
+        return None, speed, 0.0, 0.0
+    grown = cv2.dilate(region.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    moved = cv2.warpAffine(g1, M, g1.shape[::-1], flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                           borderMode=cv2.BORDER_REPLICATE)
+    still = float(np.abs(g0[grown].astype(float) - g1[grown]).mean())
+    return M, speed, still, float(np.abs(g0[grown].astype(float) - moved[grown]).mean())
+
+
+def _agree(Ma: np.ndarray, Mb: np.ndarray, region: np.ndarray, tol: float) -> bool:
+    """Whether two similarities move the corners of ``region``'s bounding box within ``tol`` px alike."""
+    ys, xs = np.nonzero(region)
+    c = np.array([[xs.min(), ys.min()], [xs.max(), ys.min()], [xs.min(), ys.max()], [xs.max(), ys.max()]], float)
+    return bool(np.abs(c @ (Ma[:, :2] - Mb[:, :2]).T + (Ma[:, 2] - Mb[:, 2])).max() < tol)
+
+
+def _pairs(frames: list[int], step: int, most: int) -> list[tuple[int, int]]:
+    """Up to ``most`` evenly spaced pairs (f, f + step) within ``frames[0]..frames[-1]``."""
+    starts = [f for f in frames if f + step <= frames[-1]]
+    if len(starts) > most:
+        starts = [starts[int(round(i))] for i in np.linspace(0, len(starts) - 1, most)]
+    return [(f, f + step) for f in starts]
+
+
+def _moving_regions(rec: Recording, f0: int, f1: int, s: float, cfg: SegmentMotion, min_px: int,
+                    seed: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray, float]], np.ndarray]:
+    """(region labels at f0, [(region, similarity (2, 3), median flow px)] of the regions that move
+    between f0 and f1, flow (H, W, 2)), all at the working resolution."""
+    g0, g1 = _grey(rec, f0, s), _grey(rec, f1, s)
+    flow = _flow(g0, g1)
+    rgb = rec.color(f0)
+    if s != 1.0:
+        rgb = cv2.resize(rgb, g0.shape[::-1], interpolation=cv2.INTER_AREA)
+    labels, n = _regions(rgb, cfg.colours, max(8, min_px // 8), seed)
+    moving = []
+    for r in range(n):
+        M, speed, still, moved = _region_motion(labels == r, flow, g0, g1, cfg, s)
+        if M is not None and speed > cfg.min_motion_px * s and still - moved > 2.0 and moved < 0.7 * still:
+            moving.append((r, M, speed))
+    return labels, moving, flow
+
+
+def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 0) -> MotionCue:
+    """The moving regions and rigid groups of frames ``cfg.motion_first..motion_last`` (module
+    docstring); raises ``ValueError("nothing moves in frames A-B ...")`` when no region of
+    ``min_pixels`` px moves."""
+    a, b = min(cfg.motion_first, rec.num_frames - 1), min(cfg.motion_last, rec.num_frames - 1)
+    frames = list(range(a, b + 1, cfg.motion_step))
+    if frames[-1] != b:
+        frames.append(b)
+    H, W = rec.camera.height, rec.camera.width
+    s = min(1.0, cfg.max_side / max(H, W))
+    min_px = max(8, int(min_pixels * s * s))
+    k = 3 if s * max(H, W) <= 400 else 5
+    nothing = (f"nothing moves in frames {a}-{b} (no region of {min_pixels} px moved more than "
+               f"{cfg.min_motion_px:g} px between frames {cfg.motion_step} apart)")
+    if len(frames) < 2 or frames[-1] - frames[0] < cfg.motion_step:
+        raise ValueError(nothing)
+    best = (0, frames[0], None, [], None)
+    for f0, f1 in _pairs(frames, cfg.motion_step, cfg.pairs):
+        labels, moving, flow = _moving_regions(rec, f0, f1, s, cfg, min_px, seed)
+        area = int(np.isin(labels, [m[0] for m in moving]).sum()) if moving else 0
+        if area > best[0]:
+            best = (area, f0, labels, moving, flow)
+    area, f0, labels, moving, flow = best
+    if area < min_px:
+        raise ValueError(nothing)
+    parent = list(range(len(moving)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+    for i in range(len(moving)):
+        near = cv2.dilate((labels == moving[i][0]).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        for j in range(i + 1, len(moving)):
+            rj = labels == moving[j][0]
+            if (near & rj).any() and _agree(moving[i][1], moving[j][1], rj | (labels == moving[i][0]), 2 * cfg.rigid_px * s):
+                parent[root(j)] = root(i)
+    groups, transforms, speeds = [], [], []
+    for g in sorted({root(i) for i in range(len(moving))}):
+        members = [i for i in range(len(moving)) if root(i) == g]
+        small = _clean(np.isin(labels, [moving[i][0] for i in members]), k)
+        small = _largest_region(small)
+        if small.sum() < min_px:
+            continue
+        Mf = moving[max(members, key=lambda i: (labels == moving[i][0]).sum())][1].copy()
+        Mf[:, 2] /= s
+        groups.append(cv2.resize(small.astype(np.uint8), (W, H), interpolation=cv2.INTER_NEAREST) > 0)
+        transforms.append(Mf)
+        speeds.append(float(np.median(np.linalg.norm(flow[small], axis=1))) / s)
+    if not groups:
+        raise ValueError(nothing)
+    order = np.argsort([-g.sum() for g in groups])
+    return MotionCue(np.any(groups, axis=0), np.stack([groups[o] for o in order]),
+                     np.stack([transforms[o] for o in order]), np.array([speeds[o] for o in order]), int(f0), (a, b))
+
+
+def shape_ratios(shape: Shape) -> list[float]:
+    """Long-to-short ratios (>= 1) of the outlines a library shape can show, face-on or side-on."""
+    if shape.type == "box":
+        x, y, z = shape.size
+        return [max(p, q) / max(min(p, q), 1e-9) for p, q in ((x, y), (y, z), (x, z))]
+    if shape.type == "sphere":
+        return [1.0]
+    if shape.type in ("capsule", "cylinder"):
+        d = 2 * shape.radius
+        L = shape.length + (d if shape.type == "capsule" else 0.0)
+        return [max(L, d) / d, 1.0]
+    return []
+
+
+def group_ratio(mask: np.ndarray) -> float:
+    """Long-to-short ratio of ``mask``'s rotated bounding rectangle (cv2.minAreaRect)."""
+    ys, xs = np.nonzero(mask)
+    (_, _), (w, h), _ = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
+    return max(w, h) / max(min(w, h), 1.0)
+
+
+def name_groups(cue: MotionCue, shapes: dict[str, Shape]) -> list[str | None]:
+    """Library shape name of each rigid group by proportions (one group per shape), None = clutter."""
+    names = [n for n, s in shapes.items() if shape_ratios(s)]
+    cost = np.array([[min(abs(math.log(group_ratio(g) / r)) for r in shape_ratios(shapes[n])) for n in names]
+                     for g in cue.groups]).reshape(len(cue.groups), len(names))
+    out: list[str | None] = [None] * len(cue.groups)
+    if cost.size:
+        for gi, ni in zip(*linear_sum_assignment(cost)):
+            out[gi] = names[ni]
+    return out
+
+
+def segment_by_motion(cfg: SegmentMotion, rec: Recording, min_pixels: int, missing: str) -> "Segmentation":
+    """The Segmentation of an RGB-only recording from its rigid motion groups (module docstring);
+    ``missing`` "error": a library shape no moving group took is a ``StageError``."""
+    from vid2sim.pipeline.artifacts import Segmentation
+    from vid2sim.pipeline.run import StageError
+
+    shapes_path = Path(rec.path) / "shapes.json"
+    try:
+        cue = motion_cue(rec, cfg, min_pixels)
+    except ValueError as e:
+        raise StageError(f"segment: {rec.path}: {e}") from None
+    names = name_groups(cue, rec.shapes)
+    a, b = cue.frames
+    log.info("segment: %.1f %% of the image moves in frames %d-%d; %d rigid group(s) at frame %d",
+             100 * cue.moving.mean(), a, b, len(names), cue.frame)
+    for g, n, v in zip(cue.groups, names, cue.flow):
+        log.info("segment: moving group of %d px (ratio %.2f, %.1f px per %d frames) -> %s", g.sum(),
+                 group_ratio(g), v, cfg.motion_step, n or "clutter (no library shape left for it)")
+    findable = [n for n, s in rec.shapes.items() if shape_ratios(s)]
+    absent = [n for n in findable if n not in names]
+    if absent:
+        msg = f"{', '.join(absent)}: no rigidly moving region in frames {a}-{b} for it (static parts are background)"
+        if missing == "error":
+            raise StageError(f"segment: {shapes_path}: {msg}")
+        log.info("segment: %s", msg)
+    keep = [k for k, n in enumerate(names) if n is not None]
+    masks = cue.groups[keep].astype(np.uint8)
+    scores = np.ones(len(keep))
+    return Segmentation(masks, cue.frame, [names[k] for k in keep], scores)
+
+
+__all__ = ["MotionCue", "SegmentMotion", "motion_cue", "name_groups", "segment_by_motion"]

@@ -1,0 +1,249 @@
+"""Planar tracking of an RGB-only recording: each body's silhouette registered frame to frame.
+
+Heiden et al. 2022 track RGB-only recordings in a plane, 3 degrees of freedom per body.
+Here each segmented body's silhouette (its mask in the segmentation frame) is carried
+through the video by a 2-D similarity ``A_t`` (3 x 3, segmentation-frame pixels -> frame
+``t`` pixels): image-plane translation and rotation about the optical axis, and with
+``rgb.scale`` a uniform scale. ``A_t`` comes from OpenCV's ECC image registration
+(``cv2.findTransformECC``, Evangelidis & Psarakis 2008: invariant to brightness and
+contrast changes) of the previous frame's grey image, masked by the silhouette carried
+there, against frame ``t``, started from a constant-velocity prediction, coarse to fine
+over ``rgb.pyramid`` levels; then refined against the segmentation frame itself (no
+drift) when that registration still correlates above ``rgb.key_correlation``. A body
+whose registration fails or correlates below ``rgb.lost_correlation`` is lost in that
+frame and held at its last pose.
+
+Poses (``poses.npz``, the same format as 6-D tracking). Metric scale is unknown in one
+image: every body is placed on the plane facing the camera at distance ``d``
+(``rgb.distance_m`` when given; else the distance at which the first body's library
+shape, its longest side, looks as long as its silhouette in the segmentation frame,
+so lengths are in units of that apparent size). The body origin is the silhouette's
+centroid ``c`` back-projected to depth ``d / s_t`` (``s_t`` = the scale of ``A_t``, 1 without
+``rgb.scale``); its orientation is the camera's turned by ``phi + theta_t`` about the optical
+axis (``phi`` the silhouette's long axis in the segmentation frame, ``theta_t`` the rotation of
+``A_t``): a rod's body z axis, a box's x axis along the long axis, the other in-plane axis
+beside it. ``track_planar.json`` records ``d``, where it came from, and the per-frame
+similarities. A rotation about the optical axis is a revolute joint to articulate, an
+image-plane translation a prismatic one; motion out of the image plane (a door swinging
+towards the camera) is not modelled.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from vid2sim.datasets.atomic import write_bytes, write_text
+from vid2sim.datasets.recording import Recording
+from vid2sim.datasets.shapes import Shape
+from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
+from vid2sim.pipeline.track_config import TrackConfig
+
+log = logging.getLogger(__name__)
+INFO_FILE = "track_planar.json"
+OVERLAY_PNG = "track_overlay.png"
+
+
+def grey(rec: Recording, i: int) -> np.ndarray:
+    """(H, W) float32 grey image of frame i."""
+    return cv2.cvtColor(rec.color(i), cv2.COLOR_RGB2GRAY).astype(np.float32)
+
+
+def _ecc(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.ndarray, cfg: TrackConfig) -> tuple[float, np.ndarray]:
+    """(correlation, 3 x 3 similarity tmpl px -> img px) by ECC from ``A0``, on the box around the
+    mask and its predicted place (the warp's origin there: rotation and translation decouple), coarse
+    to fine (levels with under 60 mask pixels skipped); (-1, A0) where the finest level does not converge."""
+    ys, xs = np.nonzero(mask)
+    if len(xs) < 12:
+        return -1.0, A0
+    box = np.array([[xs.min(), ys.min()], [xs.max(), ys.max()], [xs.min(), ys.max()], [xs.max(), ys.min()]], float)
+    box = np.vstack([box, box @ A0[:2, :2].T + A0[:2, 2]])
+    pad = 8 + 0.25 * (box.max(0) - box.min(0))
+    H, W_ = mask.shape
+    x0, y0 = np.maximum(np.floor(box.min(0) - pad), 0).astype(int)
+    x1, y1 = np.minimum(np.ceil(box.max(0) + pad), [W_ - 1, H - 1]).astype(int) + 1
+    O = np.array([[1.0, 0, x0], [0, 1, y0], [0, 0, 1]])
+    cc, A = _ecc_pyramid(tmpl[y0:y1, x0:x1], img[y0:y1, x0:x1], mask[y0:y1, x0:x1],
+                         np.linalg.inv(O) @ A0 @ O, cfg)
+    return cc, (O @ A @ np.linalg.inv(O) if cc >= 0 else A0)
+
+
+def _ecc_pyramid(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.ndarray, cfg: TrackConfig
+                 ) -> tuple[float, np.ndarray]:
+    r = cfg.rgb
+    mode = cv2.MOTION_AFFINE if r.scale else cv2.MOTION_EUCLIDEAN
+    crit = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, r.ecc_iterations, 1e-4)
+    A = A0.copy()
+    cc = -1.0
+    for lev in range(r.pyramid - 1, -1, -1):
+        f = 0.5 ** lev
+        S = np.diag([f, f, 1.0])
+        t = cv2.resize(tmpl, None, fx=f, fy=f, interpolation=cv2.INTER_AREA) if lev else tmpl
+        im = cv2.resize(img, None, fx=f, fy=f, interpolation=cv2.INTER_AREA) if lev else img
+        m = (cv2.resize(mask, (t.shape[1], t.shape[0]), interpolation=cv2.INTER_NEAREST) if lev else mask).astype(np.uint8)
+        if lev and m.sum() < 60:  # too few pixels for a coarse level
+            continue
+        W = (S @ A @ np.linalg.inv(S))[:2].astype(np.float32)
+        try:
+            cc, W = cv2.findTransformECC(t, im, W, mode, crit, m, 5)
+        except cv2.error:  # no convergence: a coarse level is skipped, the finest one fails
+            if lev:
+                continue
+            return -1.0, A0
+        A = np.linalg.inv(S) @ np.vstack([W, [0, 0, 1]]).astype(float) @ S
+    return float(cc), _similarity(A)
+
+
+def _similarity(A: np.ndarray) -> np.ndarray:
+    """The nearest similarity to affine ``A`` (3 x 3): its 2 x 2 part's rotation (polar) times sqrt|det|."""
+    U, sv, Vt = np.linalg.svd(A[:2, :2])
+    R = U @ Vt
+    if np.linalg.det(R) < 0:
+        U[:, -1] *= -1
+        R = U @ Vt
+    out = A.copy()
+    out[:2, :2] = R * math.sqrt(abs(np.linalg.det(A[:2, :2])))
+    return out
+
+
+def _warp_mask(mask: np.ndarray, A: np.ndarray) -> np.ndarray:
+    return cv2.warpAffine(mask.astype(np.uint8), A[:2], mask.shape[::-1], flags=cv2.INTER_NEAREST)
+
+
+def _region(mask: np.ndarray, grow: int) -> np.ndarray:
+    """The silhouette grown by ``grow`` px (its outline is what a flat-coloured part shows)."""
+    return cv2.dilate(mask.astype(np.uint8), np.ones((2 * grow + 1, 2 * grow + 1), np.uint8)) if grow else mask
+
+
+def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, frame: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A (T, M, 3, 3) similarities from the segmentation frame, lost (T, M), correlation (T, M))."""
+    T, M = rec.num_frames, len(masks)
+    A = np.tile(np.eye(3), (T, M, 1, 1))
+    lost = np.zeros((T, M), bool)
+    corr = np.ones((T, M))
+    key = grey(rec, frame)
+    regions = [_region(m, cfg.rgb.grow_px) for m in masks]
+    for frames in (range(frame + 1, T), range(frame - 1, -1, -1)):
+        prev_img, prev_i = key, frame
+        vel = np.tile(np.eye(3), (M, 1, 1))
+        for i in frames:
+            img = grey(rec, i)
+            for m in range(M):
+                Ap = A[prev_i, m]
+                region = _warp_mask(regions[m], Ap)
+                # started from constant velocity and from rest; the better correlation wins
+                cc, W = max((_ecc(prev_img, img, region, W0, cfg) for W0 in (vel[m], np.eye(3))), key=lambda r: r[0])
+                At = W @ Ap
+                if cc >= cfg.rgb.key_correlation or cc < 0:
+                    ck, Ak = _ecc(key, img, regions[m], At if cc >= 0 else vel[m] @ Ap, cfg)
+                    if ck >= cfg.rgb.key_correlation:
+                        cc, At = max(cc, ck), Ak
+                if cc < cfg.rgb.lost_correlation:
+                    A[i, m], lost[i, m], corr[i, m] = Ap, True, max(cc, 0.0)
+                    vel[m] = np.eye(3)
+                    continue
+                A[i, m], corr[i, m] = At, cc
+                vel[m] = At @ np.linalg.inv(Ap)
+            prev_img, prev_i = img, i
+    return A, lost, corr
+
+
+def _axis_angle(mask: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(centroid (2,) px, long-axis angle rad, long side px) of a silhouette (cv2.minAreaRect)."""
+    ys, xs = np.nonzero(mask)
+    (cx, cy), (w, h), ang = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
+    phi = math.radians(ang) + (0.0 if w >= h else math.pi / 2)
+    return np.array([xs.mean(), ys.mean()]), phi, max(w, h)
+
+
+def plane_distance(cfg: TrackConfig, rec: Recording, masks: np.ndarray, shapes: list[Shape]) -> tuple[float, str]:
+    """(distance d of the bodies' plane from the camera, its source) (module docstring)."""
+    if cfg.rgb.distance_m > 0:
+        return float(cfg.rgb.distance_m), "track.rgb.distance_m"
+    _, _, long_px = _axis_angle(masks[0])
+    s = shapes[0]
+    if s.type == "box":
+        long_m = float(max(s.size))
+    elif s.type == "sphere":
+        long_m = 2 * s.radius
+    elif s.type in ("capsule", "cylinder"):
+        long_m = s.length + (2 * s.radius if s.type == "capsule" else 0.0)
+    else:
+        long_m = 1.0
+    return float(rec.camera.fx * long_m / max(long_px, 1.0)), "apparent size of the first body's library shape"
+
+
+def poses_from_similarities(rec: Recording, masks: np.ndarray, shapes: list[Shape], A: np.ndarray,
+                            d: float) -> np.ndarray:
+    """world_from_body (T, M, 4, 4) of the planar tracks (module docstring for the convention)."""
+    cam = rec.camera
+    T, M = A.shape[:2]
+    out = np.zeros((T, M, 4, 4))
+    for m in range(M):
+        c, phi, _ = _axis_angle(masks[m])
+        rod = shapes[m].type in ("capsule", "cylinder")
+        ct = A[:, m, :2, :2] @ c + A[:, m, :2, 2]                       # (T, 2) centroid px
+        theta = np.arctan2(A[:, m, 1, 0], A[:, m, 0, 0]) + phi
+        scale = np.sqrt(np.abs(np.linalg.det(A[:, m, :2, :2])))
+        z = d / scale
+        p = np.stack([(ct[:, 0] - cam.cx) / cam.fx * z, (ct[:, 1] - cam.cy) / cam.fy * z, z], 1)
+        e = np.stack([np.cos(theta), np.sin(theta), np.zeros(T)], 1)   # long axis, camera frame
+        n = np.broadcast_to([0.0, 0.0, 1.0], e.shape)
+        side = np.cross(n, e)
+        R = np.stack([side, n, e], 2) if rod else np.stack([e, side, n], 2)
+        Tc = np.tile(np.eye(4), (T, 1, 1))
+        Tc[:, :3, :3], Tc[:, :3, 3] = R, p
+        out[:, m] = cam.world_from_camera @ Tc
+    return out
+
+
+def _overlay_png(rec: Recording, masks: np.ndarray, A: np.ndarray, lost: np.ndarray, names: list[str],
+                 out_dir: Path, count: int = 6) -> None:
+    """``count`` frames side by side with the tracked silhouettes drawn over them (one colour per body)."""
+    T = A.shape[0]
+    colors = [(230, 50, 50), (50, 130, 230), (240, 200, 30), (80, 200, 80), (180, 80, 200), (250, 130, 30)]
+    tiles = []
+    for i in np.unique(np.linspace(0, T - 1, count).round().astype(int)):
+        img = rec.color(int(i)).astype(np.float32)
+        for m in range(len(masks)):
+            w = _warp_mask(masks[m], A[i, m]) > 0
+            col = np.array(colors[m % len(colors)], np.float32)
+            img[w] = 0.5 * img[w] + 0.5 * col
+        img = np.clip(img, 0, 255).astype(np.uint8)
+        for m in range(len(masks)):
+            cnts, _ = cv2.findContours(_warp_mask(masks[m], A[i, m]), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+            cv2.drawContours(img, cnts, -1, (255, 255, 255) if not lost[i, m] else (255, 0, 0), 1)
+        cv2.putText(img, f"frame {i}", (5, 15), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
+        tiles.append(img)
+    ok, png = cv2.imencode(".png", cv2.cvtColor(np.concatenate(tiles, 1), cv2.COLOR_RGB2BGR))
+    if ok:
+        write_bytes(out_dir / OVERLAY_PNG, png.tobytes())
+
+
+def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, shapes: list[Shape], names: list[str],
+        out_dir: Path) -> PoseTracks:
+    """Planar tracks of every segmented body of an RGB-only recording; writes ``track_planar.json``
+    and ``track_overlay.png`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    masks = seg.masks > 0
+    A, lost, corr = track_similarities(cfg, rec, masks, seg.frame)
+    d, source = plane_distance(cfg, rec, masks, shapes)
+    poses = poses_from_similarities(rec, masks, shapes, A, d)
+    log.info("track: planar (RGB-only): bodies on a plane %.3f m from the camera (%s); metric scale unknown "
+             "beyond that", d, source)
+    for m, n in enumerate(names):
+        if lost[:, m].any():
+            log.warning("track: %s lost in %d of %d frames (held at its last good pose there)", n,
+                        int(lost[:, m].sum()), len(lost))
+    info = {"mode": "planar", "dof": 4 if cfg.rgb.scale else 3, "distance_m": d, "distance_source": source,
+            "scale_known": cfg.rgb.distance_m > 0, "segmentation_frame": seg.frame, "bodies": names,
+            "image_from_segmentation": A[:, :, :2].round(6).tolist(), "correlation": corr.round(4).tolist()}
+    write_text(out_dir / INFO_FILE, json.dumps(info) + "\n")
+    if cfg.overlay:
+        _overlay_png(rec, masks, A, lost, names, out_dir)
+    return PoseTracks(poses, names, list(seg.shape_names), 1.0 - corr.mean(1), rec.fps, lost, None)
