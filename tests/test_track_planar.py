@@ -1,0 +1,195 @@
+"""RGB-only recordings: parts from their motion (segment_motion) and planar tracking
+(track_planar), checked against clips drawn with a known image-plane motion, and a
+synthetic cartpole with its depth dropped, against its true poses projected into the image."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from vid2sim.datasets.recording import open_recording
+from vid2sim.datasets.synthetic import make_recording
+from vid2sim.pipeline.articulate import ArticulateConfig, run as articulate
+from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
+from vid2sim.pipeline.track_config import TrackConfig, TrackRGB
+from vid2sim.pipeline import track_planar
+
+W, H, N = 160, 120, 24
+PLATE = (48, 22)  # px, the drawn plate's size (shapes.json: a 0.24 x 0.11 m face)
+
+
+def _texture(shape, seed, blur=1.5):
+    rng = np.random.default_rng(seed)
+    t = cv2.GaussianBlur(rng.uniform(0, 255, shape).astype(np.float32), (0, 0), blur)
+    return np.clip((t - t.mean()) * 3 + 128, 0, 255).astype(np.uint8)
+
+
+def _similarity(c, theta, c0):
+    """3 x 3: rotate by theta about the plate's own centre c0, then move that centre to c."""
+    R = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+    A = np.eye(3)
+    A[:2, :2], A[:2, 2] = R, np.asarray(c) - R @ c0
+    return A
+
+
+def _draw(motions, n=N, seed=0):
+    """n RGB frames of plates moved by ``motions(i) -> [3 x 3 similarity per plate]`` over a
+    textured backdrop; returns frames and the true masks (n, P, H, W)."""
+    bg = _texture((H, W, 3), seed)
+    w, h = PLATE
+    frames, masks = [], []
+    for i in range(n):
+        img, ms = bg.copy(), []
+        for p, A in enumerate(motions(i)):
+            tex = _texture((h, w, 3), 10 + p, blur=1.0)
+            tex[:, :, p % 3] = 230  # each plate its own hue
+            M = A[:2]  # plate texture px -> image px
+            warped = cv2.warpAffine(tex, M, (W, H), flags=cv2.INTER_LINEAR)
+            m = cv2.warpAffine(np.ones((h, w), np.uint8), M, (W, H), flags=cv2.INTER_NEAREST) > 0
+            img[m] = warped[m]
+            ms.append(m)
+        frames.append(img)
+        masks.append(ms)
+    return frames, np.array(masks)
+
+
+def _write(path, frames, shapes):
+    (path / "color").mkdir(parents=True)
+    for i, f in enumerate(frames):
+        cv2.imwrite(str(path / "color" / f"{i:06d}.png"), cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    cam = {"width": W, "height": H, "fx": 200.0, "fy": 200.0, "cx": (W - 1) / 2, "cy": (H - 1) / 2, "depth_scale": 0.001,
+           "fps": 30.0, "world_from_camera": np.eye(4).tolist()}
+    (path / "camera.json").write_text(json.dumps(cam))
+    (path / "shapes.json").write_text(json.dumps(shapes))
+    return path
+
+
+def _slide_and_turn(i):
+    """Plate 0 slides right 1.5 px/frame; plate 1 turns 1.5 deg/frame about its left end."""
+    c0 = np.array([PLATE[0] / 2, PLATE[1] / 2])
+    slide = _similarity((40 + 1.5 * i, 35), 0.0, c0)
+    th = math.radians(1.5 * i)
+    pivot = np.array([70.0, 85.0])
+    centre = pivot + PLATE[0] / 2 * np.array([math.cos(th), math.sin(th)])
+    return [slide, _similarity(centre, th, c0)]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    frames, masks = _draw(_slide_and_turn)
+    shapes = {"slider": {"type": "box", "size": [0.24, 0.11, 0.02]}, "flap": {"type": "box", "size": [0.24, 0.11, 0.02]}}
+    return _write(tmp_path_factory.mktemp("planar") / "rec", frames, shapes), masks
+
+
+def test_motion_finds_the_moving_plates(clip):
+    path, masks = clip
+    rec = open_recording(path)
+    seg = segment_by_motion(SegmentMotion(motion_last=N - 1), rec, 100, "error")
+    assert sorted(seg.shape_names) == ["flap", "slider"]
+    truth = masks[seg.frame]
+    # each group is one plate; both plates look alike, so names are not checked against plates
+    ious = sorted(max((m & t).sum() / (m | t).sum() for t in truth) for m in seg.masks > 0)
+    assert ious[0] >= 0.8, ious
+    assert not (seg.masks[0] & seg.masks[1]).any()
+
+
+def test_planar_tracks_match_the_drawn_motion(clip, tmp_path):
+    path, masks = clip
+    rec = open_recording(path)
+    A, lost, corr = track_planar.track_similarities(TrackConfig(), rec, masks[0], 0)
+    assert not lost.any()
+    for p in range(2):
+        corners = np.array([[0, 0], [PLATE[0], 0], [0, PLATE[1]], [PLATE[0], PLATE[1]]], float)
+        px, deg = [], []
+        for i in range(N):
+            Ti = _slide_and_turn(i)[p] @ np.linalg.inv(_slide_and_turn(0)[p])  # frame 0 px -> frame i px
+            start = corners @ _slide_and_turn(0)[p][:2, :2].T + _slide_and_turn(0)[p][:2, 2]
+            true = start @ Ti[:2, :2].T + Ti[:2, 2]
+            got = start @ A[i, p, :2, :2].T + A[i, p, :2, 2]
+            px.append(np.abs(got - true).max())
+            deg.append(abs(math.degrees(math.atan2(A[i, p, 1, 0], A[i, p, 0, 0]) - math.atan2(Ti[1, 0], Ti[0, 0]))))
+        # measured: slider 0.30 px / 0.42 deg at most; flap (turning 1.5 deg per frame about its end)
+        # drifts to 3.2 px / 5.1 deg by frame 21 (docs/results.md)
+        limit = (0.5, 0.6) if p == 0 else (4.0, 6.0)
+        assert max(px) < limit[0] and max(deg) < limit[1], (p, np.median(px), max(px), max(deg))
+
+
+def test_articulate_finds_slider_and_hinge(clip, tmp_path):
+    """The planar tracks in poses.npz form: a prismatic joint along the image x axis and a
+    revolute joint about the optical axis through the drawn pivot, at the given distance."""
+    path, masks = clip
+    rec = open_recording(path)
+    from vid2sim.pipeline.artifacts import Segmentation
+
+    seg = Segmentation(masks[0].astype(np.uint8), 0, ["slider", "flap"], np.ones(2))
+    cfg = TrackConfig(rgb=TrackRGB(distance_m=2.0), overlay=False)
+    tracks = track_planar.run(cfg, rec, seg, [rec.shapes["slider"], rec.shapes["flap"]], ["slider", "flap"], tmp_path)
+    assert json.loads((tmp_path / track_planar.INFO_FILE).read_text())["distance_m"] == 2.0
+    art, _ = articulate(ArticulateConfig(plots=False), tracks, tmp_path, shapes=rec.shapes)
+    by_child = {j.child: j for j in art.joints}
+    assert by_child["slider"].type == "prismatic" and by_child["flap"].type == "revolute", art.joints
+    assert abs(abs(by_child["slider"].axis[0]) - 1) < 0.01  # camera x = world x here
+    assert abs(abs(by_child["flap"].axis[2]) - 1) < 0.01   # the optical axis
+    pivot = np.array(by_child["flap"].pivot)
+    # the drawn pivot (70, 85) px back-projected at 2 m: ((u - cx) / fx * 2, (v - cy) / fy * 2)
+    # (the flap's drift, up to 3 px = 3 cm at 2 m, moves it by 2.2 cm: measured (-0.073, 0.266) m)
+    assert np.allclose(pivot[:2], [(70 - (W - 1) / 2) / 100, (85 - (H - 1) / 2) / 100], atol=0.03), pivot
+
+
+def test_nothing_moves_is_one_line_exit_2(tmp_path):
+    frames, _ = _draw(lambda i: [_slide_and_turn(0)[0]], n=8)
+    path = _write(tmp_path / "still", frames, {"slider": {"type": "box", "size": [0.24, 0.11, 0.02]}})
+    r = subprocess.run([sys.executable, "-m", "vid2sim.pipeline.cli", "segment", str(path), "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and "nothing moves in frames 0-7" in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def cartpole_rgb(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cp")
+    src = make_recording("cartpole", base / "full", seed=0, frames=30, fps=60.0, size=(320, 240))
+    dst = base / "rgb"
+    dst.mkdir()
+    for f in ("camera.json", "shapes.json"):
+        shutil.copy(src / f, dst / f)
+    shutil.copytree(src / "color", dst / "color")
+    return src, dst
+
+
+def _project(cam, p):
+    q = np.linalg.inv(cam.world_from_camera) @ np.append(p, 1.0)
+    return np.array([cam.fx * q[0] / q[2] + cam.cx, cam.fy * q[1] / q[2] + cam.cy])
+
+
+def test_cartpole_without_depth_against_projected_truth(cartpole_rgb):
+    """Cart centre and pole axis of the true poses, projected, against the planar tracks."""
+    src, dst = cartpole_rgb
+    rec = open_recording(dst)
+    assert not rec.has_depth
+    Wt = np.load(src / "truth_poses.npz")["world_from_body"]
+    truth_mask = cv2.imread(str(src / "truth_masks" / "000000.png"), cv2.IMREAD_UNCHANGED)
+    masks = np.stack([truth_mask == 1, truth_mask == 2])
+    A, lost, _ = track_planar.track_similarities(TrackConfig(), rec, masks, 0)
+    cam = rec.camera
+    err = {}
+    for b, axis in ((0, [1.0, 0, 0]), (1, [0, 0, 1.0])):
+        px, deg = [], []
+        for i in range(len(Wt)):
+            c0, ci = _project(cam, Wt[0, b, :3, 3]), _project(cam, Wt[i, b, :3, 3])
+            a0 = _project(cam, Wt[0, b, :3, 3] + 0.1 * Wt[0, b, :3, :3] @ axis) - c0
+            ai = _project(cam, Wt[i, b, :3, 3] + 0.1 * Wt[i, b, :3, :3] @ axis) - ci
+            px.append(np.linalg.norm(A[i, b, :2, :2] @ c0 + A[i, b, :2, 2] - ci))
+            turn = math.atan2(ai[1], ai[0]) - math.atan2(a0[1], a0[0])
+            got = math.atan2(A[i, b, 1, 0], A[i, b, 0, 0])
+            deg.append(abs(math.degrees(math.remainder(got - turn, 2 * math.pi))))
+        err[b] = (float(np.median(px)), float(np.max(px)), float(np.median(deg)))
+    assert err[0][0] < 1.0 and err[0][1] < 3.0, err
+    assert err[1][0] < 3.0 and err[1][2] < 3.0, err
