@@ -94,15 +94,17 @@ class TrackRGB:
     scale: bool = False  # also track each silhouette's apparent size (read as motion along the optical axis)
     pyramid: int = 3  # image pyramid levels of each registration (coarse to fine), >= 1
     ecc_iterations: int = 60  # ECC iterations per pyramid level
-    grow_px: int = 2  # px: the silhouette is grown by this much for registration (its outline counts)
+    min_features: int = 10  # corners a body needs to be followed by them; fewer: ECC registration of its silhouette
+    fb_px: float = 0.5  # px: a corner is kept while tracking it back lands within this of where it was
+    grow_px: int = 2  # px: the silhouette is grown by this much for ECC registration (its outline counts)
     # in (0, 1]: a registration against the segmentation frame correlating at least this much replaces
     # the frame-to-frame one (no drift)
     key_correlation: float = 0.9
     lost_correlation: float = 0.5  # in [0, 1): a body whose registration correlates less is lost in that frame
 
     def __post_init__(self):
-        if self.pyramid < 1 or self.ecc_iterations < 1 or self.grow_px < 0 or self.distance_m < 0:
-            raise ValueError("track.rgb: pyramid and ecc_iterations must be >= 1, grow_px and distance_m >= 0")
+        if self.pyramid < 1 or self.ecc_iterations < 1 or self.distance_m < 0:
+            raise ValueError("track.rgb: pyramid and ecc_iterations must be >= 1, distance_m >= 0")
 
 
 @dataclass(frozen=True)

@@ -115,13 +115,75 @@ def _warp_mask(mask: np.ndarray, A: np.ndarray) -> np.ndarray:
 
 
 def _region(mask: np.ndarray, grow: int) -> np.ndarray:
-    """The silhouette grown by ``grow`` px (its outline is what a flat-coloured part shows)."""
-    return cv2.dilate(mask.astype(np.uint8), np.ones((2 * grow + 1, 2 * grow + 1), np.uint8)) if grow else mask
+    """(H, W) uint8: the silhouette grown by ``grow`` px (shrunk where negative)."""
+    k = np.ones((2 * abs(grow) + 1, 2 * abs(grow) + 1), np.uint8)
+    m = mask.astype(np.uint8)
+    return m if grow == 0 else cv2.dilate(m, k) if grow > 0 else cv2.erode(m, k)
+
+
+LK = dict(winSize=(11, 11), maxLevel=3, criteria=(cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 0.01))
+
+
+def _features(img8: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(N, 2) float32 corners (cv2.goodFeaturesToTrack) inside the silhouette shrunk by 1 px."""
+    inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8))
+    if inner.sum() < 30:
+        inner = mask.astype(np.uint8)
+    pts = cv2.goodFeaturesToTrack(img8, 300, 0.01, 3, mask=inner)
+    return np.zeros((0, 2), np.float32) if pts is None else pts.reshape(-1, 2)
+
+
+def _follow(prev8: np.ndarray, img8: np.ndarray, pts: np.ndarray, fb_px: float) -> tuple[np.ndarray, np.ndarray]:
+    """(points in img8, ok) by pyramidal Lucas-Kanade, kept where the backward track returns within fb_px."""
+    if len(pts) == 0:
+        return pts, np.zeros(0, bool)
+    nxt, st, _ = cv2.calcOpticalFlowPyrLK(prev8, img8, pts.reshape(-1, 1, 2), None, **LK)
+    back, st2, _ = cv2.calcOpticalFlowPyrLK(img8, prev8, nxt, None, **LK)
+    ok = (st[:, 0] == 1) & (st2[:, 0] == 1) & (np.linalg.norm(back.reshape(-1, 2) - pts, axis=1) < fb_px)
+    return nxt.reshape(-1, 2), ok
+
+
+def _fit(src: np.ndarray, dst: np.ndarray, scale: bool) -> np.ndarray | None:
+    """3 x 3 similarity src -> dst: RANSAC inliers (cv2.estimateAffinePartial2D, 1 px), then without
+    ``scale`` the least-squares rotation and translation of the inliers (Kabsch: OpenCV has no 2-D
+    rigid estimator); None with under 4 inliers."""
+    M, inl = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=1.0)
+    if M is None or inl.sum() < 4:
+        return None
+    out = np.vstack([M, [0, 0, 1]])
+    if not scale:
+        a, b = src[inl[:, 0] == 1].astype(float), dst[inl[:, 0] == 1].astype(float)
+        ca, cb = a.mean(0), b.mean(0)
+        U, _, Vt = np.linalg.svd((b - cb).T @ (a - ca))
+        R = U @ np.diag([1.0, np.linalg.det(U @ Vt)]) @ Vt
+        out[:2, :2], out[:2, 2] = R, cb - R @ ca
+    return out
+
+
+class _Body:
+    """One body's tracking state along one direction in time: corners seen in an anchor frame
+    (``pts0``, anchor pixels) and where they are now (``pts``); ``A0`` maps segmentation-frame
+    pixels to anchor pixels."""
+
+    def __init__(self, img8: np.ndarray, mask: np.ndarray, A0: np.ndarray):
+        self.A0 = A0
+        self.pts0 = _features(img8, _warp_mask(mask, A0))
+        self.pts = self.pts0.copy()
+        self.n0 = len(self.pts0)
 
 
 def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, frame: int
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A (T, M, 3, 3) similarities from the segmentation frame, lost (T, M), correlation (T, M))."""
+    """(A (T, M, 3, 3) similarities from the segmentation frame, lost (T, M), correlation (T, M)).
+
+    Per body, corners in its silhouette are followed frame to frame (pyramidal Lucas-Kanade,
+    forward-backward checked) and fitted from where they were in the anchor frame (the
+    segmentation frame, then wherever they were re-detected, when fewer than ``rgb.min_features``
+    or half of them remain): drift only from re-anchoring. A body with fewer corners than that in
+    the segmentation frame (a flat-coloured part), or a frame where too few follow, is registered
+    by ECC (``_ecc_step``).
+    The correlation is ECC's where it ran, else the share of the anchor's corners still followed.
+    """
     T, M = rec.num_frames, len(masks)
     A = np.tile(np.eye(3), (T, M, 1, 1))
     lost = np.zeros((T, M), bool)
@@ -130,27 +192,44 @@ def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, fram
     regions = [_region(m, cfg.rgb.grow_px) for m in masks]
     for frames in (range(frame + 1, T), range(frame - 1, -1, -1)):
         prev_img, prev_i = key, frame
+        bodies = [_Body(key.astype(np.uint8), masks[m], np.eye(3)) for m in range(M)]
+        corners = [b.n0 >= cfg.rgb.min_features for b in bodies]  # else a flat part: ECC throughout
         vel = np.tile(np.eye(3), (M, 1, 1))
         for i in frames:
             img = grey(rec, i)
             for m in range(M):
-                Ap = A[prev_i, m]
-                region = _warp_mask(regions[m], Ap)
-                # started from constant velocity and from rest; the better correlation wins
-                cc, W = max((_ecc(prev_img, img, region, W0, cfg) for W0 in (vel[m], np.eye(3))), key=lambda r: r[0])
-                At = W @ Ap
-                if cc >= cfg.rgb.key_correlation or cc < 0:
-                    ck, Ak = _ecc(key, img, regions[m], At if cc >= 0 else vel[m] @ Ap, cfg)
-                    if ck >= cfg.rgb.key_correlation:
-                        cc, At = max(cc, ck), Ak
-                if cc < cfg.rgb.lost_correlation:
+                Ap, b = A[prev_i, m], bodies[m]
+                b.pts, ok = _follow(prev_img.astype(np.uint8), img.astype(np.uint8), b.pts, cfg.rgb.fb_px)
+                b.pts0, b.pts = b.pts0[ok], b.pts[ok]
+                W = _fit(b.pts0, b.pts, cfg.rgb.scale) if corners[m] and len(b.pts) >= cfg.rgb.min_features else None
+                if W is not None:
+                    At, cc = W @ b.A0, len(b.pts) / max(b.n0, 1)
+                else:
+                    cc, At = _ecc_step(cfg, key, prev_img, img, regions[m], Ap, vel[m])
+                if cc < cfg.rgb.lost_correlation and W is None:
                     A[i, m], lost[i, m], corr[i, m] = Ap, True, max(cc, 0.0)
                     vel[m] = np.eye(3)
                     continue
                 A[i, m], corr[i, m] = At, cc
                 vel[m] = At @ np.linalg.inv(Ap)
+                if corners[m] and (W is None or len(b.pts) < max(cfg.rgb.min_features, b.n0 // 2)):
+                    bodies[m] = _Body(img.astype(np.uint8), masks[m], At)
             prev_img, prev_i = img, i
     return A, lost, corr
+
+
+def _ecc_step(cfg: TrackConfig, key: np.ndarray, prev_img: np.ndarray, img: np.ndarray, region: np.ndarray,
+              Ap: np.ndarray, vel: np.ndarray) -> tuple[float, np.ndarray]:
+    """(correlation, A_t) by ECC: the silhouette in the previous frame (at ``Ap``) registered to
+    ``img`` from constant velocity and from rest (the better correlation wins), then against the
+    segmentation frame when that correlates at least ``rgb.key_correlation``."""
+    cc, W = max((_ecc(prev_img, img, _warp_mask(region, Ap), W0, cfg) for W0 in (vel, np.eye(3))), key=lambda r: r[0])
+    At = W @ Ap
+    if cc >= cfg.rgb.key_correlation or cc < 0:
+        ck, Ak = _ecc(key, img, region, At if cc >= 0 else vel @ Ap, cfg)
+        if ck >= cfg.rgb.key_correlation:
+            cc, At = max(cc, ck), Ak
+    return cc, At
 
 
 def _axis_angle(mask: np.ndarray) -> tuple[np.ndarray, float, float]:
