@@ -119,23 +119,56 @@ def _regions(rgb: np.ndarray, k: int, min_px: int, seed: int) -> tuple[np.ndarra
     return out, n
 
 
+def _residual(g0: np.ndarray, g1: np.ndarray, M: np.ndarray, grown: np.ndarray) -> float:
+    """Mean |I0(x) - I1(M x)| over ``grown``."""
+    moved = cv2.warpAffine(g1, M, g1.shape[::-1], flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                           borderMode=cv2.BORDER_REPLICATE)
+    return float(np.abs(g0[grown].astype(float) - moved[grown]).mean())
+
+
+def _ecc_region(g0: np.ndarray, g1: np.ndarray, grown: np.ndarray, M: np.ndarray) -> np.ndarray | None:
+    """(2, 3) rigid motion of the region by ECC (cv2.findTransformECC, Euclidean) from ``M``, on
+    the box around it (the warp's origin at its corner); None where it does not converge."""
+    ys, xs = np.nonzero(grown)
+    H, W = grown.shape
+    x0, y0 = max(xs.min() - 12, 0), max(ys.min() - 12, 0)
+    x1, y1 = min(xs.max() + 13, W), min(ys.max() + 13, H)
+    O = np.array([[1.0, 0, x0], [0, 1, y0], [0, 0, 1]])
+    Mc = (np.linalg.inv(O) @ np.vstack([M, [0, 0, 1]]) @ O)[:2].astype(np.float32)
+    try:
+        _, Mc = cv2.findTransformECC(g0[y0:y1, x0:x1].astype(np.float32), g1[y0:y1, x0:x1].astype(np.float32), Mc,
+                                     cv2.MOTION_EUCLIDEAN, (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 50, 1e-4),
+                                     grown[y0:y1, x0:x1].astype(np.uint8), 5)
+    except cv2.error:
+        return None
+    return (O @ np.vstack([Mc, [0, 0, 1]]) @ np.linalg.inv(O))[:2]
+
+
 def _region_motion(region: np.ndarray, flow: np.ndarray, g0: np.ndarray, g1: np.ndarray, cfg: SegmentMotion,
                    s: float) -> tuple[np.ndarray | None, float, float, float]:
-    """(similarity (2, 3) or None, median flow px, mean |I0 - I1| unmoved, mean |I0 - I1(M x)|) of one region
-    (working resolution), the grey residuals over the region grown by 2 px."""
+    """(similarity (2, 3) or None, px its bounding box's corners move at most, mean |I0 - I1| unmoved,
+    mean |I0 - I1(M x)|) of one region (working resolution), the grey residuals over the region
+    grown by 2 px. M is the better of the RANSAC similarity of the region's flow and its ECC
+    refinement; a region whose grey levels do not change (by 2 levels on average) is not looked at."""
+    grown = cv2.dilate(region.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    still = float(np.abs(g0[grown].astype(float) - g1[grown]).mean())
+    if still < 2.0:
+        return None, 0.0, still, still
     ys, xs = np.nonzero(region)
     pick = np.random.default_rng(0).choice(len(xs), min(len(xs), 1500), replace=False)
     src = np.stack([xs[pick], ys[pick]], 1).astype(np.float32)
     M, _ = cv2.estimateAffinePartial2D(src, src + flow[ys[pick], xs[pick]], method=cv2.RANSAC,
                                        ransacReprojThreshold=cfg.rigid_px * s, maxIters=500)
-    speed = float(np.median(np.linalg.norm(flow[ys, xs], axis=1)))
     if M is None:
-        return None, speed, 0.0, 0.0
-    grown = cv2.dilate(region.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
-    moved = cv2.warpAffine(g1, M, g1.shape[::-1], flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                           borderMode=cv2.BORDER_REPLICATE)
-    still = float(np.abs(g0[grown].astype(float) - g1[grown]).mean())
-    return M, speed, still, float(np.abs(g0[grown].astype(float) - moved[grown]).mean())
+        return None, 0.0, still, still
+    best = (_residual(g0, g1, M, grown), M)
+    Me = _ecc_region(g0, g1, grown, M)
+    if Me is not None:
+        best = min(best, (_residual(g0, g1, Me, grown), Me), key=lambda r: r[0])
+    moved, M = best
+    c = np.array([[xs.min(), ys.min()], [xs.max(), ys.min()], [xs.min(), ys.max()], [xs.max(), ys.max()]], float)
+    speed = float(np.linalg.norm(c @ M[:, :2].T + M[:, 2] - c, axis=1).max())
+    return M, speed, still, moved
 
 
 def _agree(Ma: np.ndarray, Mb: np.ndarray, region: np.ndarray, tol: float) -> bool:
