@@ -25,6 +25,9 @@ What fits no library shape (walls, floors, tables, distractors) is background, l
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
+An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
+that move rigidly are the parts), unless ``motion.by_motion`` is "off".
+
 Not here: mesh shapes in the library are never matched (the segmenter knows only
 box, capsule, sphere and cylinder); tracking from the chosen frame is ``track``'s job.
 """
@@ -550,13 +553,5 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
 
 def _by_motion(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """An RGB-only recording's parts from its rigid motion (``segment_motion``), with the overlay."""
-    from vid2sim.datasets.atomic import write_bytes
-
-    seg = segment_by_motion(cfg.motion, rec, cfg.min_pixels, cfg.missing)
-    if cfg.overlay:
-        rgb = rec.color(seg.frame)
-        img = _overlay(rgb, rgb, seg.masks, list(seg.shape_names), seg.scores)
-        ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
-        if ok:
-            write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
-    return seg
+    return segment_by_motion(cfg.motion, rec, cfg.min_pixels, cfg.missing,
+                             Path(out_dir) / OVERLAY_FILE if cfg.overlay else None)

@@ -282,9 +282,13 @@ def group_ratio(mask: np.ndarray) -> float:
 
 
 def name_groups(cue: MotionCue, shapes: dict[str, Shape]) -> list[str | None]:
-    """Library shape name of each rigid group by proportions (one group per shape), None = clutter."""
+    """Library shape name of each rigid group (one group per shape), None = clutter. Cost: the
+    log-ratio of the group's proportions to the nearest of the shape's, plus a quarter of the
+    log-ratio of the largest group's area to the group's (small groups are more often slivers)."""
     names = [n for n, s in shapes.items() if shape_ratios(s)]
-    cost = np.array([[min(abs(math.log(group_ratio(g) / r)) for r in shape_ratios(shapes[n])) for n in names]
+    largest = max(int(g.sum()) for g in cue.groups)
+    cost = np.array([[min(abs(math.log(group_ratio(g) / r)) for r in shape_ratios(shapes[n]))
+                      + 0.25 * math.log(largest / max(int(g.sum()), 1)) for n in names]
                      for g in cue.groups]).reshape(len(cue.groups), len(names))
     out: list[str | None] = [None] * len(cue.groups)
     if cost.size:
@@ -293,9 +297,33 @@ def name_groups(cue: MotionCue, shapes: dict[str, Shape]) -> list[str | None]:
     return out
 
 
-def segment_by_motion(cfg: SegmentMotion, rec: Recording, min_pixels: int, missing: str) -> "Segmentation":
+def motion_overlay(rgb: np.ndarray, cue: MotionCue, names: list[str | None]) -> np.ndarray:
+    """(H, W, 3) uint8: the named groups filled in colour and labelled, clutter groups outlined in grey."""
+    img = rgb.astype(np.float32)
+    colors = [(230, 50, 50), (50, 130, 230), (240, 200, 30), (80, 200, 80), (180, 80, 200), (250, 130, 30)]
+    named = [k for k, n in enumerate(names) if n is not None]
+    for j, k in enumerate(named):
+        g = cue.groups[k]
+        img[g] = 0.45 * img[g] + 0.55 * np.array(colors[j % len(colors)], np.float32)
+    img = np.clip(img, 0, 255).astype(np.uint8)
+    for k, n in enumerate(names):
+        cnts, _ = cv2.findContours(cue.groups[k].astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        cv2.drawContours(img, cnts, -1, (255, 255, 255) if n else (150, 150, 150), 1)
+        ys, xs = np.nonzero(cue.groups[k])
+        if n:
+            cv2.putText(img, n, (int(xs.mean()) - 15, int(ys.mean())), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1,
+                        cv2.LINE_AA)
+    cv2.putText(img, f"frame {cue.frame}: moving in {cue.frames[0]}-{cue.frames[1]}", (5, 15),
+                cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
+    return img
+
+
+def segment_by_motion(cfg: SegmentMotion, rec: Recording, min_pixels: int, missing: str,
+                      overlay: Path | None = None) -> "Segmentation":
     """The Segmentation of an RGB-only recording from its rigid motion groups (module docstring);
-    ``missing`` "error": a library shape no moving group took is a ``StageError``."""
+    ``missing`` "error": a library shape no moving group took is a ``StageError``. Writes
+    ``motion_overlay`` as a PNG to ``overlay`` when given."""
+    from vid2sim.datasets.atomic import write_bytes
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.pipeline.run import StageError
 
@@ -318,10 +346,14 @@ def segment_by_motion(cfg: SegmentMotion, rec: Recording, min_pixels: int, missi
         if missing == "error":
             raise StageError(f"segment: {shapes_path}: {msg}")
         log.info("segment: %s", msg)
+    if overlay is not None:
+        ok, png = cv2.imencode(".png", cv2.cvtColor(motion_overlay(rec.color(cue.frame), cue, names), cv2.COLOR_RGB2BGR))
+        if ok:
+            write_bytes(overlay, png.tobytes())
     keep = [k for k, n in enumerate(names) if n is not None]
     masks = cue.groups[keep].astype(np.uint8)
     scores = np.ones(len(keep))
     return Segmentation(masks, cue.frame, [names[k] for k in keep], scores)
 
 
-__all__ = ["MotionCue", "SegmentMotion", "motion_cue", "name_groups", "segment_by_motion"]
+__all__ = ["MotionCue", "SegmentMotion", "motion_cue", "motion_overlay", "name_groups", "segment_by_motion"]
