@@ -65,7 +65,7 @@ class SegmentMotion:
 
 @dataclass
 class MotionCue:
-    """moving: (H, W) bool, moved in some pair; groups: (G, H, W) bool rigid groups at ``frame``;
+    """moving: (H, W) bool, the groups' union; groups: (G, H, W) bool rigid groups at ``frame``;
     transforms: (G, 2, 3) their similarity (frame -> frame + step, full-resolution px); flow:
     (G,) median flow magnitude px of each group; frames: (first, last) looked at."""
 
@@ -75,6 +75,7 @@ class MotionCue:
     flow: np.ndarray
     frame: int
     frames: tuple[int, int]
+    displaced: np.ndarray  # (H, W) bool: looks different at the last frame than at the first (all True: nowhere)
 
 
 def _grey(rec: Recording, i: int, scale: float) -> np.ndarray:
@@ -220,13 +221,18 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
                f"{cfg.min_motion_px:g} px between frames {cfg.motion_step} apart)")
     if len(frames) < 2 or frames[-1] - frames[0] < cfg.motion_step:
         raise ValueError(nothing)
-    best = (0, frames[0], None, [], None)
+    # what looks different at the end than at the start: a part moved for good (a closed lid),
+    # not a hand that came and went
+    displaced = _clean(np.abs(_grey(rec, a, s).astype(np.int16) - _grey(rec, b, s)) > 25, k)
+    if displaced.sum() < min_px:
+        displaced[:] = True
+    best = (0, 0, frames[0], None, [], None)
     for f0, f1 in _pairs(frames, cfg.motion_step, cfg.pairs):
         labels, moving, flow = _moving_regions(rec, f0, f1, s, cfg, min_px, seed)
-        area = int(np.isin(labels, [m[0] for m in moving]).sum()) if moving else 0
-        if area > best[0]:
-            best = (area, f0, labels, moving, flow)
-    area, f0, labels, moving, flow = best
+        region = np.isin(labels, [m[0] for m in moving]) if moving else np.zeros_like(displaced)
+        if (int((region & displaced).sum()), int(region.sum())) > best[:2]:
+            best = (int((region & displaced).sum()), int(region.sum()), f0, labels, moving, flow)
+    _, area, f0, labels, moving, flow = best
     if area < min_px:
         raise ValueError(nothing)
     parent = list(range(len(moving)))
@@ -256,8 +262,10 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
     if not groups:
         raise ValueError(nothing)
     order = np.argsort([-g.sum() for g in groups])
+    displaced = cv2.resize(displaced.astype(np.uint8), (W, H), interpolation=cv2.INTER_NEAREST) > 0
     return MotionCue(np.any(groups, axis=0), np.stack([groups[o] for o in order]),
-                     np.stack([transforms[o] for o in order]), np.array([speeds[o] for o in order]), int(f0), (a, b))
+                     np.stack([transforms[o] for o in order]), np.array([speeds[o] for o in order]), int(f0), (a, b),
+                     displaced)
 
 
 def shape_ratios(shape: Shape) -> list[float]:
@@ -284,11 +292,13 @@ def group_ratio(mask: np.ndarray) -> float:
 def name_groups(cue: MotionCue, shapes: dict[str, Shape]) -> list[str | None]:
     """Library shape name of each rigid group (one group per shape), None = clutter. Cost: the
     log-ratio of the group's proportions to the nearest of the shape's, plus a quarter of the
-    log-ratio of the largest group's area to the group's (small groups are more often slivers)."""
+    log-ratio of the largest group's area to the group's (small groups are more often slivers),
+    plus the share of the group outside ``cue.displaced`` (a hand comes and goes; a part stays moved)."""
     names = [n for n, s in shapes.items() if shape_ratios(s)]
     largest = max(int(g.sum()) for g in cue.groups)
     cost = np.array([[min(abs(math.log(group_ratio(g) / r)) for r in shape_ratios(shapes[n]))
-                      + 0.25 * math.log(largest / max(int(g.sum()), 1)) for n in names]
+                      + 0.25 * math.log(largest / max(int(g.sum()), 1))
+                      + 1.0 - float((g & cue.displaced).sum()) / max(int(g.sum()), 1) for n in names]
                      for g in cue.groups]).reshape(len(cue.groups), len(names))
     out: list[str | None] = [None] * len(cue.groups)
     if cost.size:
