@@ -54,7 +54,7 @@ def grey(rec: Recording, i: int) -> np.ndarray:
 
 
 def _ecc(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.ndarray, cfg: TrackConfig) -> tuple[float, np.ndarray]:
-    """(correlation, 3 x 3 similarity tmpl px -> img px) by ECC from ``A0``, on the box around the
+    """(correlation (``_zncc``), 3 x 3 similarity tmpl px -> img px) by ECC from ``A0``, on the box around the
     mask and its predicted place (the warp's origin there: rotation and translation decouple), coarse
     to fine (levels with under 60 mask pixels skipped); (-1, A0) where the finest level does not converge."""
     ys, xs = np.nonzero(mask)
@@ -69,7 +69,10 @@ def _ecc(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.ndarray, cf
     O = np.array([[1.0, 0, x0], [0, 1, y0], [0, 0, 1]])
     cc, A = _ecc_pyramid(tmpl[y0:y1, x0:x1], img[y0:y1, x0:x1], mask[y0:y1, x0:x1],
                          np.linalg.inv(O) @ A0 @ O, cfg)
-    return cc, (O @ A @ np.linalg.inv(O) if cc >= 0 else A0)
+    if cc < 0:
+        return cc, A0
+    A = O @ A @ np.linalg.inv(O)
+    return _zncc(tmpl, img, mask, A), A
 
 
 def _ecc_pyramid(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.ndarray, cfg: TrackConfig
@@ -218,12 +221,45 @@ def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, fram
     return A, lost, corr
 
 
+def _zncc(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, W: np.ndarray) -> float:
+    """Zero-mean normalised correlation over ``mask`` of ``tmpl(x)`` and ``img(W x)``; 0 where
+    ``img``'s patch varies less than a quarter as much as the template's."""
+    ys, xs = np.nonzero(mask)
+    x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+    O = np.array([[1.0, 0, x0], [0, 1, y0], [0, 0, 1]])
+    warped = cv2.warpAffine(img, (W @ O)[:2], (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                            borderMode=cv2.BORDER_REPLICATE)
+    m = mask[y0:y1, x0:x1] > 0
+    a, b = tmpl[y0:y1, x0:x1][m].astype(float), warped[m].astype(float)
+    a, b = a - a.mean(), b - b.mean()
+    if b.std() < 0.25 * a.std():  # a flat patch matches anything: no evidence
+        return 0.0
+    return float((a * b).sum() / max(math.sqrt((a * a).sum() * (b * b).sum()), 1e-9))
+
+
+def _starts(prev_img: np.ndarray, img: np.ndarray, mask: np.ndarray, vel: np.ndarray, keep: int = 1) -> list[np.ndarray]:
+    """Starting warps for ECC: rest, constant velocity, and the ``keep`` best-correlating (``_zncc``)
+    of constant velocity turned by +-5, 10, 15, 20 deg about the silhouette's predicted centre (a
+    swinging rod speeds up between frames; ECC's reach on a thin silhouette is a few degrees)."""
+    ys, xs = np.nonzero(mask)
+    c = vel[:2, :2] @ np.array([xs.mean(), ys.mean()]) + vel[:2, 2]
+    C = np.array([[1.0, 0, c[0]], [0, 1, c[1]], [0, 0, 1]])
+    cands = [np.eye(3), vel]
+    for d in (5, -5, 10, -10, 15, -15, 20, -20):
+        r = math.radians(d)
+        R = np.array([[math.cos(r), -math.sin(r), 0], [math.sin(r), math.cos(r), 0], [0, 0, 1]])
+        cands.append(C @ R @ np.linalg.inv(C) @ vel)
+    scores = [_zncc(prev_img, img, mask, W) for W in cands[2:]]
+    return cands[:2] + [cands[2 + k] for k in np.argsort(scores)[::-1][:keep]]
+
+
 def _ecc_step(cfg: TrackConfig, key: np.ndarray, prev_img: np.ndarray, img: np.ndarray, region: np.ndarray,
               Ap: np.ndarray, vel: np.ndarray) -> tuple[float, np.ndarray]:
     """(correlation, A_t) by ECC: the silhouette in the previous frame (at ``Ap``) registered to
-    ``img`` from constant velocity and from rest (the better correlation wins), then against the
-    segmentation frame when that correlates at least ``rgb.key_correlation``."""
-    cc, W = max((_ecc(prev_img, img, _warp_mask(region, Ap), W0, cfg) for W0 in (vel, np.eye(3))), key=lambda r: r[0])
+    ``img`` from rest, constant velocity and the best-correlating of that velocity turned by a
+    further +-5 to 20 deg about the silhouette's centre (``_starts``; the best ECC correlation wins), then against the segmentation frame when that correlates at least ``rgb.key_correlation``."""
+    mask = _warp_mask(region, Ap)
+    cc, W = max((_ecc(prev_img, img, mask, W0, cfg) for W0 in _starts(prev_img, img, mask, vel)), key=lambda r: r[0])
     At = W @ Ap
     if cc >= cfg.rgb.key_correlation or cc < 0:
         ck, Ak = _ecc(key, img, region, At if cc >= 0 else vel @ Ap, cfg)

@@ -196,10 +196,11 @@ def test_cartpole_without_depth_against_projected_truth(cartpole_rgb):
             got = math.atan2(A[i, b, 1, 0], A[i, b, 0, 0])
             deg.append(abs(math.degrees(math.remainder(got - turn, 2 * math.pi))))
         err[b] = (float(np.median(px)), float(np.max(px)), float(np.median(deg)))
-    # measured (median px, max px, median deg): cart 0.91, 2.4, 1.5; pole 3.3, 65, 0.54 -- the thin
-    # pole (6 px wide) swinging up to 9 deg per frame is lost for some frames (docs/results.md)
-    assert err[0][0] < 1.2 and err[0][1] < 3.0, err
-    assert err[1][0] < 4.0 and err[1][2] < 1.0, err
+    # measured (median px, max px, median deg): cart 0.69, 4.0, 0.80; pole 4.0, 10.0, 0.64. The pole
+    # turns about an axis 23 deg off the optical one, so no 2-D rigid motion fits it exactly: the best
+    # fit of its true projected axis leaves its centre 1.0 px off (median), 1.9 px at most
+    assert err[0][0] < 1.0 and err[0][1] < 5.0, err
+    assert err[1][0] < 5.0 and err[1][1] < 12.0 and err[1][2] < 1.0, err
 
 
 def test_cartpole_without_depth_segmented_by_motion(cartpole_rgb):
