@@ -1,20 +1,28 @@
 """Motion as a cue: the parts of an RGB-only recording are the regions that move rigidly.
 
-Over frames ``first``..``last`` (every ``step``-th), dense optical flow (Farneback,
-``cv2.calcOpticalFlowFarneback``) between consecutive looked-at frames, on grey images
+Candidate parts are colour regions: k-means clusters (``colours``, in Lab) of a frame split
+into connected regions (a flat-coloured part shows motion only at its edges, so per-pixel
+flow alone would leave its inside static). Up to ``pairs`` evenly spaced start frames f0 in
+``motion_first..motion_last`` are looked at. For each, dense optical flow (Farneback,
+``cv2.calcOpticalFlowFarneback``) from f0 to f0 + ``motion_step`` frames, on grey images
 normalised to zero mean and unit spread (an exposure change is no motion), at a working
-resolution whose longer side is at most ``max_side`` px. A pixel *moves* in a pair when
-its flow exceeds ``min_motion_px`` (full-resolution pixels); what never moves relative to
-the camera is background. In the pair where the most pixels move, the moving pixels are
-split into rigid groups by sequential RANSAC of 2-D similarity transforms
-(``cv2.estimateAffinePartial2D``: rotation about the optical axis, scale, image-plane
-translation): the largest consensus set is one body, its pixels are removed, and so on;
-each moving pixel then goes to the group whose transform predicts its flow best, and each
-group keeps its largest connected region. The groups are the parts, at the first frame of
-that pair, named after the library shapes by their proportions alone (an RGB-only
-recording has no metric size): the long-to-short ratio of the group's rotated bounding
-rectangle against a shape's face proportions, one group per shape (Hungarian); moving
-groups left over (a hand, an arm) are clutter, logged.
+resolution whose longer side is at most ``max_side`` px; a region's motion is the better
+(lower grey residual) of its flow's RANSAC similarity (``cv2.estimateAffinePartial2D``) and
+that refined by ECC (``cv2.findTransformECC``, Euclidean). A region *moves* when its box's
+corners move more than ``min_motion_px`` and warping by its motion explains the frame
+difference (the mean grey residual over it drops by more than 2 levels, to under 70 %);
+a region that does not is tried again over 3 x ``motion_step`` frames (a slow part). What
+never moves relative to the camera is background. Moving regions that touch, or lie a thin
+occluder apart (5 px), and move alike per frame (within 2 x ``rigid_px``) are one rigid
+group; a group drops its connected pieces under a quarter of ``min_pixels``.
+
+The start frame kept is the one whose moving regions overlap most what differs between
+the first and the last frame looked at (a part moved for good, a closed lid, not a hand
+that came and went), then the one where most moves. Its groups are the parts, named after
+the library shapes (one group per shape, Hungarian) by proportions alone (an RGB-only
+recording has no metric size: the long-to-short ratio of the group's rotated bounding
+rectangle against a shape's face proportions), preferring large groups and groups inside
+that difference; groups left over (a hand, an arm) are clutter, logged.
 
 A recording where no region of ``min_pixels`` px moves is an error saying so.
 """
@@ -66,7 +74,7 @@ class SegmentMotion:
 @dataclass
 class MotionCue:
     """moving: (H, W) bool, the groups' union; groups: (G, H, W) bool rigid groups at ``frame``;
-    transforms: (G, 2, 3) their similarity (frame -> frame + step, full-resolution px); flow:
+    transforms: (G, 2, 3) their similarity (frame -> frame + its step, full-resolution px); flow:
     (G,) median flow magnitude px of each group; frames: (first, last) looked at."""
 
     moving: np.ndarray
@@ -94,11 +102,11 @@ def _clean(mask: np.ndarray, k: int) -> np.ndarray:
     return cv2.morphologyEx(m, cv2.MORPH_CLOSE, np.ones((k, k), np.uint8)) > 0
 
 
-def _largest_region(mask: np.ndarray) -> np.ndarray:
+def _big_regions(mask: np.ndarray, min_px: int) -> np.ndarray:
+    """``mask`` without its connected regions under ``min_px`` px (a group seen past an occluder
+    keeps both sides)."""
     n, lab, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
-    if n <= 1:
-        return np.zeros_like(mask, bool)
-    return lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    return np.isin(lab, [j for j in range(1, n) if stats[j, cv2.CC_STAT_AREA] >= min_px])
 
 
 def _regions(rgb: np.ndarray, k: int, min_px: int, seed: int) -> tuple[np.ndarray, int]:
@@ -172,11 +180,15 @@ def _region_motion(region: np.ndarray, flow: np.ndarray, g0: np.ndarray, g1: np.
     return M, speed, still, moved
 
 
-def _agree(Ma: np.ndarray, Mb: np.ndarray, region: np.ndarray, tol: float) -> bool:
-    """Whether two similarities move the corners of ``region``'s bounding box within ``tol`` px alike."""
+def _agree(a: tuple, b: tuple, region: np.ndarray, tol: float) -> bool:
+    """Whether two moving regions' similarities (``_moving_regions`` entries, over their own frame
+    steps) move the corners of ``region``'s bounding box alike: per frame, within ``tol`` px over
+    the shorter step."""
     ys, xs = np.nonzero(region)
     c = np.array([[xs.min(), ys.min()], [xs.max(), ys.min()], [xs.min(), ys.max()], [xs.max(), ys.max()]], float)
-    return bool(np.abs(c @ (Ma[:, :2] - Mb[:, :2]).T + (Ma[:, 2] - Mb[:, 2])).max() < tol)
+    da = (c @ a[1][:, :2].T + a[1][:, 2] - c) / a[3]
+    db = (c @ b[1][:, :2].T + b[1][:, 2] - c) / b[3]
+    return bool(np.abs(da - db).max() < tol / min(a[3], b[3]))
 
 
 def _pairs(frames: list[int], step: int, most: int) -> list[tuple[int, int]]:
@@ -187,22 +199,30 @@ def _pairs(frames: list[int], step: int, most: int) -> list[tuple[int, int]]:
     return [(f, f + step) for f in starts]
 
 
-def _moving_regions(rec: Recording, f0: int, f1: int, s: float, cfg: SegmentMotion, min_px: int,
-                    seed: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray, float]], np.ndarray]:
-    """(region labels at f0, [(region, similarity (2, 3), median flow px)] of the regions that move
-    between f0 and f1, flow (H, W, 2)), all at the working resolution."""
-    g0, g1 = _grey(rec, f0, s), _grey(rec, f1, s)
-    flow = _flow(g0, g1)
+def _moving_regions(rec: Recording, f0: int, steps: list[int], s: float, cfg: SegmentMotion, min_px: int,
+                    seed: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray, float, int]], np.ndarray]:
+    """(region labels at f0, [(region, similarity (2, 3), px its box's corners move, frames)] of the
+    regions that move between f0 and f0 + frames (the first of ``steps`` in which they do: a slow
+    part shows over the longer step), the first step's flow (H, W, 2)), at the working resolution."""
+    g0 = _grey(rec, f0, s)
     rgb = rec.color(f0)
     if s != 1.0:
         rgb = cv2.resize(rgb, g0.shape[::-1], interpolation=cv2.INTER_AREA)
     labels, n = _regions(rgb, cfg.colours, max(8, min_px // 8), seed)
-    moving = []
-    for r in range(n):
-        M, speed, still, moved = _region_motion(labels == r, flow, g0, g1, cfg, s)
-        if M is not None and speed > cfg.min_motion_px * s and still - moved > 2.0 and moved < 0.7 * still:
-            moving.append((r, M, speed))
-    return labels, moving, flow
+    moving, left, first_flow = [], list(range(n)), None
+    for step in steps:
+        g1 = _grey(rec, f0 + step, s)
+        flow = _flow(g0, g1)
+        first_flow = flow if first_flow is None else first_flow
+        still_left = []
+        for r in left:
+            M, speed, still, moved = _region_motion(labels == r, flow, g0, g1, cfg, s)
+            if M is not None and speed > cfg.min_motion_px * s and still - moved > 2.0 and moved < 0.7 * still:
+                moving.append((r, M, speed, step))
+            else:
+                still_left.append(r)
+        left = still_left
+    return labels, moving, first_flow
 
 
 def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 0) -> MotionCue:
@@ -227,8 +247,9 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
     if displaced.sum() < min_px:
         displaced[:] = True
     best = (0, 0, frames[0], None, [], None)
-    for f0, f1 in _pairs(frames, cfg.motion_step, cfg.pairs):
-        labels, moving, flow = _moving_regions(rec, f0, f1, s, cfg, min_px, seed)
+    for f0, _ in _pairs(frames, cfg.motion_step, cfg.pairs):
+        steps = [st for st in (cfg.motion_step, 3 * cfg.motion_step) if f0 + st <= frames[-1]]
+        labels, moving, flow = _moving_regions(rec, f0, steps, s, cfg, min_px, seed)
         region = np.isin(labels, [m[0] for m in moving]) if moving else np.zeros_like(displaced)
         if (int((region & displaced).sum()), int(region.sum())) > best[:2]:
             best = (int((region & displaced).sum()), int(region.sum()), f0, labels, moving, flow)
@@ -242,16 +263,17 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
             i = parent[i]
         return i
     for i in range(len(moving)):
-        near = cv2.dilate((labels == moving[i][0]).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        # touching, or a thin occluder (a rod in front of a box) apart
+        near = cv2.dilate((labels == moving[i][0]).astype(np.uint8), np.ones((11, 11), np.uint8)) > 0
         for j in range(i + 1, len(moving)):
             rj = labels == moving[j][0]
-            if (near & rj).any() and _agree(moving[i][1], moving[j][1], rj | (labels == moving[i][0]), 2 * cfg.rigid_px * s):
+            if (near & rj).any() and _agree(moving[i], moving[j], rj | (labels == moving[i][0]), 2 * cfg.rigid_px * s):
                 parent[root(j)] = root(i)
     groups, transforms, speeds = [], [], []
     for g in sorted({root(i) for i in range(len(moving))}):
         members = [i for i in range(len(moving)) if root(i) == g]
         small = _clean(np.isin(labels, [moving[i][0] for i in members]), k)
-        small = _largest_region(small)
+        small = _big_regions(small, max(8, min_px // 4))
         if small.sum() < min_px:
             continue
         Mf = moving[max(members, key=lambda i: (labels == moving[i][0]).sum())][1].copy()

@@ -213,5 +213,5 @@ def test_cartpole_without_depth_segmented_by_motion(cartpole_rgb):
     for m, name in zip(seg.masks > 0, seg.shape_names):
         t = truth == ["cart", "pole"].index(name) + 1
         iou[name] = (m & t).sum() / (m | t).sum()
-    # measured: pole 0.97, cart 0.62 (its side face moves differently enough to stay apart)
-    assert sorted(iou) == ["cart", "pole"] and iou["pole"] >= 0.9 and iou["cart"] >= 0.55, iou
+    # measured: pole 0.976, cart 0.889 (seen on both sides of the pole in front of it)
+    assert sorted(iou) == ["cart", "pole"] and iou["pole"] >= 0.95 and iou["cart"] >= 0.85, iou
