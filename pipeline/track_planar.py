@@ -165,12 +165,12 @@ def _fit(src: np.ndarray, dst: np.ndarray, scale: bool) -> np.ndarray | None:
 
 class _Body:
     """One body's tracking state along one direction in time: corners seen in an anchor frame
-    (``pts0``, anchor pixels) and where they are now (``pts``); ``A0`` maps segmentation-frame
-    pixels to anchor pixels."""
+    (``pts0``, anchor pixels; none on ``others``, the other bodies there) and where they are now
+    (``pts``); ``A0`` maps segmentation-frame pixels to anchor pixels."""
 
-    def __init__(self, img8: np.ndarray, mask: np.ndarray, A0: np.ndarray):
+    def __init__(self, img8: np.ndarray, mask: np.ndarray, A0: np.ndarray, others: np.ndarray):
         self.A0 = A0
-        self.pts0 = _features(img8, _warp_mask(mask, A0))
+        self.pts0 = _features(img8, _warp_mask(mask, A0) & ~others)
         self.pts = self.pts0.copy()
         self.n0 = len(self.pts0)
 
@@ -193,22 +193,26 @@ def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, fram
     corr = np.ones((T, M))
     key = grey(rec, frame)
     regions = [_region(m, cfg.rgb.grow_px) for m in masks]
+    front = in_front(masks)
+    key_others = [_others(masks, np.tile(np.eye(3), (M, 1, 1)), m, front) for m in range(M)]
     for frames in (range(frame + 1, T), range(frame - 1, -1, -1)):
         prev_img, prev_i = key, frame
-        bodies = [_Body(key.astype(np.uint8), masks[m], np.eye(3)) for m in range(M)]
+        bodies = [_Body(key.astype(np.uint8), masks[m], np.eye(3), _others(masks, np.tile(np.eye(3), (M, 1, 1)), m, front))
+                  for m in range(M)]
         corners = [b.n0 >= cfg.rgb.min_features for b in bodies]  # else a flat part: ECC throughout
         vel = np.tile(np.eye(3), (M, 1, 1))
         for i in frames:
             img = grey(rec, i)
             for m in range(M):
                 Ap, b = A[prev_i, m], bodies[m]
+                others = _others(masks, A[prev_i], m, front)
                 b.pts, ok = _follow(prev_img.astype(np.uint8), img.astype(np.uint8), b.pts, cfg.rgb.fb_px)
                 b.pts0, b.pts = b.pts0[ok], b.pts[ok]
                 W = _fit(b.pts0, b.pts, cfg.rgb.scale) if corners[m] and len(b.pts) >= cfg.rgb.min_features else None
                 if W is not None:
                     At, cc = W @ b.A0, len(b.pts) / max(b.n0, 1)
                 else:
-                    cc, At = _ecc_step(cfg, key, prev_img, img, regions[m], Ap, vel[m])
+                    cc, At = _ecc_step(cfg, key, prev_img, img, regions[m], Ap, vel[m], others, key_others[m])
                 if cc < cfg.rgb.lost_correlation and W is None:
                     A[i, m], lost[i, m], corr[i, m] = Ap, True, max(cc, 0.0)
                     vel[m] = np.eye(3)
@@ -216,9 +220,34 @@ def track_similarities(cfg: TrackConfig, rec: Recording, masks: np.ndarray, fram
                 A[i, m], corr[i, m] = At, cc
                 vel[m] = At @ np.linalg.inv(Ap)
                 if corners[m] and (W is None or len(b.pts) < max(cfg.rgb.min_features, b.n0 // 2)):
-                    bodies[m] = _Body(img.astype(np.uint8), masks[m], At)
+                    bodies[m] = _Body(img.astype(np.uint8), masks[m], At, _others(masks, A[i], m, front))
             prev_img, prev_i = img, i
     return A, lost, corr
+
+
+def in_front(masks: np.ndarray) -> np.ndarray:
+    """(M, M) bool: body j is in front of body m where j covers part of m's outline (its convex
+    hull in the segmentation frame: at least 20 px and 2 % of m's area), a rod across a box."""
+    M = len(masks)
+    out = np.zeros((M, M), bool)
+    for m in range(M):
+        ys, xs = np.nonzero(masks[m])
+        hull = np.zeros(masks.shape[1:], np.uint8)
+        cv2.fillConvexPoly(hull, cv2.convexHull(np.stack([xs, ys], 1).astype(np.int32)), 1)
+        for j in range(M):
+            if j != m:
+                out[m, j] = int((hull.astype(bool) & (masks[j] > 0)).sum()) >= max(20, 0.02 * len(xs))
+    return out
+
+
+def _others(masks: np.ndarray, A: np.ndarray, m: int, front: np.ndarray) -> np.ndarray:
+    """(H, W) bool: the bodies in front of ``m`` (``front[m]``) where ``A`` (M, 3, 3) puts them, grown
+    by 1 px (an occluder's pixels are no evidence of the body behind it)."""
+    out = np.zeros(masks.shape[1:], np.uint8)
+    for j in range(len(masks)):
+        if front[m, j]:
+            out |= _warp_mask(masks[j], A[j])
+    return cv2.dilate(out, np.ones((3, 3), np.uint8)) > 0
 
 
 def _zncc(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, W: np.ndarray) -> float:
@@ -254,15 +283,19 @@ def _starts(prev_img: np.ndarray, img: np.ndarray, mask: np.ndarray, vel: np.nda
 
 
 def _ecc_step(cfg: TrackConfig, key: np.ndarray, prev_img: np.ndarray, img: np.ndarray, region: np.ndarray,
-              Ap: np.ndarray, vel: np.ndarray) -> tuple[float, np.ndarray]:
+              Ap: np.ndarray, vel: np.ndarray, others: np.ndarray, key_others: np.ndarray) -> tuple[float, np.ndarray]:
     """(correlation, A_t) by ECC: the silhouette in the previous frame (at ``Ap``) registered to
     ``img`` from rest, constant velocity and the best-correlating of that velocity turned by a
-    further +-5 to 20 deg about the silhouette's centre (``_starts``; the best ECC correlation wins), then against the segmentation frame when that correlates at least ``rgb.key_correlation``."""
-    mask = _warp_mask(region, Ap)
+    further +-5 to 20 deg about the silhouette's centre (``_starts``; the best ECC correlation wins),
+    then against the segmentation frame when that correlates at least ``rgb.key_correlation``; the
+    other bodies (``others`` in the previous frame, ``key_others`` in the segmentation frame) left out."""
+    mask = (_warp_mask(region, Ap) > 0) & ~others
+    mask = mask.astype(np.uint8) if mask.sum() >= 12 else _warp_mask(region, Ap)
     cc, W = max((_ecc(prev_img, img, mask, W0, cfg) for W0 in _starts(prev_img, img, mask, vel)), key=lambda r: r[0])
     At = W @ Ap
     if cc >= cfg.rgb.key_correlation or cc < 0:
-        ck, Ak = _ecc(key, img, region, At if cc >= 0 else vel @ Ap, cfg)
+        kmask = ((region > 0) & ~key_others).astype(np.uint8)
+        ck, Ak = _ecc(key, img, kmask if kmask.sum() >= 12 else region, At if cc >= 0 else vel @ Ap, cfg)
         if ck >= cfg.rgb.key_correlation:
             cc, At = max(cc, ck), Ak
     return cc, At

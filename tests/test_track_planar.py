@@ -196,10 +196,10 @@ def test_cartpole_without_depth_against_projected_truth(cartpole_rgb):
             got = math.atan2(A[i, b, 1, 0], A[i, b, 0, 0])
             deg.append(abs(math.degrees(math.remainder(got - turn, 2 * math.pi))))
         err[b] = (float(np.median(px)), float(np.max(px)), float(np.median(deg)))
-    # measured (median px, max px, median deg): cart 0.69, 4.0, 0.80; pole 4.0, 10.0, 0.64. The pole
+    # measured (median px, max px, median deg): cart 0.54, 1.4, 1.1; pole 4.0, 10.0, 0.64. The pole
     # turns about an axis 23 deg off the optical one, so no 2-D rigid motion fits it exactly: the best
     # fit of its true projected axis leaves its centre 1.0 px off (median), 1.9 px at most
-    assert err[0][0] < 1.0 and err[0][1] < 5.0, err
+    assert err[0][0] < 0.8 and err[0][1] < 2.5, err
     assert err[1][0] < 5.0 and err[1][1] < 12.0 and err[1][2] < 1.0, err
 
 
