@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 
@@ -351,7 +350,7 @@ def motion_overlay(rgb: np.ndarray, cue: MotionCue, names: list[str | None]) -> 
 
 
 def segment_by_motion(cfg: SegmentMotion, rec: Recording, min_pixels: int, missing: str,
-                      overlay: Path | None = None) -> "Segmentation":
+                      overlay: Path | None = None) -> Segmentation:
     """The Segmentation of an RGB-only recording from its rigid motion groups (module docstring);
     ``missing`` "error": a library shape no moving group took is a ``StageError``. Writes
     ``motion_overlay`` as a PNG to ``overlay`` when given."""

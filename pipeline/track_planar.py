@@ -36,7 +36,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-
 from vid2sim.datasets.atomic import write_bytes, write_text
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
@@ -103,7 +102,7 @@ def _ecc_pyramid(tmpl: np.ndarray, img: np.ndarray, mask: np.ndarray, A0: np.nda
 
 def _similarity(A: np.ndarray) -> np.ndarray:
     """The nearest similarity to affine ``A`` (3 x 3): its 2 x 2 part's rotation (polar) times sqrt|det|."""
-    U, sv, Vt = np.linalg.svd(A[:2, :2])
+    U, _, Vt = np.linalg.svd(A[:2, :2])
     R = U @ Vt
     if np.linalg.det(R) < 0:
         U[:, -1] *= -1
@@ -124,7 +123,7 @@ def _region(mask: np.ndarray, grow: int) -> np.ndarray:
     return m if grow == 0 else cv2.dilate(m, k) if grow > 0 else cv2.erode(m, k)
 
 
-LK = dict(winSize=(11, 11), maxLevel=3, criteria=(cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 0.01))
+LK = {"winSize": (11, 11), "maxLevel": 3, "criteria": (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 0.01)}
 
 
 def _features(img8: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -304,7 +303,7 @@ def _ecc_step(cfg: TrackConfig, key: np.ndarray, prev_img: np.ndarray, img: np.n
 def _axis_angle(mask: np.ndarray) -> tuple[np.ndarray, float, float]:
     """(centroid (2,) px, long-axis angle rad, long side px) of a silhouette (cv2.minAreaRect)."""
     ys, xs = np.nonzero(mask)
-    (cx, cy), (w, h), ang = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
+    _, (w, h), ang = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
     phi = math.radians(ang) + (0.0 if w >= h else math.pi / 2)
     return np.array([xs.mean(), ys.mean()]), phi, max(w, h)
 
