@@ -7,10 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from vid2sim.datasets.real import real_data_dir
 from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.synthetic import make_recording
 from vid2sim.pipeline import track_planar
@@ -19,6 +21,7 @@ from vid2sim.pipeline.articulate import run as articulate
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 from vid2sim.pipeline.track_config import TrackConfig, TrackRGB
 
+SHAPES = Path(__file__).resolve().parents[1] / "scripts" / "rbo_shapes"
 W, H, N = 160, 120, 24
 PLATE = (48, 22)  # px, the drawn plate's size (shapes.json: a 0.24 x 0.11 m face)
 
@@ -215,3 +218,25 @@ def test_cartpole_without_depth_segmented_by_motion(cartpole_rgb):
         iou[name] = (m & t).sum() / (m | t).sum()
     # measured: pole 0.976, cart 0.889 (seen on both sides of the pole in front of it)
     assert sorted(iou) == ["cart", "pole"] and iou["pole"] >= 0.95 and iou["cart"] >= 0.85, iou
+
+
+RBO = real_data_dir() / "rbo_videos"
+
+
+@pytest.mark.skipif(not (RBO / "laptop01.avi").is_file(), reason="shared/data/real/rbo_videos not present")
+def test_rbo_laptop_screen_found_by_motion(tmp_path):
+    """laptop01 (a hand closes the lid): motion alone finds the screen, checked against the
+    screen seen directly (the largest dark region, grey < 60, in rows 150-300 of that frame)."""
+    video = tmp_path / "laptop01.avi"
+    video.symlink_to(RBO / "laptop01.avi")
+    (tmp_path / "laptop01.avi.shapes.json").write_text((SHAPES / "laptop01.shapes.json").read_text())
+    rec = open_recording(video)
+    seg = segment_by_motion(SegmentMotion(motion_last=185), rec, 100, "error")
+    grey = cv2.cvtColor(rec.color(seg.frame), cv2.COLOR_RGB2GRAY)
+    dark = (grey < 60).astype(np.uint8)
+    dark[:150], dark[300:] = 0, 0
+    n, lab, stats, _ = cv2.connectedComponentsWithStats(dark)
+    screen = lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    m = seg.masks[0] > 0
+    # measured: frame 102, IoU 0.946
+    assert seg.shape_names == ["lid"] and (m & screen).sum() / (m | screen).sum() >= 0.85
