@@ -1,17 +1,20 @@
-"""Planar tracking of an RGB-only recording: each body's silhouette registered frame to frame.
+"""Planar tracking of an RGB-only recording: each body's silhouette followed in the image plane.
 
 Heiden et al. 2022 track RGB-only recordings in a plane, 3 degrees of freedom per body.
 Here each segmented body's silhouette (its mask in the segmentation frame) is carried
 through the video by a 2-D similarity ``A_t`` (3 x 3, segmentation-frame pixels -> frame
 ``t`` pixels): image-plane translation and rotation about the optical axis, and with
-``rgb.scale`` a uniform scale. ``A_t`` comes from OpenCV's ECC image registration
-(``cv2.findTransformECC``, Evangelidis & Psarakis 2008: invariant to brightness and
-contrast changes) of the previous frame's grey image, masked by the silhouette carried
-there, against frame ``t``, started from a constant-velocity prediction, coarse to fine
-over ``rgb.pyramid`` levels; then refined against the segmentation frame itself (no
-drift) when that registration still correlates above ``rgb.key_correlation``. A body
-whose registration fails or correlates below ``rgb.lost_correlation`` is lost in that
-frame and held at its last pose.
+``rgb.scale`` a uniform scale. A textured body (at least ``rgb.min_features`` corners in its
+silhouette) is followed by its corners: pyramidal Lucas-Kanade frame to frame, kept where the
+backward track returns within ``rgb.fb_px``, ``A_t`` fitted from where they were in an anchor
+frame (the segmentation frame, then wherever they were re-detected). A flat-coloured body, or
+a frame where too few corners follow, is registered by ECC (``cv2.findTransformECC``,
+Evangelidis & Psarakis 2008: invariant to brightness and contrast) of its grown silhouette in
+the previous frame against frame ``t``, coarse to fine over ``rgb.pyramid`` levels, then against
+the segmentation frame where that still correlates at least ``rgb.key_correlation`` (no drift).
+Bodies in front of a body (covering part of its outline in the segmentation frame) are left
+out of its registration. A body whose ECC registration correlates below
+``rgb.lost_correlation`` is lost in that frame and held at its last pose.
 
 Poses (``poses.npz``, the same format as 6-D tracking). Metric scale is unknown in one
 image: every body is placed on the plane facing the camera at distance ``d``
@@ -36,6 +39,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+
 from vid2sim.datasets.atomic import write_bytes, write_text
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape

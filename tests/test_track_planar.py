@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+
 from vid2sim.datasets.real import real_data_dir
 from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.synthetic import make_recording
