@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 
