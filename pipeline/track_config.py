@@ -96,7 +96,7 @@ class TrackRGB:
     ecc_iterations: int = 60  # ECC iterations per pyramid level
     min_features: int = 10  # corners a body needs to be followed by them; fewer: ECC registration of its silhouette
     fb_px: float = 0.5  # px: a corner is kept while tracking it back lands within this of where it was
-    grow_px: int = 2  # px: the silhouette is grown by this much for ECC registration (its outline counts)
+    grow_px: int = 2  # px: the silhouette is grown by this much for ECC registration (its outline counts; < 0 shrinks it)
     # in (0, 1]: a registration against the segmentation frame correlating at least this much replaces
     # the frame-to-frame one (no drift)
     key_correlation: float = 0.9
