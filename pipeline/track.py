@@ -32,8 +32,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
 The settings are in ``track_config.py``, the mask fits in ``track_fit.py``, the overlay video in
 ``track_overlay.py``.
 
-RGB-only recordings are tracked in the image plane by ``track_planar.py`` (silhouette
-registration, 3 degrees of freedom per body; the same ``poses.npz``).
+RGB-only recordings are tracked in the image plane by ``track_planar.py`` (corners and
+silhouette registration, 3 degrees of freedom per body; the same ``poses.npz``).
 """
 from __future__ import annotations
 
@@ -502,7 +502,6 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     if missing:
         raise ValueError(f"segmentation names shape(s) {missing} that are not in {rec.path}/shapes.json")
     shapes: list[Shape] = [rec.shapes[n] for n in seg.shape_names]
-    prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
     if not rec.has_depth:
         if cfg.planar == "off":
@@ -510,7 +509,8 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
         from vid2sim.pipeline import track_planar
 
         return track_planar.run(cfg, rec, seg, shapes, names, out_dir)
-    planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
+    prims = [Primitive.from_shape(s) for s in shapes]
+    planar = cfg.planar == "on"  # depth recordings: 6-D unless asked
     cfg = _with_depth_noise(cfg, rec, seg)
     scene = _Scene(rec, prims, cfg)
     scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
