@@ -25,6 +25,9 @@ What fits no library shape (walls, floors, tables, distractors) is background, l
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
+An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
+that move rigidly are the parts), unless ``motion.by_motion`` is "off".
+
 Not here: mesh shapes in the library are never matched (the segmenter knows only
 box, capsule, sphere and cylinder); tracking from the chosen frame is ``track``'s job.
 """
@@ -33,7 +36,7 @@ from __future__ import annotations
 import logging
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +49,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
 from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
+from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
@@ -86,6 +90,7 @@ class SegmentConfig:
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
+    motion: SegmentMotion = field(default_factory=SegmentMotion)  # RGB-only recordings: parts from their motion
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -510,6 +515,8 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     shapes_path = Path(rec.path) / "shapes.json"
     if not rec.shapes:
         raise RecordingError(shapes_path, "shapes.json is missing; segment needs the library of part shapes")
+    if not rec.has_depth and cfg.motion.by_motion == "auto":
+        return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     candidates = _candidates(cfg, rec, frames, 1.0)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
@@ -542,3 +549,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
     return Segmentation(masks, int(i), list(names), scores)
+
+
+def _by_motion(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
+    """An RGB-only recording's parts from its rigid motion (``segment_motion``), with the overlay."""
+    return segment_by_motion(cfg.motion, rec, cfg.min_pixels, cfg.missing,
+                             Path(out_dir) / OVERLAY_FILE if cfg.overlay else None)

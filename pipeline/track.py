@@ -32,9 +32,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
 The settings are in ``track_config.py``, the mask fits in ``track_fit.py``, the overlay video in
 ``track_overlay.py``.
 
-Deliberately not here: RGB-only recordings (need an initial depth from the masks;
-raises a clear error, though the silhouette residuals and planar mode are ready for
-it).
+RGB-only recordings are tracked in the image plane by ``track_planar.py`` (corners and
+silhouette registration, 3 degrees of freedom per body; the same ``poses.npz``).
 """
 from __future__ import annotations
 
@@ -500,18 +499,21 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
 
     out_dir = Path(out_dir)
     rec = explain_actuators(rec)   # known actuators' pixels: no reading, colour undecided (scene.hidden)
-    if not rec.has_depth:
-        raise ValueError(f"{rec.path}: RGB-only tracking (planar silhouette mode) is not implemented yet; "
-                         "the track stage needs depth frames")
     if rec.shapes is None:
         raise ValueError(f"{rec.path}: the recording has no shapes.json, so there are no shapes to track")
     missing = [n for n in seg.shape_names if n not in rec.shapes]
     if missing:
         raise ValueError(f"segmentation names shape(s) {missing} that are not in {rec.path}/shapes.json")
     shapes: list[Shape] = [rec.shapes[n] for n in seg.shape_names]
-    prims = [Primitive.from_shape(s) for s in shapes]
     names = body_names(list(seg.shape_names))
-    planar = cfg.planar == "on" or (cfg.planar == "auto" and not rec.has_depth)
+    if not rec.has_depth:
+        if cfg.planar == "off":
+            raise ValueError(f"{rec.path}: an RGB-only recording is tracked in planar mode only (track.planar=off)")
+        from vid2sim.pipeline import track_planar
+
+        return track_planar.run(cfg, rec, seg, shapes, names, out_dir)
+    prims = [Primitive.from_shape(s) for s in shapes]
+    planar = cfg.planar == "on"  # depth recordings: 6-D unless asked
     cfg = _with_depth_noise(cfg, rec, seg)
     scene = _Scene(rec, prims, cfg)
     scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,

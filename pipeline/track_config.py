@@ -85,12 +85,37 @@ class TrackLost:
 
 
 @dataclass(frozen=True)
+class TrackRGB:
+    """Planar tracking of RGB-only recordings (``pipeline/track_planar.py``)."""
+
+    # m: the bodies' distance from the camera, which fixes the metric scale of planar tracks;
+    # 0 = the distance at which the first body's library shape looks as long as its silhouette
+    distance_m: float = 0.0
+    scale: bool = False  # also track each silhouette's apparent size (read as motion along the optical axis)
+    pyramid: int = 3  # image pyramid levels of each registration (coarse to fine), >= 1
+    ecc_iterations: int = 60  # ECC iterations per pyramid level
+    min_features: int = 10  # corners a body needs to be followed by them; fewer: ECC registration of its silhouette
+    fb_px: float = 0.5  # px: a corner is kept while tracking it back lands within this of where it was
+    grow_px: int = 2  # px: the silhouette is grown by this much for ECC registration (its outline counts; < 0 shrinks it)
+    # in (0, 1]: a registration against the segmentation frame correlating at least this much replaces
+    # the frame-to-frame one (no drift)
+    key_correlation: float = 0.9
+    lost_correlation: float = 0.5  # in [0, 1): a body whose registration correlates less is lost in that frame
+
+    def __post_init__(self):
+        if self.pyramid < 1 or self.ecc_iterations < 1 or self.distance_m < 0:
+            raise ValueError("track.rgb: pyramid and ecc_iterations must be >= 1, distance_m >= 0")
+
+
+@dataclass(frozen=True)
 class TrackConfig:
     """Settings of the track stage (lengths in metres), in groups (``pipeline/config.py``)."""
 
     iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
-    planar: str = "auto"  # "on": (x, z, yaw) per body; "off": 6-D; "auto": on for RGB-only recordings
+    # depth recordings: "on" = (x, z, yaw) per body, "off" or "auto" = 6-D; RGB-only recordings are
+    # always tracked in the image plane (track.rgb), "off" refuses them
+    planar: str = "auto"
     overlay: bool = True  # write the side-by-side overlay video
     max_overlay_frames: int = 600  # frames rendered into the overlay video at most
     steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
@@ -98,6 +123,7 @@ class TrackConfig:
     noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
     prior: TrackPrior = field(default_factory=TrackPrior)  # constant-velocity motion model and its prior
     lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
+    rgb: TrackRGB = field(default_factory=TrackRGB)  # planar tracking of RGB-only recordings
 
     def __post_init__(self):
         if self.planar not in ("on", "off", "auto"):

@@ -20,7 +20,10 @@ UNGROUPED_TRACK = {
     "prior_rad": 0.03, "roi_pad_px": 10, "stride": 1, "max_rays": 20000, "reach_m": 0.05, "background_tol_m": 0.02,
     "inlier_m": 0.01, "lost_min_pixels": 20, "lost_min_support": 0.3, "stop_check_m": 0.01, "stop_check_rad": 0.1,
     "reacquire": True, "reacquire_reach": 2.5, "overlay": True, "max_overlay_frames": 600,
-    "ray_budget": 0, "edge_share": 0.5, "edge_band_px": 4, "freeze_converged": True}
+    "ray_budget": 0, "edge_share": 0.5, "edge_band_px": 4, "freeze_converged": True,
+    # track.rgb (planar tracking of RGB-only recordings), added after the grouping
+    "distance_m": 0.0, "scale": False, "pyramid": 3, "ecc_iterations": 60, "min_features": 10, "fb_px": 0.5,
+    "grow_px": 2, "key_correlation": 0.9, "lost_correlation": 0.5}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():

@@ -140,7 +140,10 @@ def test_rgb_only_recording_uses_pseudo_depth(tmp_path):
     bgr = cv2.imread(str(rec_path / "color" / "000000.png"))
     bgr[ids == 0] = (200, 200, 200)
     cv2.imwrite(str(rec_path / "color" / "000000.png"), bgr)
-    seg = run(SegmentConfig(method="geometric", frames=(0,)), open_recording(rec_path), tmp_path)
+    from vid2sim.pipeline.segment_motion import SegmentMotion
+
+    seg = run(SegmentConfig(method="geometric", frames=(0,), motion=SegmentMotion(by_motion="off")),
+              open_recording(rec_path), tmp_path)
     fg = ids > 0
     found = seg.masks.astype(bool).any(0)
     # the parts' silhouettes are found (pseudo-depth has no scale: shapes by class/proportion)

@@ -135,13 +135,20 @@ def test_body_names_suffix_repeated_shapes():
     assert track.body_names(["cart", "pole"]) == ["cart", "pole"]
 
 
-def test_rgb_only_recording_is_refused_with_a_clear_message(tmp_path):
+def test_rgb_only_recording_is_tracked_in_the_image_plane(tmp_path):
+    """(track_planar: tests/test_track_planar.py) A one-frame RGB-only clip: planar=off is refused
+    with a clear message; else the ball sits on its silhouette's centroid at the distance where a
+    0.1 m ball looks as wide as it (30 px focal length)."""
     cam = Camera(32, 24, 30.0, 30.0, 15.5, 11.5)
     with RecordingWriter(tmp_path / "rgb", cam, {"ball": Shape("ball", "sphere", radius=0.05)}) as w:
         w.add(rgb=np.zeros((24, 32, 3), np.uint8))
     seg = Segmentation(np.ones((1, 24, 32), np.uint8), 0, ["ball"], np.ones(1))
+    rec = open_recording(tmp_path / "rgb")
     with pytest.raises(ValueError, match="RGB-only"):
-        track.run(track.TrackConfig(), open_recording(tmp_path / "rgb"), seg, tmp_path)
+        track.run(track.TrackConfig(planar="off"), rec, seg, tmp_path)
+    poses = track.run(track.TrackConfig(overlay=False), rec, seg, tmp_path)
+    p_cam = np.linalg.inv(rec.camera.world_from_camera) @ poses.world_from_body[0, 0, :, 3]
+    np.testing.assert_allclose(p_cam[:3], [0.0, 0.0, 30.0 * 0.1 / 32], rtol=0.05, atol=1e-9)
 
 
 def test_noisy_cartpole_cart_tilt_is_pinned_by_its_grazing_top_face(tmp_path):
