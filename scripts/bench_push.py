@@ -13,7 +13,9 @@ unseen frames with the tip replayed from ``actuation.npz`` at the identified tip
 Reported per case, against the truth of the unseen frames:
 - ``pos_err_1s_m``, ``pos_err_2s_m``: mean over bodies of the centre distance after 1 s / 2 s;
 - ``rot_err_1s_deg``, ``rot_err_2s_deg``: mean over bodies of the angle between predicted and
-  true rotation change since the last fitted frame (box symmetries cancel);
+  true rotation change since the last fitted frame, modulo the rotations a body's shape cannot
+  show (a cylinder's or capsule's spin about its own axis and its end-for-end flip; a sphere's
+  every rotation: ``rotation_error_deg``); ``rot_err_raw_*``: the same angle without that;
 - ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
   where the tip is in front are left out of the prediction: the masks do not show them);
 - ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``
@@ -76,18 +78,45 @@ def _match(W_at: np.ndarray, true_at: np.ndarray) -> list[int]:
     return [int(i) for i in d.argmin(1)]
 
 
-def pose_errors(W: np.ndarray, true: np.ndarray, W_at: np.ndarray, true_at: np.ndarray, k: int) -> tuple[float, float]:
-    """Mean centre distance (m) and rotation-change angle (deg) over bodies at step k.
+def symmetry_axis(shape) -> np.ndarray | None:
+    """The body-frame unit axis about which ``shape`` looks the same at every angle (cylinder,
+    capsule: body z), zeros (3,) for a sphere (every rotation looks the same), else None."""
+    if shape is None or shape.type not in ("cylinder", "capsule", "sphere"):
+        return None
+    return np.zeros(3) if shape.type == "sphere" else np.array([0.0, 0.0, 1.0])
+
+
+def rotation_error_deg(dR_pred: np.ndarray, dR_true: np.ndarray, axis: np.ndarray | None = None) -> float:
+    """Angle (deg) between the rotation changes dR_pred and dR_true (3, 3). With ``axis`` (3,)
+    (world frame, at the start of the changes): the angle modulo the rotations the shape cannot
+    show, spin about that symmetry axis and its end-for-end flip: the angle between dR_pred axis
+    and dR_true axis, folded to at most 90 deg; a zero axis (a sphere) shows no rotation: 0."""
+    if axis is None:
+        c = (np.trace(dR_pred @ dR_true.T) - 1) / 2
+        return float(np.degrees(np.arccos(np.clip(c, -1, 1))))
+    n = np.linalg.norm(axis)
+    if n < 1e-12:
+        return 0.0
+    a, b = dR_pred @ (axis / n), dR_true @ (axis / n)
+    return float(np.degrees(np.arccos(np.clip(abs(a @ b), 0.0, 1.0))))
+
+
+def pose_errors(W: np.ndarray, true: np.ndarray, W_at: np.ndarray, true_at: np.ndarray, k: int,
+                true_shapes: list | None = None) -> tuple[float, float, float]:
+    """Mean over bodies at step k of the centre distance (m), the rotation-change angle modulo each
+    true body's shape symmetry (deg; ``rotation_error_deg`` with the axis of ``true_shapes``, in the
+    truth's order) and the raw rotation-change angle (deg).
     W (N, M, 4, 4) predicted from the last fitted frame (poses W_at (M, 4, 4)); true (N, M', 4, 4)."""
     match = _match(W_at, true_at)
-    pos, rot = [], []
+    pos, rot, raw = [], [], []
     for m, t in enumerate(match):
         pos.append(np.linalg.norm(W[k, m, :3, 3] - true[k, t, :3, 3]))
         dR_pred = W[k, m, :3, :3] @ W_at[m, :3, :3].T
         dR_true = true[k, t, :3, :3] @ true_at[t, :3, :3].T
-        c = (np.trace(dR_pred @ dR_true.T) - 1) / 2
-        rot.append(np.degrees(np.arccos(np.clip(c, -1, 1))))
-    return float(np.mean(pos)), float(np.mean(rot))
+        axis = symmetry_axis(true_shapes[t]) if true_shapes is not None else None
+        raw.append(rotation_error_deg(dR_pred, dR_true))
+        rot.append(rotation_error_deg(dR_pred, dR_true, None if axis is None else true_at[t, :3, :3] @ axis))
+    return float(np.mean(pos)), float(np.mean(rot)), float(np.mean(raw))
 
 
 def tip_masks(rec_path: Path, frames: range) -> np.ndarray:
@@ -97,14 +126,15 @@ def tip_masks(rec_path: Path, frames: range) -> np.ndarray:
 
 
 def _scores(prefix: str, W: np.ndarray, shapes: list, true: np.ndarray, W_at, true_at, rec_path: Path,
-            real: np.ndarray, tip: np.ndarray) -> dict:
+            real: np.ndarray, tip: np.ndarray, true_shapes: list) -> dict:
     iou = forecast.mask_iou(silhouettes(rec_path, W, shapes) & ~tip, real)   # the tip hides what it covers
     out = {f"{prefix}iou": round(float(iou.mean()), 4)}
     for s in (1, 2):
         k = int(round(s * FPS)) - 1
         if k < len(W):
-            p, r = pose_errors(W, true, W_at, true_at, k)
+            p, r, raw = pose_errors(W, true, W_at, true_at, k, true_shapes)
             out[f"{prefix}pos_err_{s}s_m"], out[f"{prefix}rot_err_{s}s_deg"] = round(p, 5), round(r, 3)
+            out[f"{prefix}rot_err_raw_{s}s_deg"] = round(raw, 3)
     return out
 
 
@@ -133,12 +163,13 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
     # oracle: the true model, floor and tip (true friction) restarted from the true poses
     art, poses, jp, post = truth_inputs(st, FPS)
     shapes = recording_shapes(st)
+    true_shapes = [shapes[n] for n in poses.shape_names]   # in the truth's body order (st.world_from_body)
     urdf = export.run(export.ExportConfig(), art, post, shapes, poses, out / "oracle")
     effort = forecast.Effort(st.effort_joints, st.joint_effort) if st.joint_effort is not None else None
     W = forecast.simulate_twin(urdf, art, poses.head(fit), at, steps, FPS, floor=forecast.default_floor(art, post),
                                tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes, effort=effort)
     Wo, so = _ordered(art, poses, shapes)
-    res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real, tip_px))
+    res.update(_scores("oracle_", W, so, true, Wo[at], st.world_from_body[at], rec_path, real, tip_px, true_shapes))
     run = out / "run"
     try:
         fit_rec = write_first_frames(open_recording(rec_path), out / "rec_fit", fit, overwrite=True)
@@ -151,14 +182,15 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         for prefix, tip, eff in (("", forecast_tip(rec, post), forecast_effort(rec, art, post)), ("baseline_", None, None)):
             W = forecast.simulate_twin(run / export.MODEL_FILE, art, poses, at, steps, FPS, floor=floor, tip=tip,
                                        jp=jp, shapes=rec.shapes, effort=eff)
-            res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px))
+            res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px,
+                               true_shapes))
         res.update(_parameter_errors(st, post))
         if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
             post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
             urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")
             W = forecast.simulate_twin(urdf0, art, poses, at, steps, FPS, floor=floor, jp=jp, shapes=rec.shapes)
             res.update(_scores("no_effort_fit_", W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real,
-                               tip_px))
+                               tip_px, true_shapes))
             res["no_effort_fit_params"] = _parameter_errors(st, post0)["params"]
         res["joints"] = [f"{j.name}:{j.type}" for j in art.joints]
         res["side_file"] = (run / "contacts.json").exists()
