@@ -1,7 +1,7 @@
 """Push benchmark, held out in time: parts pushed across a floor by a robot's known tip.
 
 Cases (``--cases``): the three-link ``pushed`` linkage, a single pushed box
-(``pushed_box``), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
+(``pushed_box``; ``pushed_box_strokes``: pushed in strokes, sliding on alone after each), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
 is driven by a known torque (``driven_pendulum``: ``joint_effort`` in ``actuation.npz``, no pusher). For each: a recording of
 ``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s) with the tip in ``actuation.npz``;
 the pipeline (segment ... export) runs on a copy holding only the first ``fit`` frames
@@ -18,7 +18,9 @@ Reported per case, against the truth of the unseen frames:
   every rotation: ``rotation_error_deg``); ``rot_err_raw_*``: the same angle without that;
 - ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
   where the tip is in front are left out of the prediction: the masks do not show them);
-- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``
+- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``;
+  ``floor_release``: identify's floor friction from the slides after the tip stopped, where there are any
+  (``identify_push.release_profile``);
   (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
   known torque fixes the scale);
 beside, in the same run: ``oracle_*`` (the true URDF, floor, tip and effort restarted from the
@@ -63,7 +65,7 @@ from bench_twin import add_split_arguments, chosen, first_part_configs, silhouet
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
-CASES = ("pushed", "pushed_box", "pushed_cylinder", "driven_pendulum")
+CASES = ("pushed", "pushed_box", "pushed_box_strokes", "pushed_cylinder", "driven_pendulum")
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 
 
@@ -185,6 +187,9 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
             res.update(_scores(prefix, W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real, tip_px,
                                true_shapes))
         res.update(_parameter_errors(st, post))
+        rel = (post.extra or {}).get("floor_release")
+        if rel is not None:   # the floor friction pinned by the slides after the tip stopped
+            res["floor_release"] = {k: v for k, v in rel.items() if k != "profile"}
         if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
             post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
             urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")
