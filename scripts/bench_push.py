@@ -1,7 +1,8 @@
 """Push benchmark, held out in time: parts pushed across a floor by a robot's known tip.
 
 Cases (``--cases``): the three-link ``pushed`` linkage, a single pushed box
-(``pushed_box``; ``pushed_box_strokes``: pushed in strokes, sliding on alone after each), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
+(``pushed_box``; ``pushed_strokes``, ``pushed_box_strokes``: the linkage and the box pushed in strokes,
+sliding on alone after each), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
 is driven by a known torque (``driven_pendulum``: ``joint_effort`` in ``actuation.npz``, no pusher). For each: a recording of
 ``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s) with the tip in ``actuation.npz``;
 the pipeline (segment ... export) runs on a copy holding only the first ``fit`` frames
@@ -65,7 +66,7 @@ from bench_twin import add_split_arguments, chosen, first_part_configs, silhouet
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
-CASES = ("pushed", "pushed_box", "pushed_box_strokes", "pushed_cylinder", "driven_pendulum")
+CASES = ("pushed", "pushed_strokes", "pushed_box", "pushed_box_strokes", "pushed_cylinder", "driven_pendulum")
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 
 

@@ -2,7 +2,8 @@
 beside the three-link ``pushed`` linkage of ``mechanisms.py``).
 
 ``pushed_box``: a flat box; ``pushed_box_strokes``: the same box pushed in strokes, the tip
-stopping dead after each so that the box slides to rest on its own; ``pushed_cylinder``: an upright puck (a cylinder standing on
+stopping dead after each so that the box slides to rest on its own (``pushed_strokes``: the
+linkage so); ``pushed_cylinder``: an upright puck (a cylinder standing on
 its end); ``driven_pendulum``: no pusher but a known torque at its hinge to the world
 (``actuation.npz``'s ``joint_effort``). Each part's joint to the world is ``planar``; the tip moves along world +y
 (at constant velocity but in ``pushed_box_strokes``), off the part's centre so that the part turns as it slides. The floor is
@@ -12,12 +13,14 @@ and ``make_recording`` know them by name.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.datasets.synthetic.mechanisms import (PALETTE, BodySpec, Effort, InitialState, JointSpec, Mechanism, Tip,
-                                                   _capsule, _u, pose)
+                                                   _capsule, _u, pose, pushed)
 from vid2sim.models.bullet import Floor
 
 
@@ -54,6 +57,21 @@ def pushed_box_strokes() -> Mechanism:
                    speed=0.3, start_y=-0.14, strokes=(0.4, 0.6))
 
 
+def pushed_strokes() -> Mechanism:
+    """The three-link ``pushed`` linkage pushed in strokes as ``pushed_box_strokes`` (0.3 m/s for
+    0.4 s, then 0.6 s still), the tip starting 14 cm behind the root's centre and within 7.5 cm of it
+    across (on the middle link, where ``pushed``'s may slip off an end link): after each stop
+    the linkage slides on alone until the floor (mu 0.5) stops it."""
+    base = pushed()
+
+    def tip(rng):
+        t = base.tip_factory(rng)
+        return Tip(t.radius, t.height, (t.start[0] / 2, -0.14, t.start[2]), (0.0, 0.3, 0.0), t.friction,
+                   strokes=(0.4, 0.6))
+
+    return replace(base, name="pushed_strokes", tip_factory=tip)
+
+
 def pushed_cylinder() -> Mechanism:
     """An upright puck (radius 4 cm, 4 cm tall, 0.25 kg) on a floor (mu 0.3), pushed 1-3 cm off its centre."""
     return _single("pushed_cylinder", Shape("part", "cylinder", radius=0.04, length=0.04), 0.25, 0.3, (0.01, 0.03))
@@ -82,4 +100,5 @@ def driven_pendulum() -> Mechanism:
     return Mechanism("driven_pendulum", bodies, joints, initial, view=(-20.0, 12.0), effort_factory=effort)
 
 
-PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_box_strokes": pushed_box_strokes, "pushed_cylinder": pushed_cylinder, "driven_pendulum": driven_pendulum}
+PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_box_strokes": pushed_box_strokes,
+                  "pushed_strokes": pushed_strokes, "pushed_cylinder": pushed_cylinder, "driven_pendulum": driven_pendulum}
