@@ -14,6 +14,13 @@ state, so that a rollout started at any frame (a shooting window) replays the pu
 that frame; observations and noise are the root problem's. Identified besides the root
 problem's masses (ratios to the anchored root) and floor friction: ``tip.friction``.
 
+A part moved by a position-controlled tip at a steady push moves alike at any floor mu
+(quasi-static: the floor friction scales the part's whole limit surface); where the tip stops
+dead and the part slides on alone (``release_windows``), the floor alone slows it, and the
+floor mu is profiled there first (``release_profile``): the main fit then searches it only
+within that profile's interval, recorded in ``extra["floor_release"]`` ({"windows": []} and a
+note where the tip never stopped).
+
 What the URDF cannot hold (the pusher, the floor and tip friction, the contact model)
 goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
 the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
@@ -197,6 +204,9 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
         log.info("identify: floor friction %.3f (%.3f-%.3f) from %d release(s) of the part by the tip (frames %s); "
                  "the fit searches it there", rel["estimate"], *rel["interval"], len(windows),
                  ", ".join(f"{a}-{b}" for a, b in windows))
+    else:
+        rp.extra["floor_release"] = {"windows": [], "note": "the tip never stopped while pushing the part: the floor "
+                                     "friction is barely observable (a quasi-static push moves the part alike at any mu)"}
 
     # the twin's PyBullet floor (forecast.default_floor): compliant like the penalty floor fitted here, so
     # that a flat part's contact forces are determinate; damped at half critical for the lightest part

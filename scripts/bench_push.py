@@ -189,7 +189,7 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
                                true_shapes))
         res.update(_parameter_errors(st, post))
         rel = (post.extra or {}).get("floor_release")
-        if rel is not None:   # the floor friction pinned by the slides after the tip stopped
+        if rel is not None:   # the floor friction pinned by the slides after the tip stopped (if it did)
             res["floor_release"] = {k: v for k, v in rel.items() if k != "profile"}
         if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
             post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
