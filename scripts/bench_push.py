@@ -1,8 +1,8 @@
 """Push benchmark, held out in time: parts pushed across a floor by a robot's known tip.
 
 Cases (``--cases``): the three-link ``pushed`` linkage, a single pushed box
-(``pushed_box``; ``pushed_strokes``, ``pushed_box_strokes``: the linkage and the box pushed in strokes,
-sliding on alone after each), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
+(``pushed_box``; ``pushed_box_strokes``: pushed in strokes, sliding on alone after each;
+``pushed_strokes``, the linkage so, only when named), an upright puck (``pushed_cylinder``) and a pendulum whose hinge to the world
 is driven by a known torque (``driven_pendulum``: ``joint_effort`` in ``actuation.npz``, no pusher). For each: a recording of
 ``--fit-seconds`` + ``--seconds`` (default 3 s + 2 s) with the tip in ``actuation.npz``;
 the pipeline (segment ... export) runs on a copy holding only the first ``fit`` frames
@@ -66,7 +66,8 @@ from bench_twin import add_split_arguments, chosen, first_part_configs, silhouet
 
 log = logging.getLogger("bench_push")
 FPS = 30.0
-CASES = ("pushed", "pushed_strokes", "pushed_box", "pushed_box_strokes", "pushed_cylinder", "driven_pendulum")
+CASES = ("pushed", "pushed_box", "pushed_box_strokes", "pushed_cylinder", "driven_pendulum")
+OTHER_CASES = ("pushed_strokes",)   # by name only: even the true model restarted mid-clip misses its strikes (IoU 0.73)
 STAGES = ["segment", "track", "articulate", "identify", "export"]
 
 
@@ -209,12 +210,12 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join(CASES), help=f"also: {', '.join(OTHER_CASES)}")
     ap.add_argument("--fit-seconds", type=float, default=3.0, help="seconds of the clip the pipeline sees")
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-    names = chosen(ap, args.cases, CASES, "case")
+    names = chosen(ap, args.cases, CASES + OTHER_CASES, "case")
     configs = first_part_configs(args.set)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_push_"))
     fit, steps = int(round(args.fit_seconds * FPS)), int(round(args.seconds * FPS))
