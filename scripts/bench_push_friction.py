@@ -35,7 +35,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from vid2sim.datasets.synthetic import actuation_of, recording_shapes, simulate  # noqa: E402
