@@ -262,8 +262,9 @@ def release_profile(sim, rp, windows: list[tuple[int, int]]) -> dict:
     ``RELEASE_GRID`` (then a grid of 0.01 around the best), other parameters at the build masses,
     the lower joint limits and tip mu 0.5 (the tip stands clear). Gaussian log-likelihood of q
     with ``rp.sigma``, each window's scaled by its own residual at its best mu where that exceeds
-    the noise (a simulator bias counts as noise). -> {"estimate", "interval" (log-likelihood within
-    2 of the best, widened to the windows' own best values), "per_window", "windows", "profile"}."""
+    the noise (a simulator bias counts as noise; a window the simulator cannot follow weighs little).
+    -> {"estimate", "interval" (log-likelihood within 2 of the best, one fine step either side at
+    least), "per_window" (each window's own best), "windows", "residual_scale", "profile"}."""
     names = list(sim.names)
     base = []
     for n, lo in zip(names, sim.lower):
@@ -297,9 +298,7 @@ def release_profile(sim, rp, windows: list[tuple[int, int]]) -> dict:
     est = float(grid[np.argmax(total)])
     inside = grid[total >= total.max() - 2.0]
     per_window = [float(grid[i]) for i in ll.argmax(1)]
-    lo, hi = min(inside.min(), *per_window), max(inside.max(), *per_window)
-    if hi - lo < 0.02:   # the fit needs room to search: at least one fine grid step either side
-        lo, hi = max(est - 0.01, 0.0), est + 0.01
+    lo, hi = max(min(inside.min(), est - 0.01), 0.0), max(inside.max(), est + 0.01)   # one fine grid step either side at least
     return {"estimate": est, "interval": [float(lo), float(hi)], "per_window": per_window,
             "windows": [list(w) for w in windows], "residual_scale": scale.round(3).tolist(),
             "profile": [[float(g), round(float(t - total.max()), 2)] for g, t in zip(grid, total)]}
