@@ -299,7 +299,7 @@ def release_profile(sim, rp, windows: list[tuple[int, int]]) -> dict:
     inside = grid[total >= total.max() - 2.0]
     per_window = [float(grid[i]) for i in ll.argmax(1)]
     lo, hi = max(min(inside.min(), est - 0.01), 0.0), max(inside.max(), est + 0.01)   # one fine grid step either side at least
-    return {"estimate": est, "interval": [float(lo), float(hi)], "per_window": per_window,
+    return {"estimate": est, "interval": [round(float(lo), 4), round(float(hi), 4)], "per_window": per_window,
             "windows": [list(w) for w in windows], "residual_scale": scale.round(3).tolist(),
             "profile": [[float(g), round(float(t - total.max()), 2)] for g, t in zip(grid, total)]}
 
