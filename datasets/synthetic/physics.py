@@ -317,8 +317,9 @@ def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
     tip = sim["tip"]
     if tip is not None:
         out["tip"] = {"radius": tip.radius, "height": tip.height, "start": list(tip.start),
-                      "velocity": list(tip.velocity), "friction": tip.friction,
-                      "strokes": None if tip.strokes is None else list(tip.strokes)}
+                      "velocity": list(tip.velocity), "friction": tip.friction}
+        if tip.strokes is not None:   # (moving, still) seconds; absent for a tip at constant velocity
+            out["tip"]["strokes"] = list(tip.strokes)
     return out
 
 
