@@ -14,6 +14,13 @@ state, so that a rollout started at any frame (a shooting window) replays the pu
 that frame; observations and noise are the root problem's. Identified besides the root
 problem's masses (ratios to the anchored root) and floor friction: ``tip.friction``.
 
+A part moved by a position-controlled tip at a steady push moves alike at any floor mu
+(quasi-static: the floor friction scales the part's whole limit surface); where the tip stops
+dead and the part slides on alone (``release_windows``), the floor alone slows it, and the
+floor mu is profiled there first (``release_profile``): the main fit then searches it only
+within that profile's interval, recorded in ``extra["floor_release"]`` ({"windows": []} and a
+note where the tip never stopped).
+
 What the URDF cannot hold (the pusher, the floor and tip friction, the contact model)
 goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
 the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
@@ -41,7 +48,13 @@ SIDE_SPACING_M = 0.003   # contact points along a part's outline: a 15-mm tip pr
                          # meets a 6-mm chord, so two points at least
 TIP_DAMPING = 1.0        # s/m Hunt-Crossley damping of the tip contact (the planar floor's is not felt: its depth is
                          # fixed by the joint)
+SLIP_VELOCITY = 1e-2   # m/s, the regularised Coulomb law's slip velocity (floor and tip): f = mu f_n v / sqrt(v^2 + vs^2)
 SIDE_FILE = "contacts.json"
+RELEASE_TIP_SPEED = 0.05     # m/s: a tip this fast or faster that stops dead can release the part it pushed
+RELEASE_STILL = 0.05         # a tip moving at under this fraction of its speed before is standing still
+RELEASE_PART_SPEED = 0.3     # the part moved at this fraction of the tip's speed or more as it stopped (it was pushed)
+RELEASE_MIN_FRAMES = 4       # frames of a release window at least (the stop frame included)
+RELEASE_GRID = np.round(np.arange(0.05, 1.501, 0.05), 3)   # floor mu profiled over the release windows
 PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
                          # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
 
@@ -165,7 +178,7 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     model = model.replace(contact_body=tuple(idx), contact_points=torch.as_tensor(pts, dtype=model.dtype),
                           tip_radius=float(tip.radius), tip_half_length=float(tip.length) / 2, tip_axis=axis,
                           contact_damping=torch.full((1,), TIP_DAMPING, dtype=model.dtype),
-                          tip_friction=torch.full((1,), 0.5, dtype=model.dtype))
+                          tip_friction=torch.full((1,), 0.5, dtype=model.dtype), slip_velocity=SLIP_VELOCITY)
     names, lower, upper = list(sim.names) + ["tip.friction"], np.append(sim.lower, 0.0), np.append(sim.upper, FRICTION_MAX)
     sub = max(1, math.ceil(PUSH_HZ / fps - 1e-9))
     base = replace(sim, names=names, lower=lower, upper=upper, model=model, substeps=sub, dt=1.0 / (fps * sub))
@@ -181,6 +194,20 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
              rec.actuation.names[a], tip.radius, len(pts))
     from vid2sim.pipeline.identify_roots import PLANAR_STIFFNESS, _problem
 
+    windows = release_windows(track, fps, rp.q)
+    if windows:   # the part slid on alone after the tip stopped: the floor friction is pinned there
+        rel = release_profile(push, rp, windows)
+        k = names.index("floor.friction")
+        push.lower, push.upper = push.lower.copy(), push.upper.copy()
+        push.lower[k], push.upper[k] = rel["interval"]
+        rp.extra["floor_release"] = rel
+        log.info("identify: floor friction %.3f (%.3f-%.3f) from %d release(s) of the part by the tip (frames %s); "
+                 "the fit searches it there", rel["estimate"], *rel["interval"], len(windows),
+                 ", ".join(f"{a}-{b}" for a, b in windows))
+    else:
+        rp.extra["floor_release"] = {"windows": [], "note": "the tip never stopped while pushing the part: the floor "
+                                     "friction is barely observable (a quasi-static push moves the part alike at any mu)"}
+
     # the twin's PyBullet floor (forecast.default_floor): compliant like the penalty floor fitted here, so
     # that a flat part's contact forces are determinate; damped at half critical for the lightest part
     rp.held.update({"floor.stiffness": PLANAR_STIFFNESS,
@@ -189,6 +216,92 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     # the clip starts at rest before the push: the tracked start state, not estimated
     rp.problem = _problem(push, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
     return True
+
+
+def release_windows(track: np.ndarray, fps: float, q: np.ndarray) -> list[tuple[int, int]]:
+    """(stop, end) frames (inclusive) where the tip, moving at ``RELEASE_TIP_SPEED`` m/s or more
+    over the frame before ``stop``, stands still from ``stop`` to ``end`` (the last frame before it
+    moves again, or the last of q), while the part it pushed was moving at ``RELEASE_PART_SPEED``
+    of the tip's speed or more at ``stop``: the part slides on alone, slowed by the floor only.
+    track (R, 3) tip centre per recorded row (m); q (T, nq) the root's coordinates first (m).
+    Windows shorter than ``RELEASE_MIN_FRAMES`` are left out."""
+    T = min(len(q), len(track))
+    v = np.linalg.norm(np.diff(track[:T], axis=0), axis=1) * fps   # (T - 1,) speed from row k to k + 1
+    part = np.linalg.norm(np.diff(q[:T, :2], axis=0), axis=1) * fps
+    out = []
+    for s in range(2, T - 1):
+        if v[s - 1] < RELEASE_TIP_SPEED or v[s] > RELEASE_STILL * v[s - 1] or part[s - 1] < RELEASE_PART_SPEED * v[s - 1]:
+            continue
+        moving = np.nonzero(v[s:] > RELEASE_STILL * v[s - 1])[0]
+        end = s + int(moving[0]) if len(moving) else T - 1
+        if end - s + 1 >= RELEASE_MIN_FRAMES:
+            out.append((s, end))
+    return out
+
+
+def _backward_state(rp, s: int) -> np.ndarray:
+    """The state guess at frame s (q, qd, t) with velocities from frames s - 2 .. s only (second-order
+    backward differences): the part's motion up to a release, not the slide after it."""
+    from vid2sim.pipeline.identify_roots import root_velocities
+
+    fps = float(rp.sim.fps)
+    x = rp.guess[s].copy()
+    nq = rp.q.shape[1]
+    kind = rp.extra["root"]["type"]
+    nr = 3 if kind == "planar" else 7
+    rows = rp.q[s - 2:s + 1]
+    vr = root_velocities(kind, rows[:, :nr], fps)[-1]
+    vj = np.gradient(rows[:, nr:], 1.0 / fps, axis=0, edge_order=2)[-1] if nq > nr else np.zeros(0)
+    x[nq:nq + len(vr) + len(vj)] = np.concatenate([vr, vj])
+    return x
+
+
+def release_profile(sim, rp, windows: list[tuple[int, int]]) -> dict:
+    """The floor friction that best explains the slides after the tip stopped (``release_windows``):
+    each window simulated from its backward-difference start state (``_backward_state``) over
+    ``RELEASE_GRID`` (then a grid of 0.01 around the best), other parameters at the build masses,
+    the lower joint limits and tip mu 0.5 (the tip stands clear). Gaussian log-likelihood of q
+    with ``rp.sigma``, each window's scaled by its own residual at its best mu where that exceeds
+    the noise (a simulator bias counts as noise; a window the simulator cannot follow weighs little).
+    -> {"estimate", "interval" (log-likelihood within 2 of the best, one fine step either side at
+    least), "per_window" (each window's own best), "windows", "residual_scale", "profile"}."""
+    names = list(sim.names)
+    base = []
+    for n, lo in zip(names, sim.lower):
+        body = n[:-len(".mass")] if n.endswith(".mass") else None
+        base.append(float(sim.model.mass[0, sim.model.body_names.index(body)]) if body in sim.model.body_names
+                    else 0.5 if n == "tip.friction" else float(lo))
+    k = names.index("floor.friction")
+    nq = rp.q.shape[1]
+    sigma = np.asarray(rp.sigma, float)
+
+    def window_ll(grid: np.ndarray) -> np.ndarray:   # (W, G) log-likelihood of each window at each mu
+        theta = torch.tensor(np.tile(base, (len(grid), 1)), dtype=torch.float64)
+        theta[:, k] = torch.as_tensor(grid)
+        out = []
+        for s, e in windows:
+            x0 = torch.as_tensor(_backward_state(rp, s))[None].expand(len(grid), -1)
+            with torch.no_grad():
+                x = sim.simulate(theta, x0, e - s + 1)[..., :nq].numpy()
+            r = (x - rp.q[s:e + 1]) / sigma
+            out.append(-0.5 * (r * r).sum((1, 2)))
+        return np.array(out)
+
+    coarse = window_ll(RELEASE_GRID)
+    best = RELEASE_GRID[np.argmax(coarse.sum(0))]
+    fine = np.round(np.arange(max(best - 0.05, 0.0), best + 0.0501, 0.01), 4)
+    grid = np.unique(np.concatenate([RELEASE_GRID, fine]))
+    ll = window_ll(grid)
+    n_obs = np.array([(e - s + 1) * nq for s, e in windows])
+    scale = np.maximum(1.0, -2 * ll.max(1) / n_obs)   # (W,) mean square residual at each window's best, in sigma^2
+    total = (ll / scale[:, None]).sum(0)
+    est = float(grid[np.argmax(total)])
+    inside = grid[total >= total.max() - 2.0]
+    per_window = [float(grid[i]) for i in ll.argmax(1)]
+    lo, hi = max(min(inside.min(), est - 0.01), 0.0), max(inside.max(), est + 0.01)   # one fine grid step either side at least
+    return {"estimate": est, "interval": [round(float(lo), 4), round(float(hi), 4)], "per_window": per_window,
+            "windows": [list(w) for w in windows], "residual_scale": scale.round(3).tolist(),
+            "profile": [[float(g), round(float(t - total.max()), 2)] for g, t in zip(grid, total)]}
 
 
 def _push_simulator(base):

@@ -47,8 +47,8 @@ __all__ = ["MECHANISMS", "SCENES", "SyntheticTruth", "simulate", "make_recording
 log = logging.getLogger(__name__)
 
 MECHANISMS: tuple[str, ...] = tuple(FACTORIES)
-PUSH_MECHANISMS = ("pushed_box", "pushed_cylinder", "driven_pendulum")   # known actuators (pushes.py), for
-                                                                          # scripts/bench_push.py
+PUSH_MECHANISMS = ("pushed_box", "pushed_box_strokes", "pushed_strokes",   # known actuators (pushes.py), for
+                   "pushed_cylinder", "driven_pendulum")                      # scripts/bench_push.py
 MESH_MECHANISMS = ("slotted_pendulum", "slotted_pendulum_box")  # a mesh part and its box twin (mesh_parts.py)
 SCENES = ("default", "random")
 SCENE_NOISE = ("none", "realistic", "random")  # noise choices of a random scene (random: the seed picks)

@@ -68,13 +68,33 @@ class JointSpec:
 
 @dataclass(frozen=True)
 class Tip:
-    """A vertical cylinder moving at constant velocity (the pusher of ``pushed``)."""
+    """A vertical cylinder moving at constant velocity (the pusher of ``pushed``), or in strokes:
+    ``strokes`` = (moving, still) seconds, repeated from t = 0 (moving first); it then stops dead
+    at the end of each stroke, and a part it pushed slides on alone until the floor stops it."""
 
     radius: float
     height: float
     start: tuple[float, float, float]  # centre at frame 0
     velocity: tuple[float, float, float]
     friction: float = 0.3
+    strokes: tuple[float, float] | None = None   # (s moving, s still) per period; None: always moving
+
+    def moved_time(self, t: float) -> float:
+        """Seconds spent moving up to time t (s)."""
+        if self.strokes is None:
+            return t
+        move, still = self.strokes
+        n, r = divmod(t, move + still)
+        return n * move + min(r, move)
+
+    def position(self, t: float) -> np.ndarray:
+        """(3,) centre (m, world) at time t (s)."""
+        return np.asarray(self.start, float) + self.moved_time(t) * np.asarray(self.velocity, float)
+
+    def velocity_at(self, t: float) -> np.ndarray:
+        """(3,) velocity (m/s) at time t: ``velocity`` while moving, 0 while still."""
+        moving = self.strokes is None or (t % sum(self.strokes)) < self.strokes[0] - 1e-12
+        return np.asarray(self.velocity, float) * float(moving)
 
 
 @dataclass(frozen=True)

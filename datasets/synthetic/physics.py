@@ -233,9 +233,8 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
         driven = [joint_index[j] for j in effort.joints] if effort is not None else []
 
         def set_tip(t: float) -> None:
-            pos = np.asarray(tip.start) + t * np.asarray(tip.velocity)
-            p.resetBasePositionAndOrientation(tid, pos, [0, 0, 0, 1], physicsClientId=cid)
-            p.resetBaseVelocity(tid, list(tip.velocity), [0, 0, 0], physicsClientId=cid)
+            p.resetBasePositionAndOrientation(tid, tip.position(t), [0, 0, 0, 1], physicsClientId=cid)
+            p.resetBaseVelocity(tid, tip.velocity_at(t).tolist(), [0, 0, 0], physicsClientId=cid)
 
         joint_frames0 = {}
         for k in range(frames):
@@ -257,7 +256,7 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
                     s = states[i]
                     joint_frames0[jname] = _T_from_pq(s[4], s[5])  # URDF link frame = joint frame
             if tip is not None:
-                tip_pos[k] = np.asarray(tip.start) + (k / fps) * np.asarray(tip.velocity)
+                tip_pos[k] = tip.position(k / fps)
             if effort is not None:   # held over the frame period: the recorded row replays it exactly
                 tau[k] = effort.values(k / fps)
             if k == frames - 1:
@@ -319,6 +318,8 @@ def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:
     if tip is not None:
         out["tip"] = {"radius": tip.radius, "height": tip.height, "start": list(tip.start),
                       "velocity": list(tip.velocity), "friction": tip.friction}
+        if tip.strokes is not None:   # (moving, still) seconds; absent for a tip at constant velocity
+            out["tip"]["strokes"] = list(tip.strokes)
     return out
 
 

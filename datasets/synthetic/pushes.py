@@ -1,26 +1,31 @@
 """Single rigid parts pushed across a floor by a cylindrical tip (the push benchmark's cases
 beside the three-link ``pushed`` linkage of ``mechanisms.py``).
 
-``pushed_box``: a flat box; ``pushed_cylinder``: an upright puck (a cylinder standing on
+``pushed_box``: a flat box; ``pushed_box_strokes``: the same box pushed in strokes, the tip
+stopping dead after each so that the box slides to rest on its own (``pushed_strokes``: the
+linkage so); ``pushed_cylinder``: an upright puck (a cylinder standing on
 its end); ``driven_pendulum``: no pusher but a known torque at its hinge to the world
-(``actuation.npz``'s ``joint_effort``). Each part's joint to the world is ``planar``; the tip moves at constant velocity
-along world +y, off the part's centre so that the part turns as it slides. The floor is
+(``actuation.npz``'s ``joint_effort``). Each part's joint to the world is ``planar``; the tip moves along world +y
+(at constant velocity but in ``pushed_box_strokes``), off the part's centre so that the part turns as it slides. The floor is
 compliant as in ``pushed`` (a restarted clip stays on the uninterrupted one). Not in
 ``MECHANISMS`` (the benchmarks that loop over every mechanism do not take them); ``mechanism``
 and ``make_recording`` know them by name.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.datasets.synthetic.mechanisms import (PALETTE, BodySpec, Effort, InitialState, JointSpec, Mechanism, Tip,
-                                                   _capsule, _u, pose)
+                                                   _capsule, _u, pose, pushed)
 from vid2sim.models.bullet import Floor
 
 
-def _single(name: str, shape: Shape, mass: float, friction: float, tip_x: tuple[float, float]) -> Mechanism:
+def _single(name: str, shape: Shape, mass: float, friction: float, tip_x: tuple[float, float], speed: float = 0.12,
+            start_y: float = -0.2, strokes: tuple[float, float] | None = None) -> Mechanism:
     h = shape.extents()[2]
     bodies = (BodySpec("part", shape, mass, PALETTE[1], pose((0.0, 0.0, h / 2))),)
     joints = (JointSpec("root", "planar", "world", "part", (0, 0, 1)),)
@@ -31,8 +36,8 @@ def _single(name: str, shape: Shape, mass: float, friction: float, tip_x: tuple[
                             root_twist=((0, 0, 0), (0, 0, 0)))
 
     def tip(rng):
-        return Tip(radius=0.015, height=0.06, start=(_u(rng, *tip_x, signed=True), -0.2, 0.032),
-                   velocity=(0.0, 0.12, 0.0), friction=0.3)
+        return Tip(radius=0.015, height=0.06, start=(_u(rng, *tip_x, signed=True), start_y, 0.032),
+                   velocity=(0.0, speed, 0.0), friction=0.3, strokes=strokes)
 
     return Mechanism(name, bodies, joints, initial, floor=Floor(0.0, friction=friction, stiffness=1e4, damping=40.0),
                      tip_factory=tip, view=(-15.0, 50.0))
@@ -41,6 +46,30 @@ def _single(name: str, shape: Shape, mass: float, friction: float, tip_x: tuple[
 def pushed_box() -> Mechanism:
     """A 12 x 8 x 4 cm box of 0.3 kg on a floor (Coulomb mu 0.4), pushed 1-4 cm off its centre."""
     return _single("pushed_box", Shape("part", "box", size=(0.12, 0.08, 0.04)), 0.3, 0.4, (0.01, 0.04))
+
+
+def pushed_box_strokes() -> Mechanism:
+    """``pushed_box`` pushed in strokes: the tip starts 14 cm behind the box's centre, moves at
+    0.3 m/s for 0.4 s, then stands still for 0.6 s, and again (the same 0.12 m/s on average and
+    0.6 m in 5 s as ``pushed_box``). At each stop the box slides on alone and the floor stops it,
+    v^2 / (2 mu g) = 11.5 mm at 0.3 m/s, so that its deceleration (mu g) shows the floor friction."""
+    return _single("pushed_box_strokes", Shape("part", "box", size=(0.12, 0.08, 0.04)), 0.3, 0.4, (0.01, 0.04),
+                   speed=0.3, start_y=-0.14, strokes=(0.4, 0.6))
+
+
+def pushed_strokes() -> Mechanism:
+    """The three-link ``pushed`` linkage pushed in strokes as ``pushed_box_strokes`` (0.3 m/s for
+    0.4 s, then 0.6 s still), the tip starting 14 cm behind the root's centre and within 7.5 cm of it
+    across (on the middle link, where ``pushed``'s may slip off an end link): after each stop
+    the linkage slides on alone until the floor (mu 0.5) stops it."""
+    base = pushed()
+
+    def tip(rng):
+        t = base.tip_factory(rng)
+        return Tip(t.radius, t.height, (t.start[0] / 2, -0.14, t.start[2]), (0.0, 0.3, 0.0), t.friction,
+                   strokes=(0.4, 0.6))
+
+    return replace(base, name="pushed_strokes", tip_factory=tip)
 
 
 def pushed_cylinder() -> Mechanism:
@@ -71,4 +100,5 @@ def driven_pendulum() -> Mechanism:
     return Mechanism("driven_pendulum", bodies, joints, initial, view=(-20.0, 12.0), effort_factory=effort)
 
 
-PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_cylinder": pushed_cylinder, "driven_pendulum": driven_pendulum}
+PUSH_FACTORIES = {"pushed_box": pushed_box, "pushed_box_strokes": pushed_box_strokes,
+                  "pushed_strokes": pushed_strokes, "pushed_cylinder": pushed_cylinder, "driven_pendulum": driven_pendulum}
