@@ -27,17 +27,21 @@ FLOAT = torch.float64  # dtype of every pose, ray and residual tensor of the tra
 
 
 def rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
-    """Candidate body orientations (3, 3) from the principal axes of a point cloud."""
+    """Candidate body orientations (3, 3) from the principal axes of a point cloud (each a
+    right-handed basis; for a capsule or cylinder, its axis along each principal axis)."""
     c = pts - pts.mean(0)
     _, _, Vt = np.linalg.svd(c, full_matrices=False)
     axes = Vt  # rows: principal directions, largest variance first
     if prim.kind == "sphere":
         return [np.eye(3)]
     if prim.kind in ("capsule", "cylinder"):
-        z = axes[0]
-        x = axes[1] - axes[1] @ z * z
-        x /= np.linalg.norm(x)
-        return [np.stack([x, np.cross(z, x), z], 1)]
+        # the axis along the points' largest spread (a rod) or their smallest (a puck, a disc seen
+        # face on), or the middle one (a short round part seen from its side)
+        out = []
+        for i in (0, 2, 1):
+            z, x = axes[i], axes[(i + 1) % 3]
+            out.append(np.stack([x, np.cross(z, x), z], 1))
+        return out
     # A box seen in part (occluded, one face visible) has misleading principal axes, and
     # man-made boxes usually stand square to gravity: try the world axes too.
     hyps = []
