@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-
+from oscillator import oscillator
 from vid2sim.models.inference import Problem, infer, nmae
 from vid2sim.models.inference.svgd import run_svgd
 from vid2sim.models.inference.svgd_newton import kernel_metric, run_stein_gauss_newton
@@ -72,16 +72,6 @@ def test_limits_are_kept_and_refresh_checked():
         run_stein_gauss_newton(density, linearise, start(2), 2, kernel_dims=2, refresh=0)
 
 
-def oscillator(theta, x0, steps, dt=0.05):
-    k, c = theta[:, :1], theta[:, 1:2]
-    out = [x0]
-    for _ in range(steps - 1):
-        q, v = out[-1][:, :1], out[-1][:, 1:]
-        v = v + dt * (-k * q - c * v)
-        out.append(torch.cat([q + dt * v, v], 1))
-    return torch.stack(out, 1)
-
-
 def test_csvgd_spends_its_budget_on_shooting_then_gauss_newton():
     truth = torch.tensor([4.0, 0.3], dtype=torch.float64)
     traj = oscillator(truth[None], torch.tensor([[1.0, 0.0]], dtype=torch.float64), 60)[0]
@@ -105,7 +95,6 @@ def test_kernel_density_of_the_particles_spreads_like_the_posterior():
     condition number 1e4, 16 particles: measured marginal standard deviations / the truth's 0.60-0.67
     bare and 0.88-0.92 for the kernel density (identifiability.posterior_samples)."""
     import numpy as np
-
     from vid2sim.pipeline.identifiability import posterior_samples
 
     torch.manual_seed(2)

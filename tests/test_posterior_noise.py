@@ -4,26 +4,12 @@ written in torch whose true noise and Laplace covariance are known independently
 import numpy as np
 import pytest
 import torch
-
+from oscillator import DT, TRUTH, oscillator
 from vid2sim.models.inference import Problem, Shooting, infer
 from vid2sim.pipeline.identifiability import posterior_samples
 from vid2sim.pipeline.identify import noise_scale, posterior_from
 
-DT = 0.05
-TRUTH = torch.tensor([4.0, 0.3], dtype=torch.float64)   # stiffness, damping
 NOISE = 0.01                                             # true observation noise std
-
-
-def oscillator(theta, x0, steps):
-    """Semi-implicit Euler: theta (B, 2) = (k, b); x0 (B, 2) = (x, v) -> (B, steps, 2)."""
-    k, b = theta[:, 0], theta[:, 1]
-    x, v = x0[:, 0], x0[:, 1]
-    out = [x0]
-    for _ in range(steps - 1):
-        v = v + DT * (-k * x - b * v)
-        x = x + DT * v
-        out.append(torch.stack([x, v], 1))
-    return torch.stack(out, 1)
 
 
 def problem(sigma: float) -> Problem:
