@@ -23,14 +23,20 @@ run: the bare particles' intervals, the same with stragglers left out, and the L
 approximation at the best particle (Gauss-Newton covariance of the
 whitened single-shooting residuals over parameters and start state, by finite
 differences; normal intervals, delta method for nothing since the anchor is fixed), which
-says whether the likelihood (its noise model) or the particles' spread is off.
+says whether the likelihood (its noise model) or the particles' spread is off. Each result
+keeps its raw fit (particles, metrics, log-likelihoods, Laplace covariance), from which
+``rescore`` reads other interval rules without fitting again (``"rules"`` in the last line:
+the particles' kernel density, the Laplace mixture without the noise check, the Laplace
+approximation at the best particle).
 
     python scripts/bench_calibration.py --seeds 0-19 --jobs 2 [--frames 45] [--mechanisms cartpole,double_pendulum]
-        [--set shooting.substeps=32]
-    python scripts/bench_calibration.py --merge a.json b.json --out all.json   # runs of other seeds, same settings
+        [--set shooting.substeps=32] [--jsonl results.jsonl]
+    python scripts/bench_calibration.py --prepare recs --seeds 0-19    # simulate only (PyBullet) ...
+    python scripts/bench_calibration.py --recordings recs --seeds 0-19 --jobs 16   # ... fit elsewhere (no PyBullet)
+    python scripts/bench_calibration.py --merge a.json b.jsonl --out all.json   # runs of other seeds, same settings
 
 Last stdout line: {"cartpole": {"coverage50", "coverage90", "laplace50", "laplace90",
-"bare_particles50", ..., "screened_particles90", ...},
+"bare_particles50", ..., "screened_particles90", ..., "rules": {"kde50", ...}},
 "double_pendulum": {...}}. Targets: coverage90 in [0.80, 0.98], coverage50 in [0.35, 0.65].
 """
 from __future__ import annotations
