@@ -306,7 +306,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
     if cfg.observation == "joints" and cfg.noise.sigma == 0 and res.trace.get("kernel_metrics") is not None:
-        extra["noise_scale"] = noise_scale(fit, res)   # the noise estimated from the tracks, checked by the fit
+        extra["noise_scale"] = noise_scale(fit, res, cfg.noise.sigma_floor)   # the tracks' noise, checked by the fit
         log.info("identify: reduced chi-square of the best fit %.3g (the posterior's width scaled by it)",
                  extra["noise_scale"])
     post = posterior_from(res, fit, extra=extra)
@@ -362,17 +362,21 @@ def anchored(post: Posterior, anchor: dict, metrics=None) -> Posterior:
                    particles=to_anchor(post.particles, names, anchor), extra=extra)
 
 
-def noise_scale(prob: Problem, res: InferenceResult) -> float:
+def noise_scale(prob: Problem, res: InferenceResult, floor: float = 0.0) -> float:
     """The reduced chi-square of the best particle's single-shooting residuals, sum r^2 / (n - d)
     (r whitened by the problem's noise std, n residuals, d = parameters + start state): the factor
     by which the noise variance estimated from the tracks (``track_noise``) is off, as far as the
-    fitted model can tell; 1.0 where there are no more residuals than coordinates."""
+    fitted model can tell; 1.0 where there are no more residuals than coordinates. At least what
+    keeps every joint's corrected noise std at ``floor`` (identify.noise.sigma_floor): a tracker's
+    smoothed tracks leave residuals below its real, temporally correlated error."""
     b = res.best
     with torch.no_grad():
         r = Shooting(prob, 1).residuals(res.theta[b:b + 1], res.start[b:b + 1]).numpy()
     r = r[np.isfinite(r)]
     dof = r.size - prob.num_params - prob.state_dim * res.start.shape[1]
-    return float(np.sum(r * r) / dof) if dof > 0 else 1.0
+    c = float(np.sum(r * r) / dof) if dof > 0 else 1.0
+    sigma = np.atleast_1d(prob.sigma.numpy()) if torch.is_tensor(prob.sigma) else np.atleast_1d(prob.sigma)
+    return max(c, float(np.max((floor / sigma) ** 2))) if floor > 0 else c
 
 
 def with_identifiability(cfg: IdentifyConfig, post: Posterior, anchor: dict) -> Posterior:

@@ -73,7 +73,7 @@ class IdentifyNoise:
 
     sigma: float = 0.0             # observation noise std in joint units (rad or m), the same for every joint;
                                    # 0: estimated per joint from the tracks (track_noise)
-    sigma_floor: float = 1e-4      # sigma=0: lower bound of each joint's estimate
+    sigma_floor: float = 1e-4      # sigma=0: lower bound of each joint's estimate, also once the fit's residuals correct it
 
 
 @dataclass(frozen=True)

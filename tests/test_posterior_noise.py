@@ -39,6 +39,7 @@ def test_noise_scale_and_laplace_mixture_recover_the_posterior_width_under_a_3x_
     res = infer("csvgd", prob, particles=16, iterations=150, seed=0, windows=4)
     c = noise_scale(prob, res)
     assert 0.6 / 9 < c < 1.6 / 9, c                 # (true / guessed noise)^2 = 1/9, chi-square spread
+    assert noise_scale(prob, res, floor=2 * NOISE) == pytest.approx((2 / 3) ** 2)   # a std floor binds
     post = posterior_from(res, prob)
     L = np.asarray(post.extra["laplace_covariance"])
     assert L.shape == (16, 2, 2)
