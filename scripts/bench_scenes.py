@@ -10,7 +10,9 @@ until one fails. Per cell it records:
   ("Traceback (most recent call last)"), and the error's last line. A clean one-line
   error (exit code 2) is a failure but not a traceback;
 - segmentation: right body count, right shapes (sorted ``shape_names`` of
-  segmentation.npz against truth.json bodies' shapes);
+  segmentation.npz against truth.json bodies' shapes), right masks (each over a truth body
+  of its shape's geometry in the segmentation frame's truth_masks: a distractor taken for
+  a leg has the right shape names and the wrong mask);
 - tracking: median over matched bodies and frames of the position error of poses.npz
   against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
   error does not depend on naming), divided by the camera's distance to the mechanism
@@ -30,8 +32,8 @@ so a long run resumes); recordings and runs of cells where every stage succeeded
 deleted unless ``--keep``. Progress goes to stderr; the last stdout line is JSON:
 
     {"cells": N, "segment_ok": f, "track_ok": f, "articulate_ok": f, "seg_count_ok": f,
-     "seg_shapes_ok": f, "track_err_rel_median": x, "topology_ok": f, "tracebacks": n,
-     "by_factor": {factor: {value: {"cells", "segment_ok", "track_ok", "topology_ok",
+     "seg_shapes_ok": f, "seg_masks_ok": f, "track_err_rel_median": x, "topology_ok": f, "tracebacks": n,
+     "by_factor": {factor: {value: {"cells", "segment_ok", "seg_masks_ok", "track_ok", "topology_ok",
                                     "tracebacks", "track_err_rel_median"}}}}
 
     python scripts/bench_scenes.py --seeds 3 --mechanisms cartpole cabinet --frames 30 --out /tmp/bench_scenes
@@ -88,11 +90,32 @@ def _run(cmd: list[str], timeout: float) -> dict:
             "error": "" if rc == 0 else msg[:500]}
 
 
-def _segmentation_scores(run: Path, truth: dict) -> dict:
+def _segmentation_scores(run: Path, truth: dict, rec: Path | None = None) -> dict:
+    """seg_count_ok / seg_shapes_ok: the number and sorted shape names of segmentation.npz's
+    parts against truth.json's bodies. With ``rec``: seg_masks_ok, whether under each mask
+    most pixels belong to a truth body whose library shape has the mask's shape's geometry
+    (the segmentation frame's truth_masks; two parts of the same geometry may swap names),
+    and seg_masks_wrong, "shape<-what its mask covers" for each mask that fails it."""
     z = np.load(run / "segmentation.npz")
     found = sorted(str(s) for s in z["shape_names"])
     want = sorted(b["shape"] for b in truth["bodies"])
-    return {"seg_count_ok": len(found) == len(want), "seg_shapes_ok": found == want, "seg_shapes": found}
+    out = {"seg_count_ok": len(found) == len(want), "seg_shapes_ok": found == want, "seg_shapes": found}
+    if rec is None or "masks" not in z.files or "frame" not in z.files:
+        return out
+    import cv2
+
+    tm = cv2.imread(str(rec / "truth_masks" / f"{int(z['frame']):06d}.png"), cv2.IMREAD_UNCHANGED)
+    if tm is None:
+        return out
+    geometry = {n: (s.type, s.size, s.radius, s.length) for n, s in load_shapes(rec / "shapes.json").items()}
+    wrong = []
+    for m, name in zip(z["masks"], z["shape_names"]):
+        ids, cnt = np.unique(tm[m > 0], return_counts=True)
+        top = int(ids[np.argmax(cnt)]) if len(ids) else 0
+        body = truth["bodies"][top - 1]["shape"] if 0 < top <= len(truth["bodies"]) else None
+        if body is None or geometry.get(body) != geometry.get(str(name)):
+            wrong.append(f"{name}<-{body or {0: 'background', 254: 'distractor'}.get(top, f'id {top}')}")
+    return dict(out, seg_masks_ok=out["seg_shapes_ok"] and not wrong, seg_masks_wrong=wrong)
 
 
 def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
@@ -250,7 +273,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
             break
         try:
             if stage == "segment":
-                row.update(_segmentation_scores(run, truth))
+                row.update(_segmentation_scores(run, truth, rec))
             elif stage == "track":
                 row.update(_tracking_scores(rec, run, truth))
             else:
@@ -288,6 +311,7 @@ def summarise(rows: list[dict]) -> dict:
     def stats(rs: list[dict]) -> dict:
         n = max(len(rs), 1)
         return {"cells": len(rs), "segment_ok": sum(_ok(r, "segment") for r in rs) / n,
+                "seg_masks_ok": sum(bool(r.get("seg_masks_ok")) for r in rs) / n,
                 "track_ok": sum(_ok(r, "track") for r in rs) / n,
                 "topology_ok": sum(bool(r["topology_ok"]) for r in rs) / n,
                 "tracebacks": sum(r.get("tracebacks", 0) for r in rs),
@@ -298,6 +322,7 @@ def summarise(rows: list[dict]) -> dict:
     out.update(articulate_ok=sum(_ok(r, "articulate") for r in rows) / n,
                seg_count_ok=sum(bool(r["seg_count_ok"]) for r in rows) / n,
                seg_shapes_ok=sum(bool(r["seg_shapes_ok"]) for r in rows) / n,
+               seg_masks_ok=sum(bool(r.get("seg_masks_ok")) for r in rows) / n,
                synth_failed=sum(r.get("synth", {}).get("rc") != 0 for r in rows))
     by: dict[str, dict] = {}
     for f in FACTORS:

@@ -1,0 +1,33 @@
+"""scripts/bench_scenes.py's scorer: the masks, not only the shape names, against the truth masks."""
+import numpy as np
+
+
+def test_bench_scores_masks_against_the_truth_masks(tmp_path):
+    """bench_scenes' seg_masks_ok: the truth's own masks (frame 2) score right, the same masks
+    under swapped names (cart over the pole) wrong, with what each wrong mask covers."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import cv2
+
+    from vid2sim.datasets.synthetic import make_recording
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
+    spec = importlib.util.spec_from_file_location("bench_scenes", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rec = make_recording("cartpole", tmp_path / "rec", seed=2, frames=4, scene="random")
+    truth = json.loads((rec / "truth.json").read_text())
+    tm = cv2.imread(str(rec / "truth_masks" / "000002.png"), cv2.IMREAD_UNCHANGED)
+    masks = np.stack([tm == k + 1 for k in range(len(truth["bodies"]))]).astype(np.uint8)
+    names = [b["shape"] for b in truth["bodies"]]
+    run = tmp_path / "run"
+    run.mkdir()
+    np.savez(run / "segmentation.npz", masks=masks, frame=np.int64(2), shape_names=np.array(names))
+    s = bench._segmentation_scores(run, truth, rec)
+    assert s["seg_shapes_ok"] and s["seg_masks_ok"] and s["seg_masks_wrong"] == []
+    np.savez(run / "segmentation.npz", masks=masks, frame=np.int64(2), shape_names=np.array(names[::-1]))
+    s = bench._segmentation_scores(run, truth, rec)
+    assert s["seg_shapes_ok"] and not s["seg_masks_ok"]
+    assert sorted(s["seg_masks_wrong"]) == sorted(f"{a}<-{b}" for a, b in zip(names[::-1], names))
