@@ -305,15 +305,9 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if cfg.observation == "joints":
         extra["sigma"] = dict(zip(sim.dof_names if root is None else root.extra["q_names"], prob.sigma.tolist()))
         log.info("identify: observation noise %s", ", ".join(f"{d} {v:.2g}" for d, v in extra["sigma"].items()))
-    if cfg.observation == "joints" and cfg.noise.sigma == 0 and res.trace.get("kernel_metrics") is not None:
-        extra["noise_scale"] = noise_scale(fit, res, cfg.noise.sigma_floor)   # the tracks' noise, checked by the fit
-        log.info("identify: reduced chi-square of the best fit %.3g (the posterior's width scaled by it)",
-                 extra["noise_scale"])
-    post = posterior_from(res, fit, extra=extra)
+    post = fitted_posterior(cfg, sim, fit, res, extra, rescale=root is None)
     if root is not None:
         post = root.finish(post)
-    elif sim.rescale and not hasattr(sim, "effort"):   # a known effort fixes the scale itself
-        post = anchored(post, sim.anchor, res.trace.get("kernel_metrics"))
     if cfg.augmentation.augment:   # at the fit's best particle, in its scale (before ``anchored``)
         from vid2sim.pipeline.identify_augment import fit_augmentation
 
@@ -329,6 +323,22 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         plot_posterior(post, out_dir / "posterior_pairs.png")
         plot_trajectories(res, prob, sim.dof_names if root is None else root.extra["q_names"], fps,
                           out_dir / "trajectories.png")
+    return post
+
+
+def fitted_posterior(cfg: IdentifyConfig, sim: TwinSimulator, prob: Problem, res: InferenceResult,
+                     extra: dict, rescale: bool = True) -> Posterior:
+    """The posterior of a fit (``posterior_from``): with ``extra["noise_scale"]`` where the track
+    noise was estimated (``noise.sigma`` = 0) and the method gives metrics, and, with ``rescale``
+    (a fixed-base mechanism) where the scale is anchored after the fit, in the anchor's scale
+    (``anchored``; a known effort fixes the scale itself). ``prob``: the problem the inference ran on."""
+    if cfg.observation == "joints" and cfg.noise.sigma == 0 and res.trace.get("kernel_metrics") is not None:
+        extra = dict(extra, noise_scale=noise_scale(prob, res, cfg.noise.sigma_floor))   # the tracks' noise, checked
+        log.info("identify: reduced chi-square of the best fit %.3g (the posterior's width scaled by it)",
+                 extra["noise_scale"])
+    post = posterior_from(res, prob, extra=extra)
+    if rescale and sim.rescale and not hasattr(sim, "effort"):
+        post = anchored(post, sim.anchor, res.trace.get("kernel_metrics"))
     return post
 
 

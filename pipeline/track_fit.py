@@ -17,7 +17,7 @@ import torch
 
 from vid2sim.models.geometry_torch import perturb
 from vid2sim.models.render import Primitive
-from vid2sim.models.render.align import Observation, gauss_newton_step
+from vid2sim.models.render.align import Observation, gauss_newton_step, huber_weights
 from vid2sim.models.render.primitives import sdf_and_grad
 
 if TYPE_CHECKING:
@@ -88,8 +88,10 @@ def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, o
     kept only where it lowers the step's truncated cost (``StepResult.cost``, judged at the next
     step's start), else retried from the last kept pose with 10x the damping (3x less after a
     kept one, not below ``cfg.steps.damping``): a step from a partly seen box can run far off."""
-    step = lambda T, lam: gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth,  # noqa: E731
-                                            w_silhouette=cfg.noise.w_silhouette, damping=lam, **kw)
+    def step(T: torch.Tensor, lam: float):
+        return gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette,
+                                 damping=lam, **kw)
+
     lam = cfg.steps.damping
     res = step(T, lam)
     for _ in range(cfg.init_iterations - 1):
@@ -117,7 +119,7 @@ def surface_fit(prim: Primitive, T: torch.Tensor, pts: torch.Tensor, scale: floa
         d, g = sdf_and_grad(prim, x @ R)
         n = g @ R.T                                             # world normals
         J = torch.cat([-n, torch.cross(n, x, dim=-1)], 1)       # d sdf / d (v, w) of perturb's twist
-        w = torch.clamp(scale / d.abs().clamp(min=1e-12), max=1.0)
+        w = huber_weights(d, scale)
         cost = float(torch.where(d.abs() < scale, 0.5 * d * d, scale * (d.abs() - 0.5 * scale)).sum())
         return d, J, w, cost
 

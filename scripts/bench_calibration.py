@@ -153,9 +153,7 @@ def fit(job: dict, rec: dict) -> tuple:
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
     res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
                 seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
-    # as identify.run: the track noise is estimated (sigma = 0) and checked by the fit's residuals
-    post = identify.posterior_from(res, prob, {"noise_scale": identify.noise_scale(prob, res, cfg.noise.sigma_floor)})
-    post = identify.anchored(post, sim.anchor, res.trace.get("kernel_metrics")) if sim.rescale else post
+    post = identify.fitted_posterior(cfg, sim, prob, res, {})
     post = identify.with_identifiability(cfg, post, sim.anchor)
     return prob, res, post, sim, time.perf_counter() - t0
 
