@@ -24,10 +24,14 @@ class DepthRenderer:
         self.camera = camera
         self.prims = [Primitive.from_shape(s) for s in shapes]
         self.d_cam = torch.from_numpy(camera.pixel_rays().reshape(-1, 3))
+        self.d_unit = self.d_cam / self.d_cam.norm(dim=1, keepdim=True)
         self.T_wc = np.asarray(camera.world_from_camera, float)
 
     def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none)."""
+        """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none).
+
+        Each primitive is cast only against the pixels whose rays pass within its bounding
+        sphere (``rays_near``); the others cannot hit it."""
         from vid2sim.models.render.primitives import ray_hit
 
         H, W = self.camera.height, self.camera.width
@@ -35,16 +39,28 @@ class DepthRenderer:
         ids = torch.full((H * W,), -1, dtype=torch.long)
         for m, prim in enumerate(self.prims):
             T_bc = np.linalg.inv(T_world_body[m]) @ self.T_wc  # camera in body
+            sel = self.rays_near(T_world_body[m][:3, 3], prim.bounding_radius)
+            if sel.numel() == 0:
+                continue
             R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
-            o = t.expand(H * W, 3)
-            d = self.d_cam @ R.T
+            d = self.d_cam[sel] @ R.T
             with torch.no_grad():
-                s = ray_hit(prim, o, d)
-            closer = s < best
-            best = torch.where(closer, s, best)
-            ids = torch.where(closer, torch.full_like(ids, m), ids)
+                s = ray_hit(prim, t.expand(len(sel), 3), d)
+            closer = s < best[sel]
+            best[sel] = torch.where(closer, s, best[sel])
+            ids[sel] = torch.where(closer, torch.full_like(s, m, dtype=torch.long), ids[sel])
         depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
         return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
+
+    def rays_near(self, centre_world: np.ndarray, radius: float) -> torch.Tensor:
+        """Indices (K,) into the H*W pixel rays that pass within ``radius`` (m) of ``centre_world``
+        (3,), in front of the camera: all of them when the camera is inside that sphere."""
+        c = np.linalg.solve(self.T_wc, np.append(np.asarray(centre_world, float), 1.0))[:3]
+        dist, r = float(np.linalg.norm(c)), 1.01 * float(radius) + 1e-6
+        if dist <= r:
+            return torch.arange(self.d_unit.shape[0])
+        cos_min = math.sqrt(1.0 - (r / dist) ** 2)
+        return torch.nonzero(self.d_unit @ torch.from_numpy(c / dist) >= cos_min - 1e-9)[:, 0]
 
 
 def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
