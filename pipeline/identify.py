@@ -260,9 +260,19 @@ def floating_setup(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, p
     return rp
 
 
-def method_options(cfg: IdentifyConfig, method: str) -> dict:
-    """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget."""
-    opts = ({"windows": cfg.shooting.windows, "polish": cfg.shooting.polish, "precondition": cfg.inference.precondition}
+def shooting_windows(cfg: IdentifyConfig, frames: int, fps: float) -> int:
+    """csvgd's windows for a clip of ``frames`` samples: ``cfg.shooting.windows``, or more where
+    that would make a window longer than ``cfg.shooting.window_s``."""
+    if cfg.shooting.windows == 1 or cfg.shooting.window_s <= 0:
+        return cfg.shooting.windows
+    return max(cfg.shooting.windows, math.ceil((frames - 1) / (cfg.shooting.window_s * fps) - 1e-9))
+
+
+def method_options(cfg: IdentifyConfig, method: str, frames: int = 0, fps: float = 30.0) -> dict:
+    """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget, for a clip of
+    ``frames`` samples at ``fps`` (0: ``cfg.shooting.windows`` windows)."""
+    opts = ({"windows": shooting_windows(cfg, frames, fps), "polish": cfg.shooting.polish,
+             "precondition": cfg.inference.precondition, "stop_tol": cfg.inference.stop_tol}
             if method == "csvgd" else {})
     if method == "cmaes":
         opts["polish"] = cfg.inference.cmaes_polish
@@ -275,6 +285,15 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         shapes: dict[str, Shape], out_dir: Path, rec=None) -> Posterior:
     """Estimate the posterior over masses/damping(/friction) from the tracked joint positions
     (``observation=joints``) or from the recording's depth frames ``rec`` (``observation=video``)."""
+    return _run(cfg, art, jp, poses, shapes, out_dir, rec)[0]
+
+
+def _run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseTracks,
+         shapes: dict[str, Shape], out_dir: Path, rec=None, warm: InferenceResult | None = None
+         ) -> tuple[Posterior, InferenceResult | None]:
+    """``run``, and the fit's InferenceResult (None: nothing to fit). ``warm``: an earlier csvgd fit of
+    the same mechanism on fewer frames whose single-shooting particles it kept: its particles start
+    this fit's Gauss-Newton steps on single shooting (no shooting windows)."""
     if cfg.observation == "video" and rec is None:
         raise ValueError("identify: observation 'video' needs the recording (identify.run(..., rec=...))")
     fps = float(poses.fps)
@@ -282,7 +301,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
     if root is None:
         sim = build_simulator(cfg, art, poses, shapes, fps)
         if not sim.dof_names:
-            return static_posterior(cfg, sim)
+            return static_posterior(cfg, sim), None
         q = joint_trajectory(jp, sim.dof_names, cfg.frames)
         prob = make_problem(cfg, sim, q, fps)
         driven = attach_effort(cfg, sim, prob, rec, fps)   # a known joint effort (actuation.npz) drives the fit
@@ -295,9 +314,13 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     pushed = root is not None and "pusher" in root.extra
+    opts = method_options(cfg, cfg.inference.method, min(o.shape[0] for o in prob.observations), fps)
+    if warm is not None and cfg.inference.method == "csvgd":
+        opts.update(windows=1, init=(warm.theta, warm.start))
+        log.info("identify: starting from the earlier fit's %d particles (single shooting)", len(warm.theta))
     res = infer(cfg.inference.method, fit, particles=cfg.inference.particles,
                 iterations=cfg.inference.push_iterations if pushed else cfg.inference.iterations, seed=cfg.seed,
-                **method_options(cfg, cfg.inference.method))
+                **opts)
     log.info("identify: %s best log-likelihood %.3f after %d rollouts (%.1f s)", cfg.inference.method,
              float(res.log_likelihood.max()), res.evaluations, res.seconds)
     extra = {"q0": jp.q[0, [jp.names.index(d) for d in sim.dof_names]].tolist(), "dofs": sim.dof_names,
@@ -323,7 +346,7 @@ def run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: PoseT
         plot_posterior(post, out_dir / "posterior_pairs.png")
         plot_trajectories(res, prob, sim.dof_names if root is None else root.extra["q_names"], fps,
                           out_dir / "trajectories.png")
-    return post
+    return post, res
 
 
 def fitted_posterior(cfg: IdentifyConfig, sim: TwinSimulator, prob: Problem, res: InferenceResult,
@@ -433,11 +456,13 @@ def run_with_holdout(cfg: IdentifyConfig, art: Articulation, jp: JointPositions,
     total = min(cfg.frames, poses.num_frames) if cfg.frames else poses.num_frames
     n_fit = min(fit_frames(poses.num_frames, holdout), total)
     log.info("identify: fitting frames 0-%d of %d (forecast.holdout=%g)", n_fit - 1, poses.num_frames, holdout)
-    train = run(replace(cfg, frames=n_fit), art, jp, poses, shapes, out_dir, rec=rec)
+    train, res = _run(replace(cfg, frames=n_fit), art, jp, poses, shapes, out_dir, rec=rec)
     if n_fit >= total or not cfg.refit:
         return train, train
     log.info("identify: refitting on frames 0-%d for the exported twin (identify.refit)", total - 1)
-    return train, run(replace(cfg, frames=total), art, jp, poses, shapes, out_dir, rec=rec)
+    single = res is not None and res.trace.get("phases", {}).get("kept", "single") == "single"
+    return train, _run(replace(cfg, frames=total), art, jp, poses, shapes, out_dir, rec=rec,
+                       warm=res if single and cfg.warm_refit else None)[0]
 
 
 def posterior_from(res: InferenceResult, prob: Problem, extra: dict | None = None) -> Posterior:

@@ -41,8 +41,12 @@ class IdentifyInference:
     cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
                                    # of the best individual (methods.cmaes); 0: off
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
+    stop_tol: float = 0.05         # csvgd's Gauss-Newton steps end once the particles' mean log-likelihood rose
+                                   # less than this (nats) over 10 steps: converged (0: spend the whole budget)
 
     def __post_init__(self):
+        if self.stop_tol < 0:
+            raise ValueError(f"identify.inference.stop_tol must be >= 0; got {self.stop_tol}")
         _one_of("identify.inference.method", self.method, tuple(METHODS))
         _one_of("identify.inference.precondition", self.precondition, ("gauss-newton", "none"))
         _at_least_one("identify.inference.particles", self.particles)
@@ -54,7 +58,8 @@ class IdentifyInference:
 class IdentifyShooting:
     """How the clip is split into shooting windows, and the simulator's steps per frame."""
 
-    windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting)
+    windows: int = 4               # csvgd: shooting windows the clip is split into (1 = single shooting), at least
+    window_s: float = 1.2          # csvgd: a longer clip is cut into more windows, none longer than this (s; 0: off)
     polish: float = 0.7            # csvgd with windows > 1, in [0, 1]: fraction of the iterations spent last on
                                    # single shooting from each particle's first-window state (methods.csvgd); the
                                    # phase whose particles score higher on the windows is kept (chaotic clips:
@@ -64,6 +69,8 @@ class IdentifyShooting:
 
     def __post_init__(self):
         _at_least_one("identify.shooting.windows", self.windows)
+        if self.window_s < 0:
+            raise ValueError(f"identify.shooting.window_s must be >= 0; got {self.window_s}")
         _fraction("identify.shooting.polish", self.polish)
 
 
@@ -148,6 +155,8 @@ class IdentifyConfig:
     refit: bool = True             # with frames held back (forecast.holdout): after the fit on the first part,
                                    # fit again on every frame for params.json / the exported twin (params_train.json
                                    # keeps the first fit, which forecast validates)
+    warm_refit: bool = True        # csvgd: the refit starts from the first fit's particles on single shooting
+                                   # (where the first fit kept its single-shooting particles)
     seed: int = 0                  # Sobol scrambling / sampler seed
     plots: bool = True             # write posterior_pairs.png and trajectories.png
     compile: bool | str = "auto"   # torch.compile the simulator step (same results): True | False | "auto";

@@ -94,7 +94,7 @@ def test_stage_options_reach_the_grouped_settings(monkeypatch, tmp_path):
     assert cfg.gates.gate_final_m == 0.012 and cfg.lost.reacquire_reach == 2.5 and cfg.steps.keep_best is True
 
 
-# IdentifyConfig's settings and defaults before they were grouped
+# IdentifyConfig's settings and defaults before they were grouped, and those added since (last line)
 UNGROUPED_IDENTIFY = {
     "method": "csvgd", "particles": 16, "iterations": 200, "windows": 4, "polish": 0.7, "precondition": "gauss-newton",
     "cmaes_polish": 0.1, "seed": 0, "observation": "joints", "sigma": 0.0, "sigma_floor": 1e-4, "pixel_sigma": 0.02,
@@ -103,7 +103,8 @@ UNGROUPED_IDENTIFY = {
     "floor_height": None, "masses": {}, "damping_max_revolute": 0.05, "damping_max_prismatic": 2.0,
     "estimate_friction": False, "friction_max_revolute": 0.05, "friction_max_prismatic": 1.0, "lr": 0.05,
     "plots": True, "augment": False, "augment_window": 10, "augment_holdout": 0.25, "augment_iterations": 200,
-    "augment_lr": 0.02, "augment_lasso": 0.2, "augment_hidden": 5, "push_iterations": 15, "compile": "auto"}
+    "augment_lr": 0.02, "augment_lasso": 0.2, "augment_hidden": 5, "push_iterations": 15, "compile": "auto",
+    "stop_tol": 0.05, "window_s": 1.2, "warm_refit": True}
 
 
 def test_identify_cache_key_settings_are_the_ungrouped_ones():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from oscillator import oscillator
+from oscillator import TRUTH, oscillator
 from vid2sim.models.inference import Problem, infer, nmae
 from vid2sim.models.inference.svgd import run_svgd
 from vid2sim.models.inference.svgd_newton import kernel_metric, run_stein_gauss_newton
@@ -114,3 +114,40 @@ def test_kernel_density_of_the_particles_spreads_like_the_posterior():
     kde = Y.std(0) / sd
     assert np.all((bare > 0.5) & (bare < 0.75)), bare
     assert np.all((kde > 0.8) & (kde < 1.0)), kde
+
+
+def test_converged_steps_stop_early_with_the_same_spread():
+    """``stop_tol``: the steps end once the best particle stops rising and no particle joins it near the
+    mode; the particles are then spread about as after the whole budget. Measured: 13 of 100
+    iterations, whitened sd 0.64 / 0.69 (after 100: 0.95 / 0.92; the particles keep jittering
+    by 0.5-1.4 sd a step about the mode)."""
+    x, _, tr, _ = run_stein_gauss_newton(density, linearise, start(32), 100, kernel_dims=2, stop_tol=0.05)
+    white = (x - MEAN) @ ROOT.T
+    assert 10 <= len(tr.log_prob) < 30, len(tr.log_prob)
+    assert ((white.std(0) > 0.6) & (white.std(0) < 1.1)).all(), white.std(0)
+    assert float((x.mean(0) - MEAN).norm()) < 0.1
+
+
+def test_a_warm_refit_on_more_frames_converges_early():
+    """``init`` + ``stop_tol``: a fit on the first 40 samples starts the fit on all 80 (single
+    shooting, as identify's refit); it ends well inside its budget at the same estimate as a cold
+    fit with the whole budget. Measured: 15 Gauss-Newton iterations against 39, 208 rollouts against 480;
+    both estimates within 1e-3 of the truth."""
+    x0 = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    traj = oscillator(TRUTH[None], x0, 80)[0] + 0.002 * torch.randn(80, 2, generator=torch.Generator().manual_seed(0),
+                                                                     dtype=torch.float64)
+
+    def problem(n):
+        return Problem(("k", "c"), [1.0, 0.0], [10.0, 1.0], oscillator, [traj[:n, :1]], [traj[:n]], sigma=0.002,
+                       observe=lambda s: s[..., :1], estimate_start=True)
+
+    first = infer("csvgd", problem(40), particles=8, iterations=60, seed=0, windows=4)
+    warm = infer("csvgd", problem(80), particles=8, iterations=60, seed=0, windows=1, stop_tol=0.05,
+                 init=(first.theta, first.start))
+    cold = infer("csvgd", problem(80), particles=8, iterations=60, seed=0, windows=1)
+    assert warm.trace["newton_iterations"] < 0.5 * cold.trace["newton_iterations"], warm.trace["newton_iterations"]
+    assert warm.evaluations < 0.6 * cold.evaluations
+    for res in (warm, cold):
+        assert nmae(res.estimate, TRUTH, torch.tensor([1.0, 0.0]), torch.tensor([10.0, 1.0])) < 1e-3, res.estimate
+    with pytest.raises(ValueError, match="init"):
+        infer("csvgd", problem(80), particles=8, iterations=4, windows=1, init=(first.theta[:, :1], first.start))

@@ -93,6 +93,20 @@ def _initial(problem: Problem, shooting: Shooting, n: int, seed: int) -> tuple[T
     return u, s
 
 
+def _warm(problem: Problem, shooting: Shooting, theta: Tensor, start: Tensor) -> tuple[Tensor, Tensor]:
+    """``_initial`` from given particles: theta (N, P) physical and start (N, K, S) physical
+    (per trajectory) -> their unit parameters (N, P) and window starts / scale (N, W*S): each
+    trajectory's first window from ``start``, the other windows at the guessed states."""
+    N, P, S = theta.shape[0], problem.num_params, problem.state_dim
+    if theta.shape[1] != P or start.shape[1:] != (shooting.num_traj, S) or start.shape[0] != N:
+        raise ValueError(f"init: theta {tuple(theta.shape)} and start {tuple(start.shape)} do not fit a problem of "
+                         f"{P} parameters and {shooting.num_traj} trajectories of {S} states")
+    u = problem.to_unit(theta.to(problem.dtype)).clamp(0.0, 1.0)
+    s = (shooting.guess / problem.state_scale).to(problem.dtype)[None].repeat(N, 1, 1)
+    s[:, shooting.first] = start.to(problem.dtype) / problem.state_scale
+    return u, s.reshape(N, -1)
+
+
 def _check_options(precondition: str, csvgd: bool, polish: float) -> None:
     if precondition not in ("none", "gauss-newton"):
         raise ValueError(f"precondition must be 'none' or 'gauss-newton', got {precondition!r}")
@@ -106,12 +120,13 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
                      lr_final: float | None, ramp: float = 0.0, polish: float = 0.0, dual: str = "sgd",
                      defect_units: str = "scale", precondition: str = "none", refresh: int = 10,
-                     select: bool = False) -> InferenceResult:
+                     select: bool = False, stop_tol: float = 0.0, init: tuple[Tensor, Tensor] | None = None
+                     ) -> InferenceResult:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     sh = Shooting(problem, windows)
     P, W, S = problem.num_params, sh.num_windows, problem.state_dim
-    u0, s0 = _initial(problem, sh, particles, seed)
+    u0, s0 = _initial(problem, sh, particles, seed) if init is None else _warm(problem, sh, *init)
     scale = problem.state_scale
     _check_options(precondition, constrained and use_kernel, polish)
     # iterations of the shooting phase, then (polish) single shooting from each particle's first window;
@@ -173,7 +188,7 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
         if precondition == "gauss-newton":
             x, tr2, info = _gauss_newton_svgd(problem, single, density_for(single, single.num_windows), clamp(x),
                                               particles, max(n_polish - reserve, 2), c, weight_of(single),
-                                              lr * lr_multiplier, refresh, clamp)
+                                              lr * lr_multiplier, refresh, clamp, stop_tol)
             trace.update(info)
             spent += info["newton_rollouts"]
         else:
@@ -277,9 +292,10 @@ def _linearisation(problem: Problem, sh: Shooting, h: float = 1e-5):
 
 
 def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, particles: int, iterations: int,
-                       c: float, cw, dual_lr: float, refresh: int, project):
+                       c: float, cw, dual_lr: float, refresh: int, project, stop_tol: float = 0.0):
     """``run_stein_gauss_newton`` within a budget of ``particles x iterations`` rollouts: each
-    linearisation costs particles x (D + 1) rollouts, paid for with iterations. -> (x, trace, info)."""
+    linearisation costs particles x (D + 1) rollouts, paid for with iterations; ``stop_tol``: its
+    early stop once converged. -> (x, trace, info)."""
     D = x0.shape[1]
     budget = particles * iterations
     n = iterations - 1                                   # the first evaluation is one iteration's worth
@@ -295,8 +311,11 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
     x, _, tr, lins = run_stein_gauss_newton(density, _linearisation(problem, sh), x0, n,
                                            kernel_dims=problem.num_params, refresh=refresh, c=c,
                                            constraint_weight=cw, dual_lr=dual_lr, project=project,
-                                           callback=lambda it, x, logp: best.append(
+                                           stop_tol=stop_tol, callback=lambda it, x, logp: best.append(
                                                (time.perf_counter() - t0, float(logp.max()))))
+    if len(tr.log_prob) < n:
+        log.info("csvgd: Gauss-Newton steps converged after %d of %d iterations", len(tr.log_prob), n)
+    n = len(tr.log_prob)
     return x, tr, {"newton_iterations": n, "linearisations": lins,
                    "newton_rollouts": particles * (n + 1 + lins * (D + 1)),
                    "kernel_covariance": tr.kernel_covariance,   # unit parameter coordinates
@@ -307,7 +326,8 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
           lr: float = 0.05, lr_final: float | None = 0.005, c: float = 10.0, lr_multiplier: float = 1.0,
           ramp: float = 0.6, polish: float = 0.7, dual: str = "adam", defect_units: str = "sigma",
-          precondition: str = "gauss-newton", refresh: int = 10, select: bool = True) -> InferenceResult:
+          precondition: str = "gauss-newton", refresh: int = 10, select: bool = True,
+          stop_tol: float = 0.0, init: tuple[Tensor, Tensor] | None = None) -> InferenceResult:
     """Constrained SVGD with ``windows`` shooting windows per trajectory (1 = single shooting).
 
     Constraint handling (MDMM): ``defect_units="sigma"`` weighs each defect coordinate by what
@@ -335,10 +355,15 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     cut into the same windows; about 3 N + S + 1 rollouts, from the polish budget). On a chaotic
     clip, where single shooting from the windows' states stalls, that keeps the
     multiple-shooting particles, and ``score`` then picks the best of them; False: always the
-    polished ones. The measurements behind these defaults are in docs/decisions.md ("Settings
-    and their measured reasons")."""
+    polished ones. ``stop_tol`` > 0 ends the Gauss-Newton phase early once the particles' mean
+    log-likelihood rose by less than that many nats over ``refresh`` steps (``svgd_newton``); the
+    rollouts it did not spend are not spent. ``init`` = (theta (N, P), start (N, K, S)), physical:
+    start from these particles (e.g. an earlier fit's) instead of a Sobol sample at the guessed
+    starts. The measurements behind these defaults are in
+    docs/decisions.md ("Settings and their measured reasons")."""
     return _gradient_method("csvgd", problem, particles, iterations, seed, windows, True, True, lr, c, lr_multiplier,
-                            lr_final, ramp, polish, dual, defect_units, precondition, refresh, select)
+                            lr_final, ramp, polish, dual, defect_units, precondition, refresh, select, stop_tol,
+                            init)
 
 
 def svgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, lr: float = 0.05,

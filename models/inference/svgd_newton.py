@@ -44,6 +44,7 @@ import math
 from typing import Callable
 
 import torch
+from scipy.stats import chi2
 
 from vid2sim.models.inference.svgd import DensityFn, SVGDTrace, rbf_kernel
 
@@ -97,7 +98,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
                           kernel_dims: int, refresh: int = 10, c: float = 1.0,
                           constraint_weight: float | Tensor = 1.0, ramp: float = 0.0,
                           dual_lr: float = 0.05, damping: float = 1.0, tol: float | None = None,
-                          project: Callable[[Tensor], Tensor] | None = None,
+                          stop_tol: float = 0.0, project: Callable[[Tensor], Tensor] | None = None,
                           callback: Callable[[int, Tensor, Tensor], None] | None = None
                           ) -> tuple[Tensor, Tensor, SVGDTrace, int]:
     """Run the preconditioned Stein steps from ``x0`` (N, D) for ``iterations`` batched
@@ -107,6 +108,11 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
     ``damping``: the first mu; ``project`` maps trial points back (e.g. into the limits).
     ``tol``: the decrease of F a step may cause and still be accepted (default: the number of
     kernel coordinates, in nats; SVGD's repulsion legitimately moves particles downhill).
+    ``stop_tol`` > 0: stop early, once at least two linearisations were made and, over the last
+    ``refresh`` iterations, the best particle's log-probability rose by less than ``stop_tol``
+    nats and no particle came within chi2_kd(0.999) / 2 of it (the converged set, as
+    ``identifiability.converged`` takes it, is unchanged): the rest of the budget would only move
+    the converged particles about the mode. The iterations run are ``len(trace.log_prob)``.
     """
     if refresh < 1:
         raise ValueError(f"refresh must be >= 1, got {refresh}")
@@ -115,6 +121,8 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
     tol = float(kd) if tol is None else tol
     trace = SVGDTrace()
     lam = lam_opt = None
+    best, near = [], []   # per iteration: the best log-probability, the particles near it
+    near_nats = 0.5 * float(chi2.ppf(0.999, kd))
 
     def weight(it: int):
         w = constraint_weight
@@ -169,8 +177,20 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         trace.log_prob.append(float(logp.mean()))
         if callback is not None:
             callback(it, x, logp)
+        best.append(float(logp.max()))
+        near.append(int((logp >= best[-1] - near_nats).sum()))
+        if stop_tol > 0 and linearisations >= 2 and _settled(best, near, refresh, stop_tol):
+            break
     _finish_trace(trace, x, g, H, mu, kd)
     return x, logp, trace, linearisations
+
+
+def _settled(best: list[float], near: list[int], span: int, tol: float) -> bool:
+    """Converged: over the last ``span`` iterations the best log-probability (one value per
+    iteration) rose by less than ``tol`` and the count of particles ``near`` it did not grow."""
+    if len(best) <= span or not (math.isfinite(best[-1]) and math.isfinite(best[-1 - span])):
+        return False
+    return best[-1] - best[-1 - span] < tol and near[-1] <= near[-1 - span]
 
 
 def _finish_trace(trace: SVGDTrace, x: Tensor, g: Tensor, H: Tensor | None, mu: Tensor, kd: int) -> None:
