@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,5 +83,10 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def write_npz(path: str | os.PathLike, **arrays: Any) -> None:
+    """``np.savez_compressed``'s format (``np.load`` reads it), at deflate level 1: on forecast's
+    (75, 480, 640) float32 depth stacks 1.5 CPU s and 61 MB against level 6's 8.7 s and 50 MB."""
     with atomic_path(path, suffix=".npz") as tmp:
-        np.savez_compressed(tmp, **arrays)
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            for key, value in arrays.items():
+                with z.open(f"{key}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=True)

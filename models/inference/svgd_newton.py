@@ -108,11 +108,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
     ``damping``: the first mu; ``project`` maps trial points back (e.g. into the limits).
     ``tol``: the decrease of F a step may cause and still be accepted (default: the number of
     kernel coordinates, in nats; SVGD's repulsion legitimately moves particles downhill).
-    ``stop_tol`` > 0: stop early, once at least two linearisations were made and, over the last
-    ``refresh`` iterations, the best particle's log-probability rose by less than ``stop_tol``
-    nats and no particle came within chi2_kd(0.999) / 2 of it (the converged set, as
-    ``identifiability.converged`` takes it, is unchanged): the rest of the budget would only move
-    the converged particles about the mode. The iterations run are ``len(trace.log_prob)``.
+    ``stop_tol`` > 0: stop once converged (``Convergence``); iterations run: ``len(trace.log_prob)``.
     """
     if refresh < 1:
         raise ValueError(f"refresh must be >= 1, got {refresh}")
@@ -121,8 +117,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
     tol = float(kd) if tol is None else tol
     trace = SVGDTrace()
     lam = lam_opt = None
-    best, near = [], []   # per iteration: the best log-probability, the particles near it
-    near_nats = 0.5 * float(chi2.ppf(0.999, kd))
+    converged = Convergence(kd, refresh, stop_tol)
 
     def weight(it: int):
         w = constraint_weight
@@ -140,8 +135,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         coef = weight(it) * (lam.detach() + 0.5 * c * g)
         F = logp - (coef * g).sum(1)
         grad, = torch.autograd.grad(F.sum(), x)
-        bad = ~torch.isfinite(F)
-        F = torch.where(bad, torch.full_like(F, -math.inf), F.detach())
+        F = torch.where(~torch.isfinite(F), torch.full_like(F, -math.inf), F.detach())
         return F, torch.nan_to_num(grad.detach()), logp.detach(), g.detach()
 
     def objective(logp: Tensor, g: Tensor, it: int) -> Tensor:
@@ -164,10 +158,8 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         Ft, Gt, logpt, gt = evaluate(trial, it + 1)
         # judge both points by the same weights and multipliers
         ok = torch.isfinite(Ft) & (Ft >= objective(logp, g, it + 1) - tol)
-        x = torch.where(ok[:, None], trial, x)
-        G = torch.where(ok[:, None], Gt, G)
+        x, G, g = (torch.where(ok[:, None], new, old) for new, old in ((trial, x), (Gt, G), (gt, g)))
         logp = torch.where(ok, logpt, logp)
-        g = torch.where(ok[:, None], gt, g)
         mu = torch.where(ok, mu / 3.0, mu * 10.0).clamp(1e-9, 1e9)
         if g.shape[1]:
             lam_opt.zero_grad(set_to_none=False)
@@ -177,20 +169,31 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         trace.log_prob.append(float(logp.mean()))
         if callback is not None:
             callback(it, x, logp)
-        best.append(float(logp.max()))
-        near.append(int((logp >= best[-1] - near_nats).sum()))
-        if stop_tol > 0 and linearisations >= 2 and _settled(best, near, refresh, stop_tol):
+        if converged(logp) and linearisations >= 2:
             break
     _finish_trace(trace, x, g, H, mu, kd)
     return x, logp, trace, linearisations
 
 
-def _settled(best: list[float], near: list[int], span: int, tol: float) -> bool:
-    """Converged: over the last ``span`` iterations the best log-probability (one value per
-    iteration) rose by less than ``tol`` and the count of particles ``near`` it did not grow."""
-    if len(best) <= span or not (math.isfinite(best[-1]) and math.isfinite(best[-1 - span])):
-        return False
-    return best[-1] - best[-1 - span] < tol and near[-1] <= near[-1 - span]
+class Convergence:
+    """The early stop of ``run_stein_gauss_newton``: called with each iteration's log-probabilities
+    (N,), true once, over the last ``span`` iterations, the best one rose by less than ``tol`` nats
+    and no particle came within chi2_kd(0.999) / 2 of it (the converged set, as
+    ``identifiability.converged`` takes it, did not grow): the rest of the budget would only move
+    the converged particles about the mode. ``tol`` = 0: never."""
+
+    def __init__(self, kd: int, span: int, tol: float):
+        self.span, self.tol, self.nats = span, tol, 0.5 * float(chi2.ppf(0.999, kd))
+        self.best: list[float] = []
+        self.near: list[int] = []
+
+    def __call__(self, logp: Tensor) -> bool:
+        self.best.append(float(logp.max()))
+        self.near.append(int((logp >= self.best[-1] - self.nats).sum()))
+        b, n, k = self.best, self.near, self.span
+        if self.tol <= 0 or len(b) <= k or not (math.isfinite(b[-1]) and math.isfinite(b[-1 - k])):
+            return False
+        return b[-1] - b[-1 - k] < self.tol and n[-1] <= n[-1 - k]
 
 
 def _finish_trace(trace: SVGDTrace, x: Tensor, g: Tensor, H: Tensor | None, mu: Tensor, kd: int) -> None:

@@ -54,13 +54,34 @@ class DepthRenderer:
 
     def rays_near(self, centre_world: np.ndarray, radius: float) -> torch.Tensor:
         """Indices (K,) into the H*W pixel rays that pass within ``radius`` (m) of ``centre_world``
-        (3,), in front of the camera: all of them when the camera is inside that sphere."""
+        (3,), in front of the camera: all of them when the camera is inside that sphere. A sphere
+        wholly in front of the camera is first bounded by its image's pixel box."""
         c = np.linalg.solve(self.T_wc, np.append(np.asarray(centre_world, float), 1.0))[:3]
         dist, r = float(np.linalg.norm(c)), 1.01 * float(radius) + 1e-6
         if dist <= r:
             return torch.arange(self.d_unit.shape[0])
-        cos_min = math.sqrt(1.0 - (r / dist) ** 2)
-        return torch.nonzero(self.d_unit @ torch.from_numpy(c / dist) >= cos_min - 1e-9)[:, 0]
+        cand = self._pixel_box(c, r) if c[2] > r else None
+        if cand is not None and cand.numel() == 0:
+            return cand
+        d = self.d_unit if cand is None else self.d_unit[cand]
+        keep = d @ torch.from_numpy(c / dist) >= math.sqrt(1.0 - (r / dist) ** 2) - 1e-9
+        return torch.nonzero(keep)[:, 0] if cand is None else cand[keep]
+
+    def _pixel_box(self, c: np.ndarray, r: float) -> torch.Tensor:
+        """Pixel indices (K,) of the box holding the image of the sphere (centre c (3,) in the camera
+        frame, radius r < c_z): x / z and y / z of its points lie between the bounds below."""
+        cam = self.camera
+
+        def span(a: float, f: float, centre: float, size: int) -> tuple[int, int]:
+            hi = (a + r) / (c[2] - r if a + r >= 0 else c[2] + r)
+            lo = (a - r) / (c[2] - r if a - r < 0 else c[2] + r)
+            return max(0, math.floor(f * lo + centre) - 1), min(size - 1, math.ceil(f * hi + centre) + 1)
+
+        u0, u1 = span(c[0], cam.fx, cam.cx, cam.width)
+        v0, v1 = span(c[1], cam.fy, cam.cy, cam.height)
+        if u0 > u1 or v0 > v1:
+            return torch.zeros(0, dtype=torch.long)
+        return (torch.arange(v0, v1 + 1)[:, None] * cam.width + torch.arange(u0, u1 + 1)[None]).reshape(-1)
 
 
 def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
