@@ -1,8 +1,9 @@
 """rollout(compile=True) against the eager rollout: states and gradients, with and without grad.
 
-The compiled path runs step 1 through torch.compile and replays that graph's Inductor
-kernels for the later steps (integrate._CompiledStep); these tests check that the replay
-is taken and changes no number beyond float64 rounding.
+The compiled path runs step 1 through torch.compile and runs that graph's Inductor
+kernels for the later steps: directly, through kernels.rollout_steps (integrate.KERNEL_ROLLOUT),
+or else replayed one step at a time (integrate._CompiledStep); these tests check that the
+path is taken and changes no number beyond float64 rounding.
 """
 import numpy as np
 import pytest
@@ -27,30 +28,45 @@ def _problem(urdf: str):
     return base, mass, damping, q0, qd0, tau
 
 
+@pytest.fixture(params=[True, False], ids=["kernels", "replay"])
+def kernel_rollout(request, monkeypatch):
+    monkeypatch.setattr(integrate, "KERNEL_ROLLOUT", request.param)
+    return request.param
+
+
 def _count_replays(monkeypatch):
+    """A list that gets one entry per step run past torch.compile (kernel rollout or replay)."""
     calls = []
-    replay = integrate._CompiledStep.replay
+    replay, steps = integrate._CompiledStep.replay, integrate.rollout_steps
 
     def counting(*args):
         calls.append(1)
         return replay(*args)
 
+    def counting_steps(*args):
+        out = steps(*args)
+        if out is not None:
+            calls.extend([1] * out[0].shape[0])
+        return out
+
     monkeypatch.setattr(integrate._CompiledStep, "replay", staticmethod(counting))
+    monkeypatch.setattr(integrate, "rollout_steps", counting_steps)
     return calls
 
 
-def test_compiled_rollout_value_and_gradients_equal_eager(double_pendulum_urdf, monkeypatch):
+def test_compiled_rollout_value_and_gradients_equal_eager(double_pendulum_urdf, monkeypatch, kernel_rollout):
     base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
 
     def run(compile, q0_grad=True):
         m, d, q = (t.clone().requires_grad_() for t in (mass, damping, q0))
+        u = tau.tau.clone().requires_grad_()      # per-step inputs with gradients
         q.requires_grad_(q0_grad)
         # a strided start state, as identify's (B, nq + nv) starts give
         start = torch.cat([q, qd0], 1)
         tr = rollout(base.replace(mass=m, damping=d), State(start[:, :2], start[:, 2:]), STEPS, dt=0.01,
-                     controls=tau, compile=compile)
+                     controls=Control(tau=u), compile=compile)
         (tr.q[1:].pow(2).sum() + tr.qd[-1].sin().sum()).backward()
-        return tr.q.detach(), tr.qd.detach(), m.grad, d.grad, q.grad
+        return tr.q.detach(), tr.qd.detach(), m.grad, d.grad, u.grad, q.grad
 
     calls = _count_replays(monkeypatch)
     compiled = run(True)
@@ -62,12 +78,12 @@ def test_compiled_rollout_value_and_gradients_equal_eager(double_pendulum_urdf, 
     # q0 that does not require grad (step 0 then sees a copy that does, like the later steps)
     compiled = run(True, q0_grad=False)
     assert len(calls) == 3 * (STEPS - 1)
-    for a, b in zip(compiled[:4], run(False, q0_grad=False)[:4]):
+    for a, b in zip(compiled[:5], run(False, q0_grad=False)[:5]):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
-    assert compiled[4] is None
+    assert compiled[5] is None
 
 
-def test_compiled_rollout_without_grad_equals_eager(double_pendulum_urdf, monkeypatch):
+def test_compiled_rollout_without_grad_equals_eager(double_pendulum_urdf, monkeypatch, kernel_rollout):
     base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
     model = base.replace(mass=mass, damping=damping)
     calls = _count_replays(monkeypatch)
@@ -90,3 +106,22 @@ def test_more_compiled_graphs_than_dynamos_default_limit_in_one_process(double_p
         with torch.no_grad():
             compiled, eager = rollout(m, s, 4, dt=0.01, compile=True), rollout(m, s, 4, dt=0.01)
         assert torch.allclose(compiled.q, eager.q, atol=1e-12)
+
+
+def test_kernel_rollout_gradcheck(double_pendulum_urdf, monkeypatch):
+    """The kernel rollout's backward (the step's backward kernels run from the last step to
+    the first) against finite differences of its own forward, wrt masses, dampings, the
+    start state and per-step joint torques."""
+    calls, steps_fn = [], integrate.rollout_steps
+    monkeypatch.setattr(integrate, "rollout_steps", lambda *a: calls.append(steps_fn(*a)) or calls[-1])
+    base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
+    steps = 6
+
+    def f(m, d, q, qd, u):
+        tr = rollout(base.replace(mass=m, damping=d), State(q, qd), steps, dt=0.01,
+                     controls=Control(tau=u), compile=True)
+        return tr.q[1:], tr.qd[-1]
+
+    inputs = [t.clone().requires_grad_() for t in (mass, damping, q0, qd0, tau.tau[:steps])]
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-8, rtol=1e-6)
+    assert calls and all(c is not None and c[0].shape[0] == steps - 1 for c in calls)

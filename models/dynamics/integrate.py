@@ -23,6 +23,7 @@ from .algorithms import aba_from_kinematics, kinematics, prepare
 from .augment import friction_function, generalized_force
 from .contact import contact_wrenches
 from .fast import FastPrep, accel_fast, fast_prepare
+from .kernels import rollout_steps
 from .model import JOINT_NQ, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
 
@@ -140,6 +141,7 @@ class _Graph:
         self.training = False
         self.n_fw_out = self.n_bw_in = self.n_tangents = -1
         self.in_meta = ()
+        self.plans = None       # kernels.graph_plans: (forward, backward) KernelPlan, or False
         try:
             self.gather = eval("lambda L: (" + "".join(f"{s}, " for s in sources) + ")", {})
         except SyntaxError:
@@ -273,6 +275,7 @@ class _CompiledStep:
 
 
 _compiled_step = None
+KERNEL_ROLLOUT = True           # steps after the first compiled one through kernels.rollout_steps (else replay)
 RECOMPILE_LIMIT = 256           # graphs of the compiled step kept per process (Dynamo's default: 8)
 _ACTIVATION_BUDGET = 0.0    # AOTAutograd's activation_memory_budget for the step (see rollout)
 
@@ -349,6 +352,10 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             args = (prep, q, qd, ctrl, float(dt), integrator)
             if graph is not None and k == first + 1 and not compiled.matches(graph, *args):
                 graph, first = None, k      # step `first` saw other inputs (dtype of q0?): compile anew
+            if graph is not None and k == first + 1 and KERNEL_ROLLOUT:
+                rest = rollout_steps(graph, prep, q, qd, controls, float(dt), integrator, k, steps)
+                if rest is not None:
+                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
             if graph is not None:
                 q, qd = compiled.replay(graph, *args)
             elif k < first or not compile:
