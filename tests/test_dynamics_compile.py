@@ -2,15 +2,17 @@
 
 The compiled path runs step 1 through torch.compile and runs that graph's Inductor
 kernels for the later steps: directly, through kernels.rollout_steps (integrate.KERNEL_ROLLOUT),
-or else replayed one step at a time (integrate._CompiledStep); these tests check that the
-path is taken and changes no number beyond float64 rounding.
+or else replayed one step at a time (integrate._CompiledStep); a later rollout of the same
+step (stepcache: in memory, or from disk in another process) runs every step through the
+kernels without Dynamo. These tests check that each path is taken and changes no number
+beyond float64 rounding.
 """
 import numpy as np
 import pytest
 import torch
 
 from vid2sim.models.dynamics import Control, State, model_from_urdf, rollout
-from vid2sim.models.dynamics import integrate
+from vid2sim.models.dynamics import integrate, stepcache
 
 pytestmark = pytest.mark.slow  # torch.compile: tens of seconds per compiled shape
 
@@ -26,6 +28,15 @@ def _problem(urdf: str):
     qd0 = torch.rand(3, 2, generator=g, dtype=torch.float64)
     tau = Control(tau=0.3 * torch.randn(STEPS, 3, 2, generator=g, dtype=torch.float64))
     return base, mass, damping, q0, qd0, tau
+
+
+@pytest.fixture(autouse=True)
+def fresh_step_cache(monkeypatch, tmp_path):
+    """An empty step cache (memory and disk) for each test: the first compiled rollout goes
+    through Dynamo."""
+    monkeypatch.setattr(stepcache, "_MEMORY", {})
+    monkeypatch.setattr(stepcache, "_dir", lambda: tmp_path / "vid2sim_steps")
+    return tmp_path / "vid2sim_steps"
 
 
 @pytest.fixture(params=[True, False], ids=["kernels", "replay"])
@@ -71,13 +82,14 @@ def test_compiled_rollout_value_and_gradients_equal_eager(double_pendulum_urdf, 
     calls = _count_replays(monkeypatch)
     compiled = run(True)
     assert len(calls) == STEPS - 1          # step 0 through torch.compile
-    compiled = run(True)                    # a second rollout replays again
-    assert len(calls) == 2 * (STEPS - 1)
+    compiled = run(True)                    # a second rollout: every step through the kept kernels, or replayed
+    n2 = len(calls)
+    assert n2 == (2 * STEPS - 1 if kernel_rollout else 2 * (STEPS - 1))
     for a, b in zip(compiled, run(False)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
     # q0 that does not require grad (step 0 then sees a copy that does, like the later steps)
     compiled = run(True, q0_grad=False)
-    assert len(calls) == 3 * (STEPS - 1)
+    assert len(calls) == n2 + (STEPS if kernel_rollout else STEPS - 1)
     for a, b in zip(compiled[:5], run(False, q0_grad=False)[:5]):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
     assert compiled[5] is None
@@ -124,4 +136,51 @@ def test_kernel_rollout_gradcheck(double_pendulum_urdf, monkeypatch):
 
     inputs = [t.clone().requires_grad_() for t in (mass, damping, q0, qd0, tau.tau[:steps])]
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-8, rtol=1e-6)
-    assert calls and all(c is not None and c[0].shape[0] == steps - 1 for c in calls)
+    # the first rollout: step 0 through torch.compile; later ones: every step through the kept kernels
+    assert calls and all(c is not None for c in calls)
+    assert calls[0][0].shape[0] == steps - 1 and all(c[0].shape[0] == steps for c in calls[1:])
+
+
+def test_step_cache_from_disk_runs_without_dynamo(double_pendulum_urdf, monkeypatch, fresh_step_cache):
+    """A step compiled once is found again from its file (as by another process) and runs
+    every step through its kernels without Dynamo: same states and gradients as eager."""
+    base, mass, damping, q0, qd0, tau = _problem(double_pendulum_urdf)
+
+    def run(compile):
+        m, d = (t.clone().requires_grad_() for t in (mass, damping))
+        tr = rollout(base.replace(mass=m, damping=d), State(q0, qd0), STEPS, dt=0.01, controls=tau, compile=compile)
+        (tr.q[1:].pow(2).sum() + tr.qd[-1].sin().sum()).backward()
+        return tr.q.detach(), tr.qd.detach(), m.grad, d.grad
+
+    run(True)                                       # compiles, keeps the step
+    assert len(list(fresh_step_cache.glob("*.json"))) == 1
+    monkeypatch.setattr(stepcache, "_MEMORY", {})   # a new process: only the disk
+
+    def no_dynamo():
+        raise AssertionError("the kept step went through torch.compile")
+
+    monkeypatch.setattr(integrate, "_get_compiled", no_dynamo)
+    calls = _count_replays(monkeypatch)
+    kept = run(True)
+    assert len(calls) == STEPS
+    for a, b in zip(kept, run(False)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_step_key_covers_what_the_graph_depends_on(double_pendulum_urdf):
+    base = model_from_urdf(double_pendulum_urdf, batch=3)
+    q, qd = torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64)
+    opts, prep = integrate._INDUCTOR_OPTIONS, integrate._prepare
+
+    def key(model=base, q=q, dt=0.01, control=None, integrator="euler"):
+        return stepcache.step_key(prep(model, "jsim"), q, qd, control, dt, integrator, opts, 0.0)
+
+    k = key()
+    assert k is not None and k == key()            # fresh prep tensors, same structure
+    assert len({k, key(dt=0.02), key(integrator="rk4"), key(q=q.clone().requires_grad_()),
+                key(q=torch.zeros(2, 3, dtype=torch.float64).T), key(model=base.replace(friction_velocity=0.02)),
+                key(control=Control(tau=torch.zeros(3, 2, dtype=torch.float64))),
+                key(model=model_from_urdf(double_pendulum_urdf, batch=4))}) == 8
+    with torch.no_grad():
+        assert key() != k
+    assert key(model=base.replace(nets=(torch.nn.Linear(2, 2),))) is None   # not keyable: through Dynamo

@@ -23,6 +23,7 @@ from .algorithms import aba_from_kinematics, kinematics, prepare
 from .augment import friction_function, generalized_force
 from .contact import contact_wrenches
 from .fast import FastPrep, accel_fast, fast_prepare
+from . import stepcache
 from .kernels import rollout_steps
 from .model import JOINT_NQ, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
@@ -137,6 +138,7 @@ class _Graph:
     their numbers of outputs/inputs."""
 
     def __init__(self, sources: list[str]):
+        self.sources = list(sources)
         self.fw = self.bw = None
         self.training = False
         self.n_fw_out = self.n_bw_in = self.n_tangents = -1
@@ -313,7 +315,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     callable (k, state) -> Control.
     """
     prep = _prepare(model, algorithm)
-    compiled = _get_compiled() if compile else None
+    compiled = None     # the torch.compile'd step (and Dynamo's import), made when a step needs it
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
     # Steps that run through torch.compile: from step 1 on every step's inputs have the same
@@ -329,7 +331,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
         elif not (q.requires_grad or qd.requires_grad):
             first = 0                   # no state will require grad
             q, qd = q.contiguous(), qd.contiguous()
-    graph = None
+    graph = key = None
     with contextlib.ExitStack() as stack:
         if compile:
             # Save only the step's inputs for backward and recompute the rest there: a step's
@@ -352,9 +354,19 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             args = (prep, q, qd, ctrl, float(dt), integrator)
             if graph is not None and k == first + 1 and not compiled.matches(graph, *args):
                 graph, first = None, k      # step `first` saw other inputs (dtype of q0?): compile anew
+            if compile and k == first and KERNEL_ROLLOUT and not callable(controls):
+                # a step compiled before, in this process or (disk cache) another: no Dynamo
+                key = stepcache.step_key(*args, _INDUCTOR_OPTIONS, _ACTIVATION_BUDGET)
+                kept = stepcache.lookup(key, _Graph)
+                rest = None if kept is None else rollout_steps(kept, prep, q, qd, controls, float(dt), integrator,
+                                                               k, steps)
+                if rest is not None:
+                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
             if graph is not None and k == first + 1 and KERNEL_ROLLOUT:
                 rest = rollout_steps(graph, prep, q, qd, controls, float(dt), integrator, k, steps)
                 if rest is not None:
+                    if key is not None:
+                        stepcache.remember(key, graph)
                     return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
             if graph is not None:
                 q, qd = compiled.replay(graph, *args)
@@ -365,6 +377,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                     # no replay (see _CompiledStep): every call sees the inputs that the previous
                     # call's guards accepted (outputs of the same compiled step, same model)
                     stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
+                compiled = compiled or _get_compiled()
                 q, qd = compiled(*args)
                 if k == first and not callable(controls):
                     graph = compiled.replayable((q, qd), *args)

@@ -126,13 +126,15 @@ class KernelPlan:
             return slot
         raise Unsupported(ast.unparse(e))
 
-    def bind(self) -> "KernelPlan.Bound":
-        return KernelPlan.Bound(self)
+    def bind(self, fresh: bool = True) -> "KernelPlan.Bound":
+        """The plan with its buffers allocated; ``fresh=False``: the returned buffers too are
+        reused, i.e. overwritten by the next call."""
+        return KernelPlan.Bound(self, fresh)
 
     class Bound:
         """A plan with its scratch buffers allocated: ``__call__(inputs)`` -> the graph's outputs."""
 
-        def __init__(self, plan: "KernelPlan"):
+        def __init__(self, plan: "KernelPlan", fresh: bool = True):
             self.plan = plan
             self.env = [None] * plan.n_slots
             for s, a in plan.allocs:
@@ -140,6 +142,7 @@ class KernelPlan:
             self.kernels = [(k, operator.itemgetter(*args) if len(args) > 1 else (lambda e, i=args[0]: (e[i],)))
                             for k, args in plan.kernels]
             self.outs = plan.outputs
+            self.fresh = plan.fresh if fresh else ()
 
         def _make(self, a):
             if a[0] == "buf":
@@ -149,7 +152,7 @@ class KernelPlan:
         def __call__(self, inputs) -> list:
             env = self.env
             env[:len(inputs)] = inputs
-            for s, a in self.plan.fresh:
+            for s, a in self.fresh:
                 env[s] = self._make(a)
             for k, get in self.kernels:
                 k(*get(env))
@@ -222,9 +225,10 @@ def rollout_steps(graph, prep, q, qd, controls, dt: float, integrator: str, k0: 
     except Exception:  # a source that is not a plain attribute/item path of the arguments
         return None
     first = per_step[0]
-    if first.count(qs) != 1 or first.count(qds) != 1:
+    iq, iqd = [i for i, v in enumerate(first) if v is qs], [i for i, v in enumerate(first) if v is qds]
+    if len(iq) != 1 or len(iqd) != 1:
         return None
-    iq, iqd = first.index(qs), first.index(qds)
+    iq, iqd = iq[0], iqd[0]
     const, varying = [], []
     for i, v in enumerate(first):
         if i in (iq, iqd):
@@ -286,8 +290,8 @@ class _Rollout(torch.autograd.Function):
             raise RuntimeError("rollout(compile=True) does not support double backward (create_graph=True)")
         spec, saved = ctx.spec, ctx.saved
         n, const, varying, iq, iqd = spec["n"], spec["const"], spec["varying"], spec["iq"], spec["iqd"]
-        bw = spec["bw"].bind()
-        gQ, gQD = gQ.contiguous(), gQD.contiguous()
+        bw = spec["bw"].bind(fresh=False)    # each call's gradients are read before the next call
+        gQ, gQD = gQ.contiguous().unbind(0), gQD.contiguous().unbind(0)
         acc = [None] * len(const)
         var_grads = [[None] * n for _ in varying]
         cq = cqd = None
@@ -301,6 +305,8 @@ class _Rollout(torch.autograd.Function):
                 if g is not None:
                     acc[j] = g.clone() if acc[j] is None else acc[j].add_(g)
             for j, i in enumerate(varying):
-                var_grads[j][k] = grads[i]
+                var_grads[j][k] = None if grads[i] is None else grads[i].clone()
+        cq = None if cq is None else cq.clone()
+        cqd = None if cqd is None else cqd.clone()
         out = [cq, cqd, *acc, *(g for gs in var_grads for g in gs)]
         return (None, *(g if need else None for g, need in zip(out, ctx.needs)))
