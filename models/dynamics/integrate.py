@@ -357,7 +357,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             if compile and k == first and KERNEL_ROLLOUT and not callable(controls):
                 # a step compiled before, in this process or (disk cache) another: no Dynamo
                 key = stepcache.step_key(*args, _INDUCTOR_OPTIONS, _ACTIVATION_BUDGET)
-                kept = stepcache.lookup(key, _Graph)
+                kept = stepcache.lookup(key, _Graph, _INDUCTOR_OPTIONS)
                 rest = None if kept is None else rollout_steps(kept, prep, q, qd, controls, float(dt), integrator,
                                                                k, steps)
                 if rest is not None:

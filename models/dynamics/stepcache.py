@@ -121,9 +121,11 @@ def remember(key: str, graph) -> None:
         log.warning("compiled step not written to the disk cache: %s", e)
 
 
-def lookup(key: str | None, make_graph):
+def lookup(key: str | None, make_graph, options: dict):
     """The graph kept under ``key`` (memory, then disk), or None. ``make_graph(sources)`` -> an
-    empty integrate._Graph, filled here from the kept wrapper sources."""
+    empty integrate._Graph, filled here from the kept wrapper sources; ``options``: the Inductor
+    options the step was compiled with (its kernels' compiler flags, hence where Inductor's
+    C++ cache holds them)."""
     if key is None:
         return None
     if key in _MEMORY:
@@ -136,8 +138,10 @@ def lookup(key: str | None, make_graph):
     try:
         graph = make_graph(rec["sources"])
         graph.training = bool(rec["training"])
-        graph.fw = _load(rec["fw"])
-        graph.bw = _load(rec["bw"]) if graph.training else None
+        import torch._inductor.config as inductor_config
+        with inductor_config.patch(options):
+            graph.fw = _load(rec["fw"])
+            graph.bw = _load(rec["bw"]) if graph.training else None
     except Exception as e:  # a kept wrapper that no longer loads: compile anew
         log.warning("compiled step %s in the disk cache did not load (%s); compiling", key, e)
         return None
