@@ -24,6 +24,7 @@ import operator
 
 import torch
 
+from . import native
 
 class Unsupported(Exception):
     """The wrapper holds a statement the plan does not interpret."""
@@ -66,6 +67,7 @@ class KernelPlan:
             root[s] = root.get(base[s], base[s]) if a[0] == "view" else s
         out_roots = {root[s] for s in self.outputs if s is not None and s >= self.n_inputs}
         self.fresh = [(s, a) for s, a in self.allocs if root[s] in out_roots]
+        self.root, self.fresh_roots, self.alloc = root, out_roots, dict(self.allocs)
         for _, args, types in self.kernels:
             if len(types) != len(args) or any(a < self.n_inputs for a, t in zip(args, types)
                                               if t.endswith("*") and not t.startswith("const")):
@@ -246,7 +248,8 @@ def rollout_steps(graph, prep, q, qd, controls, dt: float, integrator: str, k0: 
     tensors = [q, qd] + [first[i] for i in const] + [p[i] for i in varying for p in per_step]
     if graph.training and torch.is_grad_enabled():
         return _Rollout.apply(spec, *tensors)
-    return _forward(spec, tensors, keep=False)[:2]
+    out = native.forward(spec, tensors)
+    return out[:2] if out is not None else _forward(spec, tensors, keep=False)[:2]
 
 
 def _forward(spec, tensors, keep: bool):
@@ -279,6 +282,13 @@ class _Rollout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, spec, *tensors):
+        ctx.native = None
+        if native.covered(spec, tensors[0], tensors[1]):
+            out = native.forward(spec, tensors)
+            if out is not None:
+                ctx.spec, ctx.native, ctx.saved = spec, out[2], None
+                ctx.needs = [t.requires_grad for t in tensors]
+                return out[0], out[1]
         Q, QD, saved = _forward(spec, tensors, keep=True)
         ctx.spec, ctx.saved = spec, saved
         ctx.needs = [t.requires_grad for t in tensors]
@@ -288,6 +298,9 @@ class _Rollout(torch.autograd.Function):
     def backward(ctx, gQ, gQD):
         if torch.is_grad_enabled():     # the kernels record no graph, like torch.compile's backward
             raise RuntimeError("rollout(compile=True) does not support double backward (create_graph=True)")
+        if ctx.native is not None:
+            out = native.backward(ctx.spec, ctx.native, gQ, gQD)
+            return (None, *(g if need else None for g, need in zip(out, ctx.needs)))
         spec, saved = ctx.spec, ctx.saved
         n, const, varying, iq, iqd = spec["n"], spec["const"], spec["varying"], spec["iq"], spec["iqd"]
         bw = spec["bw"].bind(fresh=False)    # each call's gradients are read before the next call
