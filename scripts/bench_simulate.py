@@ -24,7 +24,8 @@ The other mode is reported with an ``eager_``/``compiled_`` prefix unless ``--on
 ``--mode compile``, ``replay_`` is the compiled step replayed one step at a time through
 autograd (``integrate.KERNEL_ROLLOUT = False``), timed in the same rounds. ``ratio_cpu``:
 the same ratio of the headline mode in CPU time of this process (``value_grad_cpu_ms``,
-``mujoco_fd_cpu_ms``), which other jobs on a shared machine disturb less than wall time.
+``mujoco_fd_cpu_ms``), which other jobs on a shared machine disturb less than wall time;
+``first_call_cpu_s`` likewise (this process and its C++ compiler runs).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import copy
 import json
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -148,12 +150,18 @@ def ours_value_grad(model, s0, dt, controls, variant: str):
     return loss.detach(), mass.grad, damping.grad
 
 
-def warm_process_first_call(name: str) -> float:
-    """Seconds of the first compiled value+gradient call in a new process with this one's
-    Inductor cache directory (where the compiled step was kept), as that process reports it."""
+def _cpu_with_children() -> float:
+    """CPU seconds of this process and its finished children (Inductor's C++ compiler runs)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def warm_process_first_call(name: str) -> dict:
+    """first_call_s and first_call_cpu_s of the compiled value+gradient in a new process with this
+    one's Inductor cache directory (where the compiled step was kept), as that process reports them."""
     out = subprocess.run([sys.executable, __file__, "--scenes", name, "--first-call-only", "--warm-cache"],
                          capture_output=True, text=True, check=True)   # inherits TORCHINDUCTOR_CACHE_DIR
-    return json.loads(out.stdout.strip().splitlines()[-1])[name]["first_call_s"]
+    return json.loads(out.stdout.strip().splitlines()[-1])[name]
 
 
 def mujoco_fd(model, s0, dt, name, h=1e-6):
@@ -223,13 +231,16 @@ def bench_scene(name: str, mode: str, only: bool, repeats: int = 3, first_only: 
     # and MuJoCo interleaved, so that a machine whose speed drifts (shared CPU) slows all alike
     results = {}
     for prefix, variant in modes:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu_with_children()
         results[prefix] = ours_value_grad(model, s0, dt, controls, variant)
         out[prefix + "first_call_s"] = round(time.perf_counter() - t, 3)
+        if prefix == "":
+            out["first_call_cpu_s"] = round(_cpu_with_children() - c, 3)
     if first_only:
         return out
     if mode == "compile":
-        out["warm_process_first_call_s"] = round(warm_process_first_call(name), 3)
+        warm = warm_process_first_call(name)
+        out["warm_process_first_call_s"], out["warm_process_first_call_cpu_s"] = warm["first_call_s"], warm["first_call_cpu_s"]
     mj_run = mujoco_fd(model, s0, dt, name)
     times = {prefix: [] for prefix, _ in modes}
     times["mujoco"] = []

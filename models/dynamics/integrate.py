@@ -3,13 +3,18 @@
 Semi-implicit (symplectic) Euler as in TDS and MuJoCo's default: qd' = qd + dt*qdd(q, qd),
 q' = q + dt*qdot(q, qd'), quaternions renormalised. RK4 is the classical four-stage
 scheme on (q, qd) with the same renormalisation. ``rollout(compile=True)`` wraps one
-step in ``torch.compile`` (traced once per model structure; a few seconds cold) which
+step in ``torch.compile`` (traced once per model structure; ~12 CPU s cold) which
 fuses the hundreds of tiny batched ops of a step into a few kernels for forward and
-backward; the rollout itself stays a Python loop so compile time does not grow with
-the number of steps, and after the first step it calls the compiled kernels directly
-(``_CompiledStep``) instead of going through torch.compile's per-call machinery.
-Not done here: compiling several steps per call or the whole loop (``scan``): compile
-time grows with the graph, and Inductor's while-loop lowering of ``scan`` ran slower.
+backward; compile time does not grow with the number of steps. After the first step
+the rest of the rollout runs through those kernels without torch.compile's per-call
+machinery: ``kernels.rollout_steps`` (every step's kernels in one loop, in C where
+``native.py`` covers the layout, and one autograd node for the whole rollout), or, for
+what it does not cover, ``_CompiledStep.replay`` (one autograd node per step). The
+compiled step is kept (``stepcache.py``) in memory and on disk: a later rollout of the
+same step, in this process or another, runs every step through the kernels and skips
+Dynamo and Inductor. Not done here: compiling several steps per call or the whole loop
+(``scan``): compile time grows with the graph, and Inductor's while-loop lowering of
+``scan`` ran slower.
 """
 from __future__ import annotations
 
@@ -277,7 +282,7 @@ class _CompiledStep:
 
 
 _compiled_step = None
-KERNEL_ROLLOUT = True           # steps after the first compiled one through kernels.rollout_steps (else replay)
+KERNEL_ROLLOUT = True           # steps through kernels.rollout_steps and the step cache (False: replay per step)
 RECOMPILE_LIMIT = 256           # graphs of the compiled step kept per process (Dynamo's default: 8)
 _ACTIVATION_BUDGET = 0.0    # AOTAutograd's activation_memory_budget for the step (see rollout)
 
