@@ -68,10 +68,12 @@ class KernelPlan:
         out_roots = {root[s] for s in self.outputs if s is not None and s >= self.n_inputs}
         self.fresh = [(s, a) for s, a in self.allocs if root[s] in out_roots]
         self.root, self.fresh_roots, self.alloc = root, out_roots, dict(self.allocs)
+        self.written = set()    # inputs a kernel writes into (Inductor reuses a dead input's buffer)
         for _, args, types in self.kernels:
-            if len(types) != len(args) or any(a < self.n_inputs for a, t in zip(args, types)
-                                              if t.endswith("*") and not t.startswith("const")):
-                raise Unsupported("a kernel writes into a graph input")
+            if len(types) != len(args):
+                raise Unsupported("kernel argument types")
+            self.written |= {a for a, t in zip(args, types)
+                             if a < self.n_inputs and t.endswith("*") and not t.startswith("const")}
         self.kernels = [(k, args) for k, args, _ in self.kernels]
 
     def _statement(self, st, names, g):
@@ -128,10 +130,16 @@ class KernelPlan:
             return slot
         raise Unsupported(ast.unparse(e))
 
-    def bind(self, fresh: bool = True) -> "KernelPlan.Bound":
+    def bind(self, fresh: bool = True, cached: bool = False) -> "KernelPlan.Bound":
         """The plan with its buffers allocated; ``fresh=False``: the returned buffers too are
-        reused, i.e. overwritten by the next call."""
-        return KernelPlan.Bound(self, fresh)
+        reused, i.e. overwritten by the next call; ``cached``: the same buffers as the previous
+        ``cached`` bind of this plan (for callers that are done with that one's outputs)."""
+        if not cached:
+            return KernelPlan.Bound(self, fresh)
+        bound = self.__dict__.setdefault("bound", {})
+        if fresh not in bound:
+            bound[fresh] = KernelPlan.Bound(self, fresh)
+        return bound[fresh]
 
     class Bound:
         """A plan with its scratch buffers allocated: ``__call__(inputs)`` -> the graph's outputs."""
@@ -163,8 +171,8 @@ class KernelPlan:
     def check(self, compiled, inputs) -> list:
         """The plan's outputs on ``inputs``, raising Unsupported unless they equal the
         wrapper's own (bit for bit)."""
-        ours = self.bind()(list(inputs))
-        theirs = compiled.current_callable(list(inputs))
+        ours = self.bind()([t.clone() if i in self.written else t for i, t in enumerate(inputs)])
+        theirs = compiled.current_callable([t.clone() if i in self.written else t for i, t in enumerate(inputs)])
         if len(ours) != len(theirs) or not all(
                 (a is None and b is None) or (a is not None and b is not None and a.shape == b.shape
                                               and a.stride() == b.stride() and torch.equal(a, b))
@@ -201,10 +209,17 @@ def graph_plans(graph, inputs):
     if graph.plans is None:
         try:
             fw = KernelPlan(graph.fw)
+            if fw.written:
+                raise Unsupported("the forward writes into its inputs")
             outs = fw.check(graph.fw, inputs)
             bw = None
             if graph.training:
                 bw = KernelPlan(graph.bw)
+                # the backward may write only into what no later step reads: a step's own saved
+                # buffers (not the forward's inputs) and its tangents (formed anew each step)
+                n_saved = bw.n_inputs - 2
+                if any(i < n_saved and fw.outputs[2 + i] < fw.n_inputs for i in bw.written):
+                    raise Unsupported("the backward writes into a forward input")
                 bw.check(graph.bw, [*outs[2:], torch.ones_like(outs[0]), torch.ones_like(outs[1])])
             graph.plans = (fw, bw)
         except (Unsupported, KeyError, TypeError, ValueError, IndexError):
@@ -309,8 +324,8 @@ class _Rollout(torch.autograd.Function):
         var_grads = [[None] * n for _ in varying]
         cq = cqd = None
         for k in reversed(range(n)):
-            tq = gQ[k] if cq is None else gQ[k] + cq
-            tqd = gQD[k] if cqd is None else gQD[k] + cqd
+            tq = gQ[k].clone() if cq is None else gQ[k] + cq
+            tqd = gQD[k].clone() if cqd is None else gQD[k] + cqd
             grads = bw([*saved[k], tq, tqd])
             cq, cqd = grads[iq], grads[iqd]
             for j, i in enumerate(const):

@@ -124,12 +124,14 @@ def _addresses(plan) -> list:
 
 def _table(plan, rule, n: int) -> np.ndarray:
     """(n, total arguments) int64 pointers: ``rule(slot)`` -> (base, bytes per step) or an (n,) array."""
-    cols = []
-    for _, args in plan.kernels:
-        for s in args:
-            r = rule(s)
-            cols.append(r if isinstance(r, np.ndarray) else r[0] + np.arange(n, dtype=np.int64) * r[1])
-    return np.ascontiguousarray(np.stack(cols, 1).astype(np.int64))
+    rules = [rule(s) for _, args in plan.kernels for s in args]
+    base = np.array([0 if isinstance(r, np.ndarray) else r[0] for r in rules], dtype=np.int64)
+    step = np.array([0 if isinstance(r, np.ndarray) else r[1] for r in rules], dtype=np.int64)
+    table = base[None, :] + np.arange(n, dtype=np.int64)[:, None] * step[None, :]
+    for j, r in enumerate(rules):
+        if isinstance(r, np.ndarray):
+            table[:, j] = r
+    return table
 
 
 def _ptrs(a: list) -> ctypes.Array:
@@ -158,7 +160,7 @@ def forward(spec, tensors):
         if a is None or a[0] != "buf" or tuple(a[1]) != tuple(x.shape) or tuple(a[2]) != x.stride() \
                 or a[3] != torch.float64 or x.dtype != torch.float64:
             return None
-    bound = fw.bind()
+    bound = fw.bind(cached=True)
     env = bound.env
     const = dict(zip(spec["const"], tensors[2:]))
     var = tensors[2 + len(spec["const"]):]
@@ -223,7 +225,7 @@ def covered(spec, q0, qd0) -> bool:
         bw = spec["bw"]
         ok = bw.n_inputs - 2 + 2 == len(spec["fw"].outputs) and len(bw.outputs) == spec["n_in"]
         if ok:
-            env = bw.bind(fresh=False).env
+            env = bw.bind(fresh=False, cached=True).env
             ok = _bw_buffers(spec, env, torch.empty(q0.shape, dtype=torch.float64),
                              torch.empty(qd0.shape, dtype=torch.float64)) is not None
         bw.bw_ok = ok
@@ -235,7 +237,7 @@ def backward(spec, fctx, gQ, gQD) -> list:
     loop (``covered`` said yes at the forward): see kernels._Rollout.backward."""
     lib, bw, fw, n = _lib_for(spec), spec["bw"], spec["fw"], spec["n"]
     n_saved = bw.n_inputs - 2
-    env = bw.bind(fresh=False).env
+    env = bw.bind(fresh=False, cached=True).env
     gQ = gQ.to(torch.float64).contiguous()
     gQD = gQD.to(torch.float64).contiguous()
     tq, tqd = torch.empty(gQ.shape[1:], dtype=torch.float64), torch.empty(gQD.shape[1:], dtype=torch.float64)
