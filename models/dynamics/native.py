@@ -122,15 +122,25 @@ def _addresses(plan) -> list:
     return plan.addresses
 
 
-def _table(plan, rule, n: int) -> np.ndarray:
-    """(n, total arguments) int64 pointers: ``rule(slot)`` -> (base, bytes per step) or an (n,) array."""
-    rules = [rule(s) for _, args in plan.kernels for s in args]
-    base = np.array([0 if isinstance(r, np.ndarray) else r[0] for r in rules], dtype=np.int64)
-    step = np.array([0 if isinstance(r, np.ndarray) else r[1] for r in rules], dtype=np.int64)
-    table = base[None, :] + np.arange(n, dtype=np.int64)[:, None] * step[None, :]
-    for j, r in enumerate(rules):
-        if isinstance(r, np.ndarray):
-            table[:, j] = r
+def _table(plan, env, blocks: set, rule, n: int) -> np.ndarray:
+    """(n, total arguments) int64 pointers: ``rule(slot)`` -> (base, bytes per step) or an (n,)
+    array. The scratch buffers of ``env`` (a cached bind of ``plan``; ``blocks``: the roots
+    kept per step, not scratch) sit at the same addresses at every call: their columns are
+    computed once per plan."""
+    slots = [s for _, args in plan.kernels for s in args]
+    cache = plan.__dict__.setdefault("static_cols", {})
+    if id(env) not in cache:
+        fixed = [j for j, s in enumerate(slots) if s >= plan.n_inputs and plan.root[s] not in blocks]
+        cache[id(env)] = (env, np.array(fixed, dtype=np.int64),
+                          np.array([env[slots[j]].data_ptr() for j in fixed], dtype=np.int64),
+                          [j for j in range(len(slots)) if j not in set(fixed)])
+    _, fixed, fixed_ptr, dynamic = cache[id(env)]
+    table = np.empty((n, len(slots)), dtype=np.int64)
+    table[:, fixed] = fixed_ptr
+    steps = np.arange(n, dtype=np.int64)
+    for j in dynamic:
+        r = rule(slots[j])
+        table[:, j] = r if isinstance(r, np.ndarray) else r[0] + steps * r[1]
     return table
 
 
@@ -139,12 +149,14 @@ def _ptrs(a: list) -> ctypes.Array:
 
 
 def _lib_for(spec):
-    if "loop" not in spec:
-        fw, bw = spec["fw"], spec["bw"]
-        ok = ENABLED and all(k.__module__ in sys.modules for p in (fw, bw) if p for k, _ in p.kernels)
-        spec["loop"] = _library(_source([len(a) for _, a in fw.kernels],
-                                        [len(a) for _, a in bw.kernels] if bw else [])) if ok else None
-    return spec["loop"]
+    if not ENABLED:
+        return None
+    fw, bw = spec["fw"], spec["bw"]
+    if "loop" not in fw.__dict__.setdefault("loops", {}):
+        ok = all(k.__module__ in sys.modules for p in (fw, bw) if p for k, _ in p.kernels)
+        fw.loops["loop"] = _library(_source([len(a) for _, a in fw.kernels],
+                                            [len(a) for _, a in bw.kernels] if bw else [])) if ok else None
+    return fw.loops["loop"]
 
 
 def forward(spec, tensors):
@@ -191,7 +203,7 @@ def forward(spec, tensors):
             return base[r][0] + env[s].data_ptr() - env[r].data_ptr(), base[r][1]
         return env[s].data_ptr(), 0
 
-    table = _table(fw, rule, n)
+    table = _table(fw, env, set(blocks), rule, n)
     lib.fw_run(_ptrs(_addresses(fw)), ctypes.c_int64(n), ctypes.c_void_p(table.ctypes.data))
     Q, QD = (blocks[r].as_strided((n, *x.shape), (_storage(x.shape, x.stride()), *x.stride()),
                                   _storage(x.shape, x.stride())) for r, x in ((o0, q0), (o1, qd0)))
@@ -257,7 +269,7 @@ def backward(spec, fctx, gQ, gQD) -> list:
     vdst = [torch.empty((n, *t.shape), dtype=torch.float64) for t in vsrc]
     acc_len = np.array([t.numel() for t in acc] or [0], dtype=np.int64)
     var_len = np.array([t.numel() for t in vsrc] or [0], dtype=np.int64)
-    table = _table(bw, rule, n)
+    table = _table(bw, env, set(), rule, n)
     vp = ctypes.c_void_p
     lib.bw_run(_ptrs(_addresses(bw)), ctypes.c_int64(n), vp(table.ctypes.data), vp(tq.data_ptr()),
                vp(tqd.data_ptr()), vp(gQ.data_ptr()), vp(gQD.data_ptr()), ctypes.c_int64(tq.numel()),

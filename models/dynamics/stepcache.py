@@ -13,11 +13,12 @@ C++ cache, or are rebuilt from the source kept in the wrapper).
 The key (``step_key``) holds: the source of this package and of geometry_torch (any code
 change is a new key), torch's version, the Inductor options and activation budget of the
 compiled step, grad mode and default dtype, dt, the integrator, and a walk of the step's
-arguments (prep, q, qd, control): every non-tensor value (joint types, parents, float
-settings of the model, ...) by its repr, every tensor by shape, stride, storage offset,
-dtype, requires_grad and which storage it shares with the tensors before it. Arguments
-holding anything else (a neural augmentation, a callable) get no key and go through Dynamo
-every time, as do changes to this package's module globals made at run time (not in the key).
+arguments (the prepared model's type and its model, q, qd, control): every non-tensor value
+(joint types, parents, float settings of the model, ...) by its repr, every tensor by shape,
+stride, storage offset, dtype, requires_grad and which storage it shares with the tensors
+before it. Arguments holding anything else (a neural augmentation, a callable) get no key
+and go through Dynamo every time, as do changes to this package's module globals made at
+run time (not in the key).
 """
 from __future__ import annotations
 
@@ -93,8 +94,8 @@ def step_key(prep, q, qd, control, dt: float, integrator: str, options: dict, bu
         return None
     out = [_code_hash(), torch.__version__, platform.machine(), repr(sorted(options.items())), repr(budget),
            repr(torch.is_grad_enabled()), repr(torch.get_default_dtype()), repr(float(dt)), repr(integrator)]
-    try:
-        _walk([prep, q, qd, control], out, {})
+    try:     # prep is a deterministic function of its model (integrate._prepare): its type stands for it
+        _walk([type(prep).__qualname__, prep.model, q, qd, control], out, {})
     except _Unkeyable:
         return None
     return hashlib.sha256("\x1f".join(out).encode()).hexdigest()[:40]
