@@ -72,8 +72,10 @@ class KernelPlan:
         for _, args, types in self.kernels:
             if len(types) != len(args):
                 raise Unsupported("kernel argument types")
-            self.written |= {a for a, t in zip(args, types)
-                             if a < self.n_inputs and t.endswith("*") and not t.startswith("const")}
+            out = {a for a, t in zip(args, types) if t.endswith("*") and not t.startswith("const")}
+            self.written |= {a for a in out if a < self.n_inputs}
+            if any(self.alloc[a][0] == "global" for a in out if a >= self.n_inputs):
+                raise Unsupported("a kernel writes into a module constant")
         self.kernels = [(k, args) for k, args, _ in self.kernels]
 
     def _statement(self, st, names, g):
@@ -109,6 +111,10 @@ class KernelPlan:
                 return
             if isinstance(c.func, ast.Name) and c.func.id.startswith("cpp_fused_") and not c.keywords \
                     and all(isinstance(a, ast.Name) for a in c.args):
+                for a in c.args:    # a constant of the module (a tensor the graph holds)
+                    if a.id not in names and isinstance(g.get(a.id), torch.Tensor):
+                        names[a.id] = self.n_inputs + len(self.allocs)
+                        self.allocs.append((names[a.id], ("global", g[a.id])))
                 self.kernels.append((g[c.func.id], [names[a.id] for a in c.args], self._types.get(c.func.id, ())))
                 return
         if isinstance(st, ast.Delete):
@@ -157,6 +163,8 @@ class KernelPlan:
         def _make(self, a):
             if a[0] == "buf":
                 return torch.empty_strided(a[1], a[2], dtype=a[3])
+            if a[0] == "global":
+                return a[1]
             return self.plan._reinterpret(self.env[a[1]], a[2], a[3], a[4])
 
         def __call__(self, inputs) -> list:

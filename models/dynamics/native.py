@@ -172,6 +172,8 @@ def forward(spec, tensors):
         if a is None or a[0] != "buf" or tuple(a[1]) != tuple(x.shape) or tuple(a[2]) != x.stride() \
                 or a[3] != torch.float64 or x.dtype != torch.float64:
             return None
+    if any(fw.alloc[r][0] != "buf" for r in fw.fresh_roots):
+        return None
     bound = fw.bind(cached=True)
     env = bound.env
     const = dict(zip(spec["const"], tensors[2:]))
