@@ -34,6 +34,7 @@ _F64 = 8
 
 
 def _compiler() -> str | None:
+    """The C compiler ($CC, cc or gcc), or None."""
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
 
@@ -44,6 +45,7 @@ def _kernel_address(kernel) -> int:
 
 
 def _source(fw_arity: list[int], bw_arity: list[int]) -> str:
+    """C source of fw_run and bw_run for kernels of these arities (forward, backward)."""
     def calls(arity):
         lines, o = [], 0
         for j, n in enumerate(arity):
@@ -109,14 +111,17 @@ def _library(src: str):
 
 
 def _dense64(t) -> bool:
+    """Whether t is a contiguous float64 tensor."""
     return isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.is_contiguous()
 
 
 def _storage(size, stride) -> int:
+    """Elements spanned by a tensor of this size and stride."""
     return 1 + sum((a - 1) * s for a, s in zip(size, stride)) if all(size) else 0
 
 
 def _addresses(plan) -> list:
+    """The C address of each of the plan's kernels (found once per plan)."""
     if not hasattr(plan, "addresses"):
         plan.addresses = [_kernel_address(k) for k, _ in plan.kernels]
     return plan.addresses
@@ -145,15 +150,23 @@ def _table(plan, env, blocks: set, rule, n: int) -> np.ndarray:
 
 
 def _ptrs(a: list) -> ctypes.Array:
+    """A C array of pointers (void*) from integers."""
     return (ctypes.c_void_p * max(len(a), 1))(*a)
 
 
 def _lib_for(spec):
+    """The compiled loop of this rollout's plans, or None (off, no compiler, no kernel address)."""
     if not ENABLED:
         return None
     fw, bw = spec["fw"], spec["bw"]
     if "loop" not in fw.__dict__.setdefault("loops", {}):
-        ok = all(k.__module__ in sys.modules for p in (fw, bw) if p for k, _ in p.kernels)
+        try:    # each kernel's address in Inductor's shared object (its exported ``kernel``)
+            for p in (fw, bw) if bw else (fw,):
+                _addresses(p)
+            ok = True
+        except (AttributeError, KeyError, OSError, TypeError) as e:
+            log.warning("kernel addresses not found (%s); the Python step loop runs", e)
+            ok = False
         fw.loops["loop"] = _library(_source([len(a) for _, a in fw.kernels],
                                             [len(a) for _, a in bw.kernels] if bw else [])) if ok else None
     return fw.loops["loop"]
