@@ -209,3 +209,27 @@ def test_native_loop_equals_python_loop(double_pendulum_urdf, monkeypatch):
     assert len(used) == 2 and native._LIBS      # with grad and without, through the C loop
     for x, y in zip(a, run(False)):
         assert torch.equal(x, y)
+
+
+BOX = """<robot name="box"><link name="box"><inertial><mass value="2.0"/>
+ <inertia ixx="0.01" iyy="0.02" izz="0.025" ixy="0" ixz="0" iyz="0"/></inertial>
+ <collision><geometry><box size="0.3 0.2 0.1"/></geometry></collision></link></robot>"""
+
+
+def test_contact_step_from_disk_equals_eager(monkeypatch, fresh_step_cache):
+    """A free box on the floor (penalty contact, a graph with tensor constants of its own,
+    which are kept beside the wrapper): compiled, kept, found again from disk without Dynamo,
+    against eager."""
+    model = model_from_urdf(BOX, batch=2, contact_points=8, contact_stiffness=2e3, contact_damping=50.0,
+                            contact_friction=0.5)
+    q0 = model.zero_state().q.clone()
+    q0[:, 2] = torch.tensor([0.04, 0.06], dtype=torch.float64)
+    s0 = State(q0, torch.zeros(2, 6, dtype=torch.float64))
+    with torch.no_grad():
+        rollout(model, s0, 20, dt=2e-3, compile=True)
+        monkeypatch.setattr(stepcache, "_MEMORY", {})
+        monkeypatch.setattr(integrate, "_get_compiled", lambda: (_ for _ in ()).throw(AssertionError("Dynamo")))
+        kept = rollout(model, s0, 20, dt=2e-3, compile=True)
+    eager = rollout(model, s0, 20, dt=2e-3)
+    np.testing.assert_allclose(kept.q.numpy(), eager.q.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(kept.qd.numpy(), eager.qd.numpy(), rtol=1e-10, atol=1e-10)

@@ -114,7 +114,7 @@ class KernelPlan:
                 for a in c.args:    # a constant of the module (a tensor the graph holds)
                     if a.id not in names and isinstance(g.get(a.id), torch.Tensor):
                         names[a.id] = self.n_inputs + len(self.allocs)
-                        self.allocs.append((names[a.id], ("global", g[a.id])))
+                        self.allocs.append((names[a.id], ("global", g[a.id], a.id)))
                 self.kernels.append((g[c.func.id], [names[a.id] for a in c.args], self._types.get(c.func.id, ())))
                 return
         if isinstance(st, ast.Delete):

@@ -14,11 +14,13 @@ The key (``step_key``) holds: the source of this package and of geometry_torch (
 change is a new key), torch's version, the Inductor options and activation budget of the
 compiled step, grad mode and default dtype, dt, the integrator, and a walk of the step's
 arguments (the prepared model's type and its model, q, qd, control): every non-tensor value
-(joint types, parents, float settings of the model, ...) by its repr, every tensor by shape,
-stride, storage offset, dtype, requires_grad and which storage it shares with the tensors
-before it. Arguments holding anything else (a neural augmentation, a callable) get no key
-and go through Dynamo every time, as do changes to this package's module globals made at
-run time (not in the key).
+(joint types, parents, float settings of the model, ...) by its repr (numpy arrays by their
+bytes), every tensor by shape, stride, storage offset, dtype, requires_grad and which storage
+it shares with the tensors before it. Arguments holding anything else (a neural
+augmentation, a callable) get no key and go through Dynamo every time, as do changes to
+this package's module globals made at run time (not in the key). Tensor constants of a
+wrapper (Inductor sets them on its module; they are not in its source) are kept beside it
+(``<key>.pt``).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import pathlib
 import platform
 import types
 
+import numpy as np
 import torch
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,10 @@ def _walk(obj, out: list, storages: dict, depth: int = 0) -> None:
         sid = storages.setdefault(obj.untyped_storage().data_ptr(), len(storages))
         out.append(f"T{tuple(obj.shape)}{obj.stride()}{obj.storage_offset()}{obj.dtype}{obj.device}"
                    f"{obj.requires_grad}s{sid}")
+    elif isinstance(obj, np.ndarray):
+        out.append(f"A{obj.dtype}{obj.shape}" + hashlib.sha1(np.ascontiguousarray(obj).tobytes()).hexdigest())
+    elif isinstance(obj, np.generic):
+        out.append(f"{type(obj).__name__}{obj.item()!r}")
     elif isinstance(obj, (list, tuple)):
         out.append(f"{type(obj).__name__}{len(obj)}(")
         for v in obj:
@@ -112,11 +119,18 @@ def remember(key: str, graph) -> None:
     _MEMORY[key] = graph
     rec = dict(sources=graph.sources, training=graph.training, fw=graph.fw.source_code,
                bw=graph.bw.source_code if graph.training else None)
+    # tensor constants of the wrappers: Inductor sets them on the module, they are not in its source
+    consts = {part: {a[2]: a[1] for a in plan.alloc.values() if a[0] == "global"}
+              for part, plan in zip(("fw", "bw"), graph.plans) if plan is not None}
     try:
         d = _dir()
         d.mkdir(parents=True, exist_ok=True)
+        if any(consts.values()):
+            tmp = d / f".{key}.{os.getpid()}.pt.tmp"
+            torch.save(consts, tmp)
+            os.replace(tmp, d / f"{key}.pt")
         tmp = d / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(rec))
+        tmp.write_text(json.dumps(dict(rec, constants=any(consts.values()))))
         os.replace(tmp, d / f"{key}.json")
     except OSError as e:
         log.warning("compiled step not written to the disk cache: %s", e)
@@ -139,10 +153,11 @@ def lookup(key: str | None, make_graph, options: dict):
     try:
         graph = make_graph(rec["sources"])
         graph.training = bool(rec["training"])
+        consts = torch.load(path.with_suffix(".pt")) if rec.get("constants") else {}
         import torch._inductor.config as inductor_config
         with inductor_config.patch(options):
-            graph.fw = _load(rec["fw"])
-            graph.bw = _load(rec["bw"]) if graph.training else None
+            graph.fw = _load(rec["fw"], consts.get("fw", {}))
+            graph.bw = _load(rec["bw"], consts.get("bw", {})) if graph.training else None
     except Exception as e:  # a kept wrapper that no longer loads: compile anew
         log.warning("compiled step %s in the disk cache did not load (%s); compiling", key, e)
         return None
@@ -150,8 +165,11 @@ def lookup(key: str | None, make_graph, options: dict):
     return graph
 
 
-def _load(src: str):
-    """A kept Inductor wrapper source as the two attributes kernels.KernelPlan reads."""
+def _load(src: str, constants: dict):
+    """A kept Inductor wrapper source, its tensor ``constants`` set on its module, as the two
+    attributes kernels.KernelPlan reads."""
     from torch._inductor.codecache import PyCodeCache
     mod = PyCodeCache.load(src)
+    for name, t in constants.items():
+        setattr(mod, name, t)
     return types.SimpleNamespace(current_callable=mod.call, source_code=src)
