@@ -16,19 +16,29 @@ solver), so only timings compare.
 
 The last stdout line is one JSON object: {scene: {value_grad_ms, mujoco_fd_ms, ratio,
 first_call_s, ...}}. The headline keys are for ``--mode`` (default ``compile``:
-``rollout(compile=True)``, one ``torch.compile``d step; its ``first_call_s`` is the first
-value+gradient call including compilation with a cold, fresh Inductor cache); the
-other mode is reported with an ``eager_``/``compiled_`` prefix unless ``--only``.
+``rollout(compile=True)``, one ``torch.compile``d step whose kernels run the rollout
+(``kernels.py``); its ``first_call_s`` is the first value+gradient call including compilation
+with a cold, fresh Inductor cache, and ``warm_process_first_call_s`` the first call of a second
+process that finds the compiled step on disk (``stepcache.py``), in the same cache directory).
+The other mode is reported with an ``eager_``/``compiled_`` prefix unless ``--only``; with
+``--mode compile``, ``replay_`` is the compiled step replayed one step at a time through
+autograd (``integrate.KERNEL_ROLLOUT = False``), timed in the same rounds. ``ratio_cpu``:
+the same ratio of the headline mode in CPU time of this process (``value_grad_cpu_ms``,
+``mujoco_fd_cpu_ms``), which other jobs on a shared machine disturb less than wall time;
+``first_call_cpu_s`` likewise (this process and its C++ compiler runs).
 """
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import copy
 import json
 import logging
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +51,7 @@ if "--warm-cache" not in sys.argv:  # a cold compile: a fresh Inductor/AOT cache
 import numpy as np
 import torch
 
-from vid2sim.models.dynamics import State, model_from_urdf, rollout
+from vid2sim.models.dynamics import State, integrate, model_from_urdf, rollout
 from vid2sim.models.dynamics.mjcf import model_to_mjcf, to_mujoco_state
 
 log = logging.getLogger("bench_simulate")
@@ -125,13 +135,33 @@ def make_scene(name: str, rng: np.random.Generator):
     return model, State(q0, s0.qd.clone()), dt, controls
 
 
-def ours_value_grad(model, s0, dt, controls, compile: bool):
+def ours_value_grad(model, s0, dt, controls, variant: str):
+    """variant: "compile" (kernel rollout), "replay" (compiled step replayed per step) or "eager"."""
     mass = model.mass.detach().clone().requires_grad_()
     damping = model.damping.detach().clone().requires_grad_()
-    tr = rollout(model.replace(mass=mass, damping=damping), s0, STEPS, dt=dt, controls=controls, compile=compile)
+    with contextlib.ExitStack() as stack:
+        if variant == "replay":
+            stack.callback(setattr, integrate, "KERNEL_ROLLOUT", integrate.KERNEL_ROLLOUT)
+            integrate.KERNEL_ROLLOUT = False
+        tr = rollout(model.replace(mass=mass, damping=damping), s0, STEPS, dt=dt, controls=controls,
+                     compile=variant != "eager")
     loss = tr.q[1:].pow(2).sum((0, 2))                 # (B,) per particle
     loss.sum().backward()
     return loss.detach(), mass.grad, damping.grad
+
+
+def _cpu_with_children() -> float:
+    """CPU seconds of this process and its finished children (Inductor's C++ compiler runs)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def warm_process_first_call(name: str) -> dict:
+    """first_call_s and first_call_cpu_s of the compiled value+gradient in a new process with this
+    one's Inductor cache directory (where the compiled step was kept), as that process reports them."""
+    out = subprocess.run([sys.executable, __file__, "--scenes", name, "--first-call-only", "--warm-cache"],
+                         capture_output=True, text=True, check=True)   # inherits TORCHINDUCTOR_CACHE_DIR
+    return json.loads(out.stdout.strip().splitlines()[-1])[name]
 
 
 def mujoco_fd(model, s0, dt, name, h=1e-6):
@@ -189,31 +219,43 @@ def mujoco_fd(model, s0, dt, name, h=1e-6):
     return run
 
 
-def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
+def bench_scene(name: str, mode: str, only: bool, repeats: int = 3, first_only: bool = False) -> dict:
     rng = np.random.default_rng(0)
     model, s0, dt, controls = make_scene(name, rng)
     out = {}
     other = "eager" if mode == "compile" else "compile"
-    modes = [("", mode == "compile")] + ([] if only else [(("eager_" if other == "eager" else "compiled_"),
-                                                           other == "compile")])
+    modes = [("", mode)] + ([] if only else [("eager_" if other == "eager" else "compiled_", other)])
+    if mode == "compile" and not first_only:
+        modes.append(("replay_", "replay"))
     # first calls (compilation), then `repeats` rounds that time every variant once each, ours
     # and MuJoCo interleaved, so that a machine whose speed drifts (shared CPU) slows all alike
     results = {}
-    for prefix, comp in modes:
-        t = time.perf_counter()
-        results[prefix] = ours_value_grad(model, s0, dt, controls, comp)
+    for prefix, variant in modes:
+        t, c = time.perf_counter(), _cpu_with_children()
+        results[prefix] = ours_value_grad(model, s0, dt, controls, variant)
         out[prefix + "first_call_s"] = round(time.perf_counter() - t, 3)
+        if prefix == "":
+            out["first_call_cpu_s"] = round(_cpu_with_children() - c, 3)
+    if first_only:
+        return out
+    if mode == "compile":
+        warm = warm_process_first_call(name)
+        out["warm_process_first_call_s"], out["warm_process_first_call_cpu_s"] = warm["first_call_s"], warm["first_call_cpu_s"]
     mj_run = mujoco_fd(model, s0, dt, name)
     times = {prefix: [] for prefix, _ in modes}
     times["mujoco"] = []
+    cpu = {"": [], "mujoco": []}
     for _ in range(repeats):
-        for prefix, comp in modes:
-            t = time.perf_counter()
-            ours_value_grad(model, s0, dt, controls, comp)
+        for prefix, variant in modes:
+            t, c = time.perf_counter(), time.process_time()
+            ours_value_grad(model, s0, dt, controls, variant)
             times[prefix].append((time.perf_counter() - t) * 1e3)
-        t = time.perf_counter()
+            if prefix == "":
+                cpu[""].append((time.process_time() - c) * 1e3)
+        t, c = time.perf_counter(), time.process_time()
         mj_value, mj_grad = mj_run()
         times["mujoco"].append((time.perf_counter() - t) * 1e3)
+        cpu["mujoco"].append((time.process_time() - c) * 1e3)
     value, g_mass, g_damp = results[""]
     for prefix, _ in modes:
         out[prefix + "value_grad_ms"] = round(float(np.median(times[prefix])), 2)
@@ -223,7 +265,12 @@ def bench_scene(name: str, mode: str, only: bool, repeats: int = 3) -> dict:
     per_round = np.array(times[""]) / np.array(times["mujoco"])
     out["ratio"] = round(out["value_grad_ms"] / mj_ms, 3)
     out["ratio_rounds"] = [round(float(r), 3) for r in per_round]
-    for prefix in ("eager_", "compiled_"):
+    # CPU seconds of this process (both engines single-threaded here): what a loaded machine
+    # changes less than wall time
+    out["value_grad_cpu_ms"] = round(float(np.median(cpu[""])), 2)
+    out["mujoco_fd_cpu_ms"] = round(float(np.median(cpu["mujoco"])), 2)
+    out["ratio_cpu"] = round(out["value_grad_cpu_ms"] / out["mujoco_fd_cpu_ms"], 3)
+    for prefix in ("eager_", "compiled_", "replay_"):
         if prefix + "value_grad_ms" in out:
             out[prefix + "ratio"] = round(out[prefix + "value_grad_ms"] / mj_ms, 3)
     out["mode"] = mode
@@ -243,10 +290,12 @@ def main():
     ap.add_argument("--only", action="store_true", help="do not also measure the other mode")
     ap.add_argument("--warm-cache", action="store_true", help="keep the user's Inductor cache (first_call_s not cold)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--first-call-only", action="store_true", help="only the first call of --mode (no rounds)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    result = {name: bench_scene(name, args.mode, args.only, args.repeats) for name in args.scenes.split(",")}
+    result = {name: bench_scene(name, args.mode, args.only or args.first_call_only, args.repeats,
+                                args.first_call_only) for name in args.scenes.split(",")}
     print(json.dumps(result))
 
 

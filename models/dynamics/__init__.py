@@ -14,11 +14,13 @@ points against a ground plane and a moving cylindrical tip), constraint-based
 Speed (``scripts/bench_simulate.py``, 64 particles x 200 steps, value + gradient wrt
 per-particle masses and dampings, float64, one CPU thread): eager PyTorch is limited by
 the per-op overhead (~1000 small ops per step forward and backward); ``rollout(...,
-compile=True)`` fuses a step into a few forward and backward C++ kernels and, after the
-first step, calls those kernels directly (``integrate._CompiledStep``) instead of going
-through torch.compile's per-call machinery: 4-7x faster than eager, at the price of a
-cold compile of ~15 s on a quiet 2-core machine. See the bench's JSON for the figures
-against MuJoCo's ``rollout`` + central differences.
+compile=True)`` fuses a step into a few forward and backward C++ kernels and runs the
+rest of the rollout through them in one C loop (``kernels.py``, ``native.py``), the
+backward as one reverse loop over the steps' backward kernels: ~30x faster than eager,
+at the price of a cold compile of ~12 CPU s, once per model structure and machine (the
+compiled step is kept on disk, ``stepcache.py``: ~2 CPU s for a later process's first
+call). See the bench's JSON for the figures against MuJoCo's ``rollout`` + central
+differences.
 
 Conventions (SI units throughout: m, kg, s, N, N m, rad)
 ---------------------------------------------------------

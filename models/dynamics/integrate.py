@@ -3,13 +3,18 @@
 Semi-implicit (symplectic) Euler as in TDS and MuJoCo's default: qd' = qd + dt*qdd(q, qd),
 q' = q + dt*qdot(q, qd'), quaternions renormalised. RK4 is the classical four-stage
 scheme on (q, qd) with the same renormalisation. ``rollout(compile=True)`` wraps one
-step in ``torch.compile`` (traced once per model structure; a few seconds cold) which
+step in ``torch.compile`` (traced once per model structure; ~12 CPU s cold) which
 fuses the hundreds of tiny batched ops of a step into a few kernels for forward and
-backward; the rollout itself stays a Python loop so compile time does not grow with
-the number of steps, and after the first step it calls the compiled kernels directly
-(``_CompiledStep``) instead of going through torch.compile's per-call machinery.
-Not done here: compiling several steps per call or the whole loop (``scan``): compile
-time grows with the graph, and Inductor's while-loop lowering of ``scan`` ran slower.
+backward; compile time does not grow with the number of steps. After the first step
+the rest of the rollout runs through those kernels without torch.compile's per-call
+machinery: ``kernels.rollout_steps`` (every step's kernels in one loop, in C where
+``native.py`` covers the layout, and one autograd node for the whole rollout), or, for
+what it does not cover, ``_CompiledStep.replay`` (one autograd node per step). The
+compiled step is kept (``stepcache.py``) in memory and on disk: a later rollout of the
+same step, in this process or another, runs every step through the kernels and skips
+Dynamo and Inductor. Not done here: compiling several steps per call or the whole loop
+(``scan``): compile time grows with the graph, and Inductor's while-loop lowering of
+``scan`` ran slower.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ from .algorithms import aba_from_kinematics, kinematics, prepare
 from .augment import friction_function, generalized_force
 from .contact import contact_wrenches
 from .fast import FastPrep, accel_fast, fast_prepare
+from . import stepcache
+from .kernels import rollout_steps
 from .model import JOINT_NQ, Control, Model, State
 from .spatial import quat_mul, quat_to_rot
 
@@ -136,10 +143,12 @@ class _Graph:
     their numbers of outputs/inputs."""
 
     def __init__(self, sources: list[str]):
+        self.sources = list(sources)
         self.fw = self.bw = None
         self.training = False
         self.n_fw_out = self.n_bw_in = self.n_tangents = -1
         self.in_meta = ()
+        self.plans = None       # kernels.graph_plans: (forward, backward) KernelPlan, or False
         try:
             self.gather = eval("lambda L: (" + "".join(f"{s}, " for s in sources) + ")", {})
         except SyntaxError:
@@ -273,6 +282,7 @@ class _CompiledStep:
 
 
 _compiled_step = None
+KERNEL_ROLLOUT = True           # steps through kernels.rollout_steps and the step cache (False: replay per step)
 RECOMPILE_LIMIT = 256           # graphs of the compiled step kept per process (Dynamo's default: 8)
 _ACTIVATION_BUDGET = 0.0    # AOTAutograd's activation_memory_budget for the step (see rollout)
 
@@ -310,7 +320,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
     callable (k, state) -> Control.
     """
     prep = _prepare(model, algorithm)
-    compiled = _get_compiled() if compile else None
+    compiled = None     # the torch.compile'd step (and Dynamo's import), made when a step needs it
     q, qd = state0.q, state0.qd
     qs, qds = [q], [qd]
     # Steps that run through torch.compile: from step 1 on every step's inputs have the same
@@ -326,7 +336,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
         elif not (q.requires_grad or qd.requires_grad):
             first = 0                   # no state will require grad
             q, qd = q.contiguous(), qd.contiguous()
-    graph = None
+    graph = key = None
     with contextlib.ExitStack() as stack:
         if compile:
             # Save only the step's inputs for backward and recompute the rest there: a step's
@@ -349,6 +359,20 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
             args = (prep, q, qd, ctrl, float(dt), integrator)
             if graph is not None and k == first + 1 and not compiled.matches(graph, *args):
                 graph, first = None, k      # step `first` saw other inputs (dtype of q0?): compile anew
+            if compile and k == first and KERNEL_ROLLOUT and not callable(controls):
+                # a step compiled before, in this process or (disk cache) another: no Dynamo
+                key = stepcache.step_key(*args, _INDUCTOR_OPTIONS, _ACTIVATION_BUDGET)
+                kept = stepcache.lookup(key, _Graph, _INDUCTOR_OPTIONS)
+                rest = None if kept is None else rollout_steps(kept, prep, q, qd, controls, float(dt), integrator,
+                                                               k, steps)
+                if rest is not None:
+                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
+            if graph is not None and k == first + 1 and KERNEL_ROLLOUT:
+                rest = rollout_steps(graph, prep, q, qd, controls, float(dt), integrator, k, steps)
+                if rest is not None:
+                    if key is not None:
+                        stepcache.remember(key, graph)
+                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
             if graph is not None:
                 q, qd = compiled.replay(graph, *args)
             elif k < first or not compile:
@@ -358,6 +382,7 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                     # no replay (see _CompiledStep): every call sees the inputs that the previous
                     # call's guards accepted (outputs of the same compiled step, same model)
                     stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
+                compiled = compiled or _get_compiled()
                 q, qd = compiled(*args)
                 if k == first and not callable(controls):
                     graph = compiled.replayable((q, qd), *args)

@@ -63,7 +63,9 @@ def axis_angle_to_rot(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     K = skew(axis)
     s, c = torch.sin(angle)[..., None, None], torch.cos(angle)[..., None, None]
     eye = torch.eye(3, dtype=K.dtype, device=K.device)
-    return eye + s * K + (1 - c) * (K @ K)
+    # under torch.compile K^2 as multiply-and-sum, fused into the step's kernels (not an extern matmul)
+    K2 = (K[..., :, :, None] * K[..., None, :, :]).sum(-2) if torch.compiler.is_compiling() else K @ K
+    return eye + s * K + (1 - c) * K2
 
 
 def quat_to_rot(q: torch.Tensor) -> torch.Tensor:
