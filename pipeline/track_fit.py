@@ -107,7 +107,7 @@ def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, o
             T, res, lam = res.T, cand, max(lam / 3.0, cfg.steps.damping)
         else:
             lam *= 10.0
-            res = step(T, lam)
+            res = res.with_damping(lam)   # the same step from T, more damped
     return T
 
 

@@ -392,13 +392,4 @@ def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
         a, b = np.maximum(dr, 0.0), np.maximum(dz, 0.0)
         return np.sqrt(a * a + b * b + _TINY) + np.minimum(np.maximum(dr, dz), 0.0)
     return f
-    r, h = prim.radius, prim.half_length
-
-    def f(s):
-        qx, qy = ox + s * dx, oy + s * dy
-        dr = np.sqrt(qx * qx + qy * qy + _TINY) - r
-        dzz = np.abs(oz + s * dz) - h
-        a, b = np.maximum(dr, 0.0), np.maximum(dzz, 0.0)
-        return np.sqrt(a * a + b * b + _TINY) + np.minimum(np.maximum(dr, dzz), 0.0)
-    return f
 
