@@ -326,28 +326,27 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     # Depth along the ray where the render shows this body (linear in the sensor noise).
     ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
     on = a.fg & (a.visible == m) & ((a.near - obs.depth).abs() < torch.maximum(gate, GATE_SIGMAS * ray_sig))
-    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on], a.near[on])
+    on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
+    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i])
     keep_d = torch.isfinite(rd)
     sel = sel & ~on[a.idx]
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
     # depth along the ray is too nonlinear there, so their points enter point-to-surface,
     # whitened by the noise across the surface, sigma |cos| (noise is along the ray); the pose
     # directions only such a face pins down (a cart's tilt about its long axis) need them.
-    graze = on.clone()
-    graze[on] = ~keep_d
-    graze &= a.assigned == m          # and whose point is nearest to this body (not a part in front)
-    if not grazing:
-        graze[:] = False
+    graze = on_i[~keep_d] if grazing else on_i[:0]
+    graze = graze[a.assigned[graze] == m]   # and whose point is nearest to this body (not a part in front)
     rg, Jg = point_residuals(prim, T_m, a.pts[graze])
     d_g = obs.dirs[graze]
     sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
-    r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], a.sd[m][sel], rg[ok_g]])
+    on_d = on_i[keep_d]
+    r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
     J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
-    s1 = torch.cat([ray_sig[on][keep_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
+    s1 = torch.cat([ray_sig[on_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
     if obs.weight is None:
         return r1, J1, s1, torch.ones_like(r1)
-    k1 = torch.cat([obs.weight[on][keep_d], obs.weight[a.idx[sel]], obs.weight[graze][ok_g]])
+    k1 = torch.cat([obs.weight[on_d], obs.weight[a.idx[sel]], obs.weight[graze][ok_g]])
     return r1, J1, s1, k1
 
 
@@ -357,12 +356,16 @@ def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observati
     weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with colour labels the coverage of
     rays labelled m that the render does not show as m."""
     rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
-    r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
+    if obs.label is None:
+        r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
+    else:  # the free-space and coverage rays in one call: one line search
+        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
+        r_all, J_all = margin_residuals(prim, T_m, obs.origin, obs.dirs[torch.cat([rays[0], cover[0]])])
+        n2 = rays[0].numel()
+        r2, J2, r3, J3 = r_all[:n2], J_all[:n2], r_all[n2:], J_all[n2:]
     s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
     k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
     if obs.label is not None:
-        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
-        r3, J3 = margin_residuals(prim, T_m, obs.origin, obs.dirs[cover[0]])
         r3 = r3.clamp(max=0)
         s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
                              else scale)
