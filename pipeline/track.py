@@ -19,7 +19,7 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body.
-- Later frames start from a constant-velocity prediction (smoothed velocity) that is
+- Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
@@ -313,7 +313,7 @@ class _Tracker:
     def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
                 velocity: torch.Tensor) -> np.ndarray:
         """(M,) bool: fast bodies (``stop_check_*``) whose last pose explains this frame better than
-        their constant-velocity prediction (a part that hit something and stopped). Judged on an
+        their predicted motion (a part that hit something and stopped). Judged on an
         eighth of the frame's rays: it runs on most frames of a swinging mechanism, and the poses
         it tells apart are tens of millimetres apart."""
         cfg = self.cfg

@@ -69,8 +69,8 @@ class TrackPrior:
     # >= 0: the prediction adds this times the change between the last two frames' motions (1: constant
     # acceleration, 0: constant velocity)
     acceleration: float = 1.0
-    # m: std of the constant-velocity prediction's position error per frame (0: no motion prior); about
-    # the motion's own deviation from constant velocity, acceleration x dt^2
+    # m: std of the prediction's position error per frame (0: no motion prior); at most the motion's own
+    # deviation from constant velocity, acceleration x dt^2
     prior_m: float = 0.03
     prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
     # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
@@ -127,7 +127,7 @@ class TrackConfig:
     steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
     gates: TrackGates = field(default_factory=TrackGates)  # which depth points and rays each body uses
     noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
-    prior: TrackPrior = field(default_factory=TrackPrior)  # constant-velocity motion model and its prior
+    prior: TrackPrior = field(default_factory=TrackPrior)  # motion model (constant acceleration) and its prior
     lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
     rgb: TrackRGB = field(default_factory=TrackRGB)  # planar tracking of RGB-only recordings
 
