@@ -19,7 +19,7 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body.
-- Later frames start from a constant-velocity prediction (smoothed velocity) that is
+- Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
@@ -52,11 +52,11 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
-from vid2sim.models.render.align import PLANAR_DOFS, Observation, free_basis, gauss_newton_step, relevant_rays
-from vid2sim.models.geometry_torch import orthonormalize, so3_exp, so3_log
+from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
+from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 
 log = logging.getLogger(__name__)
@@ -276,31 +276,6 @@ def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[
     return T, taken, c
 
 
-def _predict(T_prev: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
-    """Constant-velocity prediction: velocity (M, 6) = (dt, dw) per frame in world coordinates."""
-    T = T_prev.clone()
-    T[:, :3, :3] = orthonormalize(so3_exp(velocity[:, 3:]) @ T_prev[:, :3, :3])
-    T[:, :3, 3] = T_prev[:, :3, 3] + velocity[:, :3]
-    return T
-
-
-def _velocity(T: torch.Tensor, T_prev: torch.Tensor) -> torch.Tensor:
-    """(M, 6) per-frame world twist (dt, dw) from T_prev to T."""
-    return torch.cat([T[:, :3, 3] - T_prev[:, :3, 3], so3_log(T[:, :3, :3] @ T_prev[:, :3, :3].transpose(1, 2))], -1)
-
-
-def _seen_velocity(prims: list[Primitive], T: torch.Tensor, velocity: torch.Tensor, planar: bool) -> torch.Tensor:
-    """The velocity without its components the shapes cannot show (a rod's spin about its
-    axis, a sphere's rotation): the prediction must not carry a spin no frame can correct."""
-    dofs = list(PLANAR_DOFS) if planar else list(range(6))
-    out = velocity.clone()
-    for m, prim in enumerate(prims):
-        if prim.kind not in ("box", "mesh"):
-            B = free_basis(prim, T[m], dofs)
-            out[m, dofs] = B @ (B.T @ velocity[m, dofs])
-    return out
-
-
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
@@ -338,7 +313,7 @@ class _Tracker:
     def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
                 velocity: torch.Tensor) -> np.ndarray:
         """(M,) bool: fast bodies (``stop_check_*``) whose last pose explains this frame better than
-        their constant-velocity prediction (a part that hit something and stopped). Judged on an
+        their predicted motion (a part that hit something and stopped). Judged on an
         eighth of the frame's rays: it runs on most frames of a swinging mechanism, and the poses
         it tells apart are tens of millimetres apart."""
         cfg = self.cfg
@@ -347,6 +322,23 @@ class _Tracker:
             return np.zeros(len(fast), bool)
         cost = self.cost_fn(depth, rgb, [T_pred, T_prev], cfg.gates.max_rays // 8)
         return _mix(cost, T_pred, T_prev, np.flatnonzero(fast.numpy()), cost(T_pred))[1]
+
+    def _widen_gates(self, gate: torch.Tensor, res, shrink: float) -> bool:
+        """Update each body's gate (M,) in place after a step: a body whose render finds few of its
+        points within the gate is far from its prediction (fast motion, bad velocity) and doubles
+        its gate (up to ``gate_max_m``); the others shrink it by ``shrink`` towards ``gate_final_m``.
+        Returns whether some body widened its gate (is searching)."""
+        cfg = self.cfg
+        searching = False
+        for m in range(len(gate)):
+            visible = int((res.visible == m).sum())
+            assigned = int((res.assigned == m).sum())
+            if visible >= cfg.lost.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gates.gate_max_m:
+                gate[m] = min(2 * float(gate[m]), cfg.gates.gate_max_m)
+                searching = True
+            else:
+                gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
+        return searching
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
               use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
@@ -360,6 +352,7 @@ class _Tracker:
         gate = torch.full((M,), cfg.gates.gate_m, dtype=FLOAT)
         shrink = (cfg.gates.gate_m - cfg.gates.gate_final_m) / max(n - 1, 1)
         best = None
+        stall = 0   # steps in a row whose input poses cost no less than the best so far
         active = torch.ones(M, dtype=torch.bool)
         for it in range(n + max(cfg.steps.search_iterations, cfg.steps.travel_iterations)):
             res = gauss_newton_step(scene.prims, T, obs, gate=gate, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
@@ -367,40 +360,31 @@ class _Tracker:
                                     planar=self.planar, T_prior=T0 if use_prior and cfg.prior.prior_m > 0 else None,
                                     prior_sigma=(cfg.prior.prior_m, cfg.prior.prior_rad), active=active,
                                     step_scale=cfg.steps.relax if it >= cfg.steps.relax_after else 1.0)
-            if best is None or res.cost < best[0]:
-                best = (res.cost, T)
+            improved = best is None or res.cost < best[0]
+            if improved:
+                best = (res.cost, T, res)
+            stall = 0 if improved else stall + 1
             T = res.T
             if cfg.steps.freeze_converged:  # converged bodies keep their pose; the others go on
                 active &= res.body_step >= cfg.steps.converged_step
                 if not bool(active.any()):
                     break
-            # A body whose render finds few of its points within the gate is far from its
-            # prediction (fast motion, bad velocity): widen its gate instead of shrinking it.
-            searching = False
-            for m in range(M):
-                visible = int((res.visible == m).sum())
-                assigned = int((res.assigned == m).sum())
-                if visible >= cfg.lost.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gates.gate_max_m:
-                    gate[m] = min(2 * float(gate[m]), cfg.gates.gate_max_m)
-                    searching = True
-                else:
-                    gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
+            searching = self._widen_gates(gate, res, shrink)
             # Extra steps while a body searches (above) or still travels (a fast swing started
             # from a stale velocity: the double pendulum segmented mid-fall, tracked back to
-            # frame 0 and on from zero velocity, lost 20-60 mm for 6 frames with 8 steps).
+            # frame 0 and on from zero velocity, lost 20-60 mm for 6 frames with 8 steps) and the
+            # cost still falls; steps that no longer lower it cycle between poses near the optimum.
             extend = (searching and it < n - 1 + cfg.steps.search_iterations) or \
-                (res.step_norm > cfg.steps.travel_step and it < n - 1 + cfg.steps.travel_iterations)
-            if not extend and (res.step_norm < cfg.steps.converged_step or it >= n - 1):
+                (res.step_norm > cfg.steps.travel_step and improved and it < n - 1 + cfg.steps.travel_iterations)
+            stalled = 0 < cfg.steps.patience <= stall
+            if not extend and (res.step_norm < cfg.steps.converged_step or it >= n - 1 or stalled):
                 break
         # Final render at the converged poses: support and visibility decide "lost".
         res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
                                 freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping, planar=self.planar,
                                 active=torch.zeros(M, dtype=torch.bool))
         if cfg.steps.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
-            T = best[1]
-            res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
-                                    freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping, planar=self.planar,
-                                    active=torch.zeros(M, dtype=torch.bool))
+            T, res = best[1], best[2].with_gate(torch.full((M,), cfg.gates.gate_final_m, dtype=FLOAT))
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
         for m in range(M):
@@ -533,7 +517,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             if not frames:
                 continue
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
-            vel = torch.zeros(M, 6, dtype=FLOAT)
+            motion = Motion(prims, planar, cfg.prior.velocity_smoothing, cfg.prior.acceleration)
             good = T_prev.clone()
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
@@ -541,12 +525,13 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 scene.hidden = scene.hidden_of(i)
                 depth = rec.depth(i)
                 rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
-                T0 = _predict(T_prev, vel)
+                T0 = motion.predict(T_prev)
                 if not first and cfg.prior.stop_check_m > 0:
-                    stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, vel))
+                    stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, motion.velocity))
                     if stop.any():
-                        T0, vel = T0.clone(), vel.clone()
-                        T0[stop], vel[stop] = T_prev[stop], 0.0
+                        T0 = T0.clone()
+                        T0[stop] = T_prev[stop]
+                        motion.stop(stop)
                 T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
@@ -554,10 +539,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
                 if not first:  # no velocity across the seed frame (its pose is not a motion)
-                    b = cfg.prior.velocity_smoothing
-                    moving = keep & ~was_lost  # a re-acquired body's jump from its held pose is no velocity
-                    vel = torch.where(moving.unsqueeze(-1), b * vel + (1 - b) * _velocity(T, T_prev), torch.zeros_like(vel))
-                    vel = _seen_velocity(prims, T, vel, planar)
+                    motion.update(T, T_prev, keep & ~was_lost)  # a re-acquired body's jump from its held pose is no motion
                 was_lost = ~keep
                 first = False
                 T_prev = T

@@ -18,6 +18,9 @@ class TrackSteps:
     relax: float = 1.0  # step fraction in (0, 1] applied from step relax_after on (< 1 damps two-pose cycles)
     relax_after: int = 2  # first step of a frame (0-based) that relax applies to
     converged_step: float = 2e-5  # m or rad: a frame stops when no pose parameter moves more than this
+    # a frame stops after this many steps in a row that found no pose of lower cost than the best so far
+    # (the steps then cycle between poses near the optimum; keep_best returns the best); 0: off
+    patience: int = 2
     freeze_converged: bool = True  # a body whose step falls below converged_step is not re-solved for the rest of the frame
 
 
@@ -60,11 +63,14 @@ class TrackNoise:
 
 @dataclass(frozen=True)
 class TrackPrior:
-    """The constant-velocity motion model: each frame's start and weak prior."""
+    """The motion model (``track_motion.py``): each frame's start and weak prior."""
 
-    velocity_smoothing: float = 0.5  # in [0, 1): velocity = this * previous velocity + (1 - this) * last frame's motion
-    # m: std of the constant-velocity prediction's position error per frame (0: no motion prior); about
-    # the motion's own deviation from constant velocity, acceleration x dt^2
+    velocity_smoothing: float = 0.0  # in [0, 1): velocity = this * previous velocity + (1 - this) * last frame's motion
+    # >= 0: the prediction adds this times the change between the last two frames' motions (1: constant
+    # acceleration, 0: constant velocity)
+    acceleration: float = 1.0
+    # m: std of the prediction's position error per frame (0: no motion prior); at most the motion's own
+    # deviation from constant velocity, acceleration x dt^2
     prior_m: float = 0.03
     prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
     # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
@@ -111,7 +117,7 @@ class TrackRGB:
 class TrackConfig:
     """Settings of the track stage (lengths in metres), in groups (``pipeline/config.py``)."""
 
-    iterations: int = 8  # Gauss-Newton steps per frame (fewer once converged), >= 1
+    iterations: int = 6  # Gauss-Newton steps per frame (fewer once converged), >= 1
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
     # depth recordings: "on" = (x, z, yaw) per body, "off" or "auto" = 6-D; RGB-only recordings are
     # always tracked in the image plane (track.rgb), "off" refuses them
@@ -121,7 +127,7 @@ class TrackConfig:
     steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
     gates: TrackGates = field(default_factory=TrackGates)  # which depth points and rays each body uses
     noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
-    prior: TrackPrior = field(default_factory=TrackPrior)  # constant-velocity motion model and its prior
+    prior: TrackPrior = field(default_factory=TrackPrior)  # motion model (constant acceleration) and its prior
     lost: TrackLost = field(default_factory=TrackLost)  # lost bodies and their reacquisition
     rgb: TrackRGB = field(default_factory=TrackRGB)  # planar tracking of RGB-only recordings
 

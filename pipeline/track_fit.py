@@ -66,14 +66,18 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
     # The visible surface lies in front of the centre by about half the shape's depth.
     centre = p.mean(0) + view * (min(prim.half_size) if prim.kind in ("box", "mesh") else prim.radius)
     best = (float("inf"), None)
+    started: list[torch.Tensor] = []
     for R in rot_hypotheses(prim, p):
         T = torch.eye(4, dtype=FLOAT)
         T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
         kw = dict(gate=prim.bounding_radius * 2, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
                   grazing=False)  # see gauss_newton_step
-        T = _levenberg_marquardt(cfg, prim, surface_fit(prim, T, obs.points[obs.foreground], cfg.noise.huber_m * 2.5,
-                                                        cfg.init_iterations), obs, kw)
+        T = surface_fit(prim, T, obs.points[obs.foreground], cfg.noise.huber_m * 2.5, cfg.init_iterations)
+        if any(same_placement(prim, T[0], S) for S in started):
+            continue  # the same shape in the same place as an earlier start: the same fit
+        started.append(T[0])
+        T = _levenberg_marquardt(cfg, prim, T, obs, kw)
         res = gauss_newton_step([prim], T, obs, active=torch.zeros(1, dtype=torch.bool), **kw)
         r = res.point_res[torch.isfinite(res.point_res)]
         cost = float(torch.minimum(r, torch.tensor(cfg.gates.gate_m)).square().mean()) + cfg.gates.gate_m ** 2 * float(
@@ -87,7 +91,8 @@ def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, o
     """``cfg.init_iterations`` damped Gauss-Newton steps of one primitive (1, 4, 4) from ``T``, each
     kept only where it lowers the step's truncated cost (``StepResult.cost``, judged at the next
     step's start), else retried from the last kept pose with 10x the damping (3x less after a
-    kept one, not below ``cfg.steps.damping``): a step from a partly seen box can run far off."""
+    kept one, not below ``cfg.steps.damping``): a step from a partly seen box can run far off.
+    Stops early once the proposed step moves no pose parameter more than ``cfg.steps.converged_step``."""
     def step(T: torch.Tensor, lam: float):
         return gauss_newton_step([prim], T, obs, w_depth=cfg.noise.w_depth, w_silhouette=cfg.noise.w_silhouette,
                                  damping=lam, **kw)
@@ -95,13 +100,40 @@ def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, o
     lam = cfg.steps.damping
     res = step(T, lam)
     for _ in range(cfg.init_iterations - 1):
+        if res.step_norm < cfg.steps.converged_step:
+            break  # the proposed step is negligible; larger damping only shrinks it
         cand = step(res.T, max(lam / 3.0, cfg.steps.damping))
         if cand.cost <= res.cost:
             T, res, lam = res.T, cand, max(lam / 3.0, cfg.steps.damping)
         else:
             lam *= 10.0
-            res = step(T, lam)
+            res = res.with_damping(lam)   # the same step from T, more damped
     return T
+
+
+def same_placement(prim: Primitive, T: torch.Tensor, S: torch.Tensor, tol_m: float = 1e-4,
+                   tol_rad: float = 1e-3) -> bool:
+    """Whether poses T and S (4, 4) put the same shape in the same place: centres within ``tol_m``
+    and ``T^-1 S``'s rotation within ``tol_rad`` of a rotation mapping the shape onto itself (a box:
+    half-turns about its axes, quarter-turns about an axis with equal sides; a capsule or cylinder:
+    any spin about its axis and the half-turn that flips it; a sphere: any)."""
+    if float((T[:3, 3] - S[:3, 3]).norm()) > tol_m:
+        return False
+    if prim.kind == "sphere":
+        return True
+    D = (T[:3, :3].T @ S[:3, :3]).numpy()
+    if prim.kind in ("capsule", "cylinder"):
+        return abs(D[2, 2]) > np.cos(tol_rad)
+    if prim.kind != "box":
+        return bool(np.arccos(np.clip((np.trace(D) - 1) / 2, -1, 1)) < tol_rad)
+    h = np.asarray(prim.half_size)
+    P = np.round(D)   # the nearest signed permutation, if D is near one
+    if np.abs(P).sum(0).tolist() != [1, 1, 1] or np.abs(P).sum(1).tolist() != [1, 1, 1] or np.linalg.det(P) < 0:
+        return False
+    perm = np.abs(P).argmax(0)
+    if np.abs(h[perm] - h).max() > 1e-9:
+        return False
+    return bool(np.arccos(np.clip((np.trace(P.T @ D) - 1) / 2, -1, 1)) < tol_rad)
 
 
 def surface_fit(prim: Primitive, T: torch.Tensor, pts: torch.Tensor, scale: float, iterations: int) -> torch.Tensor:

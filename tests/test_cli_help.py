@@ -79,7 +79,7 @@ def test_every_setting_has_help(spec):
 def test_track_help_groups_the_settings_under_their_headings():
     out = _help("track")
     for heading in ("steps: the Gauss-Newton steps", "gates: which depth points", "noise: depth noise model",
-                    "prior: constant-velocity motion model", "lost: lost bodies"):
+                    "prior: motion model (constant acceleration)", "lost: lost bodies"):
         assert heading in out
     assert out.index("gates: which depth points") < out.index("--gates.gate-m") < out.index("noise: depth noise model")
     assert "--noise.depth-noise-k" in out  # an optional (float or null) setting is an option too

@@ -12,18 +12,20 @@ from vid2sim.pipeline.track import TrackConfig
 
 # TrackConfig's settings and defaults before they were grouped (settings.json of earlier runs)
 UNGROUPED_TRACK = {
-    "iterations": 8, "init_iterations": 25, "gate_m": 0.03, "gate_final_m": 0.012, "gate_max_m": 0.15,
+    "iterations": 6, "init_iterations": 25, "gate_m": 0.03, "gate_final_m": 0.012, "gate_max_m": 0.15,
     "search_iterations": 4, "travel_iterations": 8, "travel_step": 1e-3, "huber_m": 0.004, "depth_noise_k": None,
     "depth_noise_floor_m": 0.001, "start_noise_k": 0.004, "freespace_tol_m": 0.02, "w_depth": 1.0,
     "w_silhouette": 1.0, "w_color": 1.0, "color_tol": 0.06, "damping": 1e-3, "keep_best": True, "relax": 1.0,
-    "relax_after": 2, "converged_step": 2e-5, "planar": "auto", "velocity_smoothing": 0.5, "prior_m": 0.03,
+    "relax_after": 2, "converged_step": 2e-5, "planar": "auto", "velocity_smoothing": 0.0, "prior_m": 0.03,
     "prior_rad": 0.03, "roi_pad_px": 10, "stride": 1, "max_rays": 20000, "reach_m": 0.05, "background_tol_m": 0.02,
     "inlier_m": 0.01, "lost_min_pixels": 20, "lost_min_support": 0.3, "stop_check_m": 0.01, "stop_check_rad": 0.1,
     "reacquire": True, "reacquire_reach": 2.5, "overlay": True, "max_overlay_frames": 600,
     "ray_budget": 0, "edge_share": 0.5, "edge_band_px": 4, "freeze_converged": True,
     # track.rgb (planar tracking of RGB-only recordings), added after the grouping
     "distance_m": 0.0, "scale": False, "pyramid": 3, "ecc_iterations": 60, "min_features": 10, "fb_px": 0.5,
-    "grow_px": 2, "key_correlation": 0.9, "lost_correlation": 0.5}
+    "grow_px": 2, "key_correlation": 0.9, "lost_correlation": 0.5,
+    # track speed (issue 31): the constant-acceleration prediction, stopping a frame's steps on no progress
+    "acceleration": 1.0, "patience": 2}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():

@@ -25,7 +25,8 @@ about its axis, a sphere's rotation) have no information and are left out of the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 
@@ -101,6 +102,20 @@ class StepResult:
     step_norm: float
     body_step: torch.Tensor | None = None  # (M,) each body's largest step component; 0 inactive, inf too few points
     cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 3^2 per free-space ray
+    regate: object = None  # gate (M,) -> (assigned, point_res) of the input poses' render with that gate
+    resolve: object = None  # damping -> (T, step_norm, body_step) of the same normal equations with that damping
+
+    def with_damping(self, damping: float) -> "StepResult":
+        """This step taken with another Levenberg-Marquardt ``damping`` (no new render: the
+        residuals and normal equations of the input poses are the same)."""
+        T, step_norm, body_step = self.resolve(damping)
+        return replace(self, T=T, step_norm=step_norm, body_step=body_step)
+
+    def with_gate(self, gate: torch.Tensor) -> "StepResult":
+        """This result with ``assigned`` and ``point_res`` for per-body gates ``gate`` (M,) (the
+        render, free space and cost do not depend on the gate)."""
+        assigned, point_res = self.regate(gate)
+        return replace(self, assigned=assigned, point_res=point_res)
 
 
 def _at_most(idx: torch.Tensor, n: int) -> tuple[torch.Tensor, float]:
@@ -238,35 +253,64 @@ class _Assignment:
         return cost + GATE_SIGMAS ** 2 * float(self.weight[self.freespace].sum())
 
 
-def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
-            freespace_tol: float) -> _Assignment:
-    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
-    M = len(prims)
-    hit = render_hits(prims, T, obs.origin, obs.dirs)
-    near, visible = hit.min(0)
-    visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
+def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tensor,
+                 gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each point (rays ``idx``) assigned to its nearest body (``best``: values, indices (P,)) where
+    nearer than that body's gate (``gate`` (M,)) or GATE_SIGMAS of its noise ``sig`` (P,): the
+    assigned body (N,) (-1 none) and its distance (N,) (inf where unassigned)."""
+    assigned = torch.full_like(visible, -1)
+    point_res = torch.full(visible.shape, float("inf"), dtype=sig.dtype)
+    if idx.numel():
+        ok = best.values < torch.maximum(gate[best.indices], GATE_SIGMAS * sig)
+        assigned[idx[ok]] = best.indices[ok]
+        point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
+    return assigned, point_res
+
+
+def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
+    """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
+    per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
+    (P, 3) and the free-space tolerance (N,) or float. Recomputed if a field was replaced."""
+    key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
+    cached = getattr(obs, "_static_cache", None)
+    if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
+        return cached[1]
     valid = obs.depth > 0
     pts = obs.points
     fg = valid & obs.foreground
     idx = fg.nonzero().squeeze(-1)
     # Residual noise: the depth noise of each point (whitened IRLS: Huber on r / sigma,
     # weight 1 / sigma^2), and a gate no tighter than GATE_SIGMAS so the noise is not truncated.
-    sig = torch.full((idx.numel(),), scale, dtype=T.dtype) if obs.sigma is None else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
+    sig = torch.full((idx.numel(),), scale, dtype=obs.dirs.dtype) if obs.sigma is None \
+        else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
+    tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
+    out = (valid, pts, fg, idx, sig, pts[idx], tol)
+    obs._static_cache = (key, out)
+    return out
+
+
+def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
+            freespace_tol: float, jacobians: bool = True) -> _Assignment:
+    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays;
+    ``jacobians`` off: no point Jacobians (``_Assignment.jac`` empty), for a cost or a final render."""
+    M = len(prims)
+    hit = render_hits(prims, T, obs.origin, obs.dirs)
+    near, visible = hit.min(0)
+    visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
+    valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
     sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
     jac = []
     for m, prim in enumerate(prims):
-        d, J = point_residuals(prim, T[m], pts[idx])
+        if jacobians:
+            d, J = point_residuals(prim, T[m], pts_idx)
+            jac.append(J)
+        else:
+            R, t = T[m, :3, :3], T[m, :3, 3]
+            d = sdf_and_grad(prim, (pts_idx - t) @ R)[0]
         sd[m] = d
-        jac.append(J)
     best = sd.abs().min(0) if M else None
-    assigned = torch.full_like(visible, -1)
-    point_res = torch.full(visible.shape, float("inf"), dtype=T.dtype)
-    if idx.numel():
-        ok = best.values < torch.maximum(gate[best.indices], GATE_SIGMAS * sig)
-        assigned[idx[ok]] = best.indices[ok]
-        point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
+    assigned, point_res = _gate_points(visible, idx, best, sig, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.
-    tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
@@ -282,28 +326,27 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     # Depth along the ray where the render shows this body (linear in the sensor noise).
     ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
     on = a.fg & (a.visible == m) & ((a.near - obs.depth).abs() < torch.maximum(gate, GATE_SIGMAS * ray_sig))
-    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on], a.near[on])
+    on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
+    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i])
     keep_d = torch.isfinite(rd)
     sel = sel & ~on[a.idx]
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
     # depth along the ray is too nonlinear there, so their points enter point-to-surface,
     # whitened by the noise across the surface, sigma |cos| (noise is along the ray); the pose
     # directions only such a face pins down (a cart's tilt about its long axis) need them.
-    graze = on.clone()
-    graze[on] = ~keep_d
-    graze &= a.assigned == m          # and whose point is nearest to this body (not a part in front)
-    if not grazing:
-        graze[:] = False
+    graze = on_i[~keep_d] if grazing else on_i[:0]
+    graze = graze[a.assigned[graze] == m]   # and whose point is nearest to this body (not a part in front)
     rg, Jg = point_residuals(prim, T_m, a.pts[graze])
     d_g = obs.dirs[graze]
     sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
-    r1 = torch.cat([rd[keep_d] - obs.depth[on][keep_d], a.sd[m][sel], rg[ok_g]])
+    on_d = on_i[keep_d]
+    r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
     J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
-    s1 = torch.cat([ray_sig[on][keep_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
+    s1 = torch.cat([ray_sig[on_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
     if obs.weight is None:
         return r1, J1, s1, torch.ones_like(r1)
-    k1 = torch.cat([obs.weight[on][keep_d], obs.weight[a.idx[sel]], obs.weight[graze][ok_g]])
+    k1 = torch.cat([obs.weight[on_d], obs.weight[a.idx[sel]], obs.weight[graze][ok_g]])
     return r1, J1, s1, k1
 
 
@@ -313,12 +356,16 @@ def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observati
     weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with colour labels the coverage of
     rays labelled m that the render does not show as m."""
     rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
-    r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
+    if obs.label is None:
+        r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
+    else:  # the free-space and coverage rays in one call: one line search
+        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
+        r_all, J_all = margin_residuals(prim, T_m, obs.origin, obs.dirs[torch.cat([rays[0], cover[0]])])
+        n2 = rays[0].numel()
+        r2, J2, r3, J3 = r_all[:n2], J_all[:n2], r_all[n2:], J_all[n2:]
     s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
     k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
     if obs.label is not None:
-        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
-        r3, J3 = margin_residuals(prim, T_m, obs.origin, obs.dirs[cover[0]])
         r3 = r3.clamp(max=0)
         s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
                              else scale)
@@ -372,17 +419,16 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
-    a = _assign(prims, T, obs, gate, scale, freespace_tol)
+    a = _assign(prims, T, obs, gate, scale, freespace_tol, jacobians=active is None or bool(active.any()))
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
-    T_new = T.clone()
-    step_norm = 0.0
-    body_step = torch.zeros(M, dtype=T.dtype)
+    unsolved = torch.zeros(M, dtype=T.dtype)   # inf: a body not solved for too few points
+    normal = {}
     for m, prim in enumerate(prims):
         if active is not None and not bool(active[m]):
             continue
         sel = a.selected(m, gate[m])
         if int(sel.sum()) < len(dofs) and (obs.label is None or bool(a.valid.any())):
-            body_step[m] = float("inf")  # not solved: too few points within its gate
+            unsolved[m] = float("inf")  # not solved: too few points within its gate
             continue
         r1, J1, s1, k1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
         w1 = w_depth * k1 * huber_weights(r1 / s1, HUBER_K) / s1**2
@@ -390,7 +436,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):
-            body_step[m] = float("inf")
+            unsolved[m] = float("inf")
             continue
         H = (J * w.unsqueeze(-1)).T @ J
         g = (J * w.unsqueeze(-1)).T @ r
@@ -398,12 +444,27 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
             e, wp = _prior_terms(T[m], T_prior[m], prior_sigma, dofs)
             H = H + torch.diag(wp)
             g = g + wp * e
-        delta = _solve(prim, T[m], H, g, w, dofs, damping, step_scale)
+        normal[m] = (H, g, w)
+    T_new, step_norm, body_step = _steps(prims, T, normal, unsolved, dofs, damping, step_scale)
+    # A fixed, truncated objective of the input poses, comparable across steps (the residual
+    # sets above change with the pose, so the caller keeps the best pose it has seen).
+    return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost(),
+                      partial(_gate_points, a.visible, a.idx, a.best, a.sig),
+                      partial(_steps, prims, T, normal, unsolved, dofs, step_scale=step_scale))
+
+
+def _steps(prims: list[Primitive], T: torch.Tensor, normal: dict, unsolved: torch.Tensor, dofs: list[int],
+           damping: float, step_scale: float) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """The damped steps of the bodies with normal equations ``normal`` {m: (H, g, w)}: poses
+    (M, 4, 4), the largest step component, each body's (M,) (``StepResult.body_step``)."""
+    T_new = T.clone()
+    step_norm = 0.0
+    body_step = unsolved.clone()
+    for m, (H, g, w) in normal.items():
+        delta = _solve(prims[m], T[m], H, g, w, dofs, damping, step_scale)
         xi = torch.zeros(6, dtype=T.dtype)
         xi[dofs] = delta
         T_new[m] = perturb(T[m], xi)
         body_step[m] = float(delta.abs().max())
         step_norm = max(step_norm, float(body_step[m]))
-    # A fixed, truncated objective of the input poses, comparable across steps (the residual
-    # sets above change with the pose, so the caller keeps the best pose it has seen).
-    return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost())
+    return T_new, step_norm, body_step

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import mesh as _mesh
-from vid2sim.models.render.golden import golden_section
+from vid2sim.models.render.golden import golden_section, golden_section_np
 _TINY = 1e-20
 
 
@@ -358,6 +359,37 @@ def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: 
             s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
             pierce = s_in < s_out
             lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
+        if o.dtype == torch.float64 and prim.kind in ("box", "cylinder"):   # NumPy: the same values, cheaper
+            lo, hi = golden_section_np(_line_sdf_np(prim, o, d), lo.numpy(), hi.numpy(), iters)
+            return torch.from_numpy(0.5 * (lo + hi))
         lo, hi = golden_section(lambda s: sdf(prim, o + s.unsqueeze(-1) * d), lo, hi, iters)
         return 0.5 * (lo + hi)
+
+
+def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
+    """s (...) -> ``sdf(prim, o + s d)`` (...) of a box or cylinder in NumPy, with ``sdf``'s
+    float64 operations in its order (so the same values)."""
+    if o.shape != d.shape:
+        o, d = torch.broadcast_tensors(o, d)
+    shape = o.shape
+    O = np.moveaxis(o.numpy(), -1, 0).copy()   # (3, ...)
+    D = np.moveaxis(d.numpy(), -1, 0).copy()
+    if prim.kind == "box":
+        H = np.asarray(prim.half_size, dtype=np.float64).reshape((3,) + (1,) * (len(shape) - 1))
+
+        def f(s):
+            a = np.abs(O + s * D) - H
+            p = np.maximum(a, 0.0)
+            p *= p
+            return np.sqrt(p[0] + p[1] + p[2] + _TINY) + np.minimum(np.maximum(np.maximum(a[0], a[1]), a[2]), 0.0)
+        return f
+    r, h = prim.radius, prim.half_length
+
+    def f(s):
+        q = O + s * D
+        dr = np.sqrt(q[0] * q[0] + q[1] * q[1] + _TINY) - r
+        dz = np.abs(q[2]) - h
+        a, b = np.maximum(dr, 0.0), np.maximum(dz, 0.0)
+        return np.sqrt(a * a + b * b + _TINY) + np.minimum(np.maximum(dr, dz), 0.0)
+    return f
 
