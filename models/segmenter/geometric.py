@@ -16,8 +16,11 @@ It does not split two parts that touch at the same depth (the learned segmenter 
 """
 from __future__ import annotations
 
+import math
+
 import cv2
 import numpy as np
+from scipy import ndimage
 
 from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import Detection
@@ -210,13 +213,15 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
     changed = True
     while changed:
         changed = False
+        boxes = ndimage.find_objects(lab)
         for ia in ids:
+            near_ids = [ib for ib in ids if ib != ia and _box_gap(boxes[ia - 1], boxes[ib - 1]) <= 1.1 * max_gap_px + 2]
+            if not near_ids:     # every other region's box is farther than the gap (a bound on the distance)
+                continue
             A = lab == ia
             dist, _ = cv2.distanceTransformWithLabels((~A).astype(np.uint8), cv2.DIST_L2, 5,
                                                       labelType=cv2.DIST_LABEL_PIXEL)
-            for ib in ids:
-                if ib == ia:
-                    continue
+            for ib in near_ids:
                 B = lab == ib
                 bv, bu = np.nonzero(B)
                 k = int(np.argmin(dist[bv, bu]))
@@ -246,6 +251,14 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
             if changed:
                 break
     return lab
+
+
+def _box_gap(a: tuple[slice, slice] | None, b: tuple[slice, slice] | None) -> float:
+    """The larger of the row and column gaps (px) between two ``find_objects`` boxes: no pixel
+    of one is nearer than this to a pixel of the other (inf where a box is missing)."""
+    if a is None or b is None:
+        return math.inf
+    return float(max(max(a[k].start - b[k].stop + 1, b[k].start - a[k].stop + 1, 0) for k in (0, 1)))
 
 
 def split_bent(mask: np.ndarray, rng: np.random.Generator, min_pixels: int, fill: float = 0.6,
