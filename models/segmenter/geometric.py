@@ -16,6 +16,7 @@ It does not split two parts that touch at the same depth (the learned segmenter 
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import cv2
@@ -25,6 +26,8 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.models.segmenter.normals import depth_to_normals, discontinuities, smooth_depth
+
+log = logging.getLogger(__name__)
 
 BOX, CAPSULE, SPHERE, CYLINDER = (CLASSES.index(c) for c in ("box", "capsule", "sphere", "cylinder"))
 
@@ -196,6 +199,9 @@ def classify_features(f: np.ndarray) -> tuple[int, float]:
     if round_ > 0.25 and round_ > flat:
         return CAPSULE, min(1.0, 0.5 + round_)
     return CYLINDER, min(1.0, 1.0 - round_)
+
+
+MERGE_MAX_REGIONS = 300   # merge_occluded's pairwise search beyond this many regions would take minutes
 
 
 def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_px: int = 30) -> np.ndarray:
@@ -382,7 +388,11 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
         if (u.min() <= 3 and u.max() >= w - 4) or (v.min() <= 3 and v.max() >= h - 4):
             continue
         ids.append(k)
-    lab = merge_occluded(lab, d, ids)
+    if len(ids) <= MERGE_MAX_REGIONS:
+        lab = merge_occluded(lab, d, ids)
+    else:
+        log.warning("segment: %d depth regions of >= %d px (a shattered frame, e.g. sensor noise at high "
+                    "resolution): the merge of parts cut by a nearer one is skipped", len(ids), min_pixels)
     def classify(m: np.ndarray) -> tuple[int, float] | None:
         inner = cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
         use = inner & valid if (inner & valid).sum() >= 20 else m & valid
