@@ -30,7 +30,7 @@ import torch
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import mesh as _mesh
-from vid2sim.models.render.golden import golden_section, golden_section_np
+from vid2sim.models.render.golden import golden_section
 _TINY = 1e-20
 
 
@@ -360,7 +360,7 @@ def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: 
             pierce = s_in < s_out
             lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
         if o.dtype == torch.float64 and prim.kind in ("box", "cylinder"):   # NumPy: the same values, cheaper
-            lo, hi = golden_section_np(_line_sdf_np(prim, o, d), lo.numpy(), hi.numpy(), iters)
+            lo, hi = golden_section(_line_sdf_np(prim, o, d), lo.numpy(), hi.numpy(), iters)
             return torch.from_numpy(0.5 * (lo + hi))
         lo, hi = golden_section(lambda s: sdf(prim, o + s.unsqueeze(-1) * d), lo, hi, iters)
         return 0.5 * (lo + hi)
