@@ -27,6 +27,8 @@ import sys
 import numpy as np
 import torch
 
+from vid2sim.datasets.atomic import OutputError, atomic_path
+
 log = logging.getLogger(__name__)
 ENABLED = os.environ.get("VID2SIM_NATIVE_LOOP", "1") != "0"   # the C step loop (0: the Python loop)
 _LIBS: dict = {}
@@ -93,13 +95,12 @@ def _library(src: str):
         cc = _compiler()
         if cc is None:
             return None
-        d.mkdir(parents=True, exist_ok=True)
-        c, tmp = d / f"{key}.{os.getpid()}.c", d / f".{key}.{os.getpid()}.so"
-        c.write_text(src)
+        c = d / f"{key}.{os.getpid()}.c"
         try:
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(c)], check=True, capture_output=True)
-            os.replace(tmp, so)
-        except (OSError, subprocess.CalledProcessError) as e:
+            with atomic_path(so) as tmp:
+                c.write_text(src)
+                subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(c)], check=True, capture_output=True)
+        except (OSError, OutputError, subprocess.CalledProcessError) as e:
             log.warning("step loop not compiled (%s); the Python loop runs", e)
             return None
         finally:

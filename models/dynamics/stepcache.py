@@ -36,6 +36,8 @@ import types
 import numpy as np
 import torch
 
+from vid2sim.datasets.atomic import OutputError, atomic_path, write_text
+
 log = logging.getLogger(__name__)
 ENABLED = os.environ.get("VID2SIM_STEP_CACHE", "1") != "0"   # memory + disk cache of compiled steps (0: off)
 _MEMORY: dict = {}
@@ -124,15 +126,11 @@ def remember(key: str, graph) -> None:
               for part, plan in zip(("fw", "bw"), graph.plans) if plan is not None}
     try:
         d = _dir()
-        d.mkdir(parents=True, exist_ok=True)
         if any(consts.values()):
-            tmp = d / f".{key}.{os.getpid()}.pt.tmp"
-            torch.save(consts, tmp)
-            os.replace(tmp, d / f"{key}.pt")
-        tmp = d / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(dict(rec, constants=any(consts.values()))))
-        os.replace(tmp, d / f"{key}.json")
-    except OSError as e:
+            with atomic_path(d / f"{key}.pt") as tmp:
+                torch.save(consts, tmp)
+        write_text(d / f"{key}.json", json.dumps(dict(rec, constants=any(consts.values()))))
+    except (OSError, OutputError) as e:
         log.warning("compiled step not written to the disk cache: %s", e)
 
 
