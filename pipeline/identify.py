@@ -268,9 +268,10 @@ def shooting_windows(cfg: IdentifyConfig, frames: int, fps: float) -> int:
     return max(cfg.shooting.windows, math.ceil((frames - 1) / (cfg.shooting.window_s * fps) - 1e-9))
 
 
-def method_options(cfg: IdentifyConfig, method: str, frames: int = 0, fps: float = 30.0) -> dict:
-    """The settings of ``cfg`` that ``infer(method, ...)`` takes beyond the budget, for a clip of
-    ``frames`` samples at ``fps`` (0: ``cfg.shooting.windows`` windows)."""
+def method_options(cfg: IdentifyConfig, method: str, prob: Problem | None = None, fps: float = 30.0) -> dict:
+    """The settings of ``cfg`` that ``infer(method, prob, ...)`` takes beyond the budget; the shooting
+    windows for ``prob``'s shortest trajectory at ``fps`` (None: ``cfg.shooting.windows``)."""
+    frames = 0 if prob is None else min(o.shape[0] for o in prob.observations)
     opts = ({"windows": shooting_windows(cfg, frames, fps), "polish": cfg.shooting.polish,
              "precondition": cfg.inference.precondition, "stop_tol": cfg.inference.stop_tol}
             if method == "csvgd" else {})
@@ -314,7 +315,7 @@ def _run(cfg: IdentifyConfig, art: Articulation, jp: JointPositions, poses: Pose
         sim, q, prob = root.sim, root.q, root.problem
     fit = make_video_problem(cfg, sim, prob, rec, poses, shapes) if cfg.observation == "video" else prob
     pushed = root is not None and "pusher" in root.extra
-    opts = method_options(cfg, cfg.inference.method, min(o.shape[0] for o in prob.observations), fps)
+    opts = method_options(cfg, cfg.inference.method, fit, fps)
     if warm is not None and cfg.inference.method == "csvgd":
         opts.update(windows=1, init=(warm.theta, warm.start))
         log.info("identify: starting from the earlier fit's %d particles (single shooting)", len(warm.theta))

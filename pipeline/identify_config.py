@@ -41,8 +41,8 @@ class IdentifyInference:
     cmaes_polish: float = 0.1      # cmaes, in [0, 1): budget fraction for a last Levenberg-Marquardt refinement
                                    # of the best individual (methods.cmaes); 0: off
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
-    stop_tol: float = 0.05         # csvgd's Gauss-Newton steps end once the particles' mean log-likelihood rose
-                                   # less than this (nats) over 10 steps: converged (0: spend the whole budget)
+    stop_tol: float = 0.05         # csvgd's Gauss-Newton steps end once, over 10 steps, the best particle rose less
+                                   # than this (nats) and no particle joined the converged set (0: the whole budget)
 
     def __post_init__(self):
         if self.stop_tol < 0:

@@ -152,7 +152,7 @@ def fit(job: dict, rec: dict) -> tuple:
     sim = identify.build_simulator(cfg, art, poses, rec["shapes"], fps)
     prob = identify.make_problem(cfg, sim, identify.joint_trajectory(jp, sim.dof_names, cfg.frames), fps)
     res = infer(cfg.inference.method, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations,
-                seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method))
+                seed=cfg.seed, **identify.method_options(cfg, cfg.inference.method, prob, fps))
     post = identify.fitted_posterior(cfg, sim, prob, res, {})
     post = identify.with_identifiability(cfg, post, sim.anchor)
     return prob, res, post, sim, time.perf_counter() - t0

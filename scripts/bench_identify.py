@@ -117,7 +117,7 @@ def run_protocol(art, jp, poses, shapes, truth, cfg: IdentifyConfig, anchor: dic
            "truth": dict(zip(names, t_true.tolist())), "nmae": {}, "seconds": {}, "estimates": {},
            "log_likelihood": {}, "evaluations": {}}
     for m in methods:
-        opts = method_options(cfg, m)
+        opts = method_options(cfg, m, prob, fps)
         t0 = time.perf_counter()
         res = infer(m, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations, seed=cfg.seed,
                     **opts)

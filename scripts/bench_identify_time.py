@@ -50,7 +50,7 @@ def main() -> None:
         for m in ("cmaes", "csvgd"):
             t0 = time.perf_counter()
             res = infer(m, prob, particles=cfg.inference.particles, iterations=cfg.inference.iterations, seed=cfg.seed,
-                        **method_options(cfg, m))
+                        **method_options(cfg, m, prob, poses.fps))
             row[m] = {"seconds": round(time.perf_counter() - t0, 2), "log_likelihood": float(res.log_likelihood.max())}
             if m == "csvgd":
                 target = row["cmaes"]["log_likelihood"] - a.tolerance

@@ -355,9 +355,9 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     cut into the same windows; about 3 N + S + 1 rollouts, from the polish budget). On a chaotic
     clip, where single shooting from the windows' states stalls, that keeps the
     multiple-shooting particles, and ``score`` then picks the best of them; False: always the
-    polished ones. ``stop_tol`` > 0 ends the Gauss-Newton phase early once the particles' mean
-    log-likelihood rose by less than that many nats over ``refresh`` steps (``svgd_newton``); the
-    rollouts it did not spend are not spent. ``init`` = (theta (N, P), start (N, K, S)), physical:
+    polished ones. ``stop_tol`` > 0 ends the Gauss-Newton phase early once converged
+    (``svgd_newton.Convergence``: over ``refresh`` steps the best particle rose by less than that
+    many nats and no particle joined the converged set); the rollouts it did not spend are not spent. ``init`` = (theta (N, P), start (N, K, S)), physical:
     start from these particles (e.g. an earlier fit's) instead of a Sobol sample at the guessed
     starts. The measurements behind these defaults are in
     docs/decisions.md ("Settings and their measured reasons")."""
