@@ -47,8 +47,8 @@ class DepthRenderer:
             with torch.no_grad():
                 s = ray_hit(prim, t.expand(len(sel), 3), d)
             closer = s < best[sel]
-            best[sel] = torch.where(closer, s, best[sel])
-            ids[sel] = torch.where(closer, torch.full_like(s, m, dtype=torch.long), ids[sel])
+            best[sel[closer]] = s[closer]
+            ids[sel[closer]] = m
         depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
         return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
 

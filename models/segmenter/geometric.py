@@ -393,6 +393,7 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
     else:
         log.warning("segment: %d depth regions of >= %d px (a shattered frame, e.g. sensor noise at high "
                     "resolution): the merge of parts cut by a nearer one is skipped", len(ids), min_pixels)
+
     def classify(m: np.ndarray) -> tuple[int, float] | None:
         inner = cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
         use = inner & valid if (inner & valid).sum() >= 20 else m & valid
