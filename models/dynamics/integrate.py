@@ -312,6 +312,12 @@ def step(model: Model, state: State, control: Control | None = None, dt: float =
     return State(q, qd)
 
 
+def _joined(qs: list, qds: list, rest: tuple) -> State:
+    """The states of the steps taken one by one (lists of (B, nq) / (B, nv)) followed by ``rest``
+    ((T, B, nq), (T, B, nv)) from ``kernels.rollout_steps``."""
+    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
+
+
 def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=None,
             integrator: str = "euler", compile: bool = False, algorithm: str = "jsim") -> State:
     """States over time: q (steps+1, B, nq), qd (steps+1, B, nv); index 0 is state0.
@@ -366,13 +372,13 @@ def rollout(model: Model, state0: State, steps: int, dt: float = 1e-3, controls=
                 rest = None if kept is None else rollout_steps(kept, prep, q, qd, controls, float(dt), integrator,
                                                                k, steps)
                 if rest is not None:
-                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
+                    return _joined(qs, qds, rest)
             if graph is not None and k == first + 1 and KERNEL_ROLLOUT:
                 rest = rollout_steps(graph, prep, q, qd, controls, float(dt), integrator, k, steps)
                 if rest is not None:
                     if key is not None:
                         stepcache.remember(key, graph)
-                    return State(torch.cat([torch.stack(qs), rest[0]]), torch.cat([torch.stack(qds), rest[1]]))
+                    return _joined(qs, qds, rest)
             if graph is not None:
                 q, qd = compiled.replay(graph, *args)
             elif k < first or not compile:
