@@ -94,7 +94,8 @@ def render_pieces(pieces: list[Piece], K: np.ndarray, size: tuple[int, int]) -> 
 # ---------------------------------------------------------------- support (floor, table, wall)
 
 class Support:
-    """A horizontal support plane {p : n . p + h = 0} (n the unit up vector in the camera frame)."""
+    """A plane {p : n . p + h = 0} in the camera frame: n the unit normal on the camera's side
+    (up for a floor or table top, towards the camera for a wall), h > 0 the camera's distance to it."""
 
     def __init__(self, n: np.ndarray, h: float):
         self.n, self.h = n / np.linalg.norm(n), float(h)
