@@ -226,7 +226,8 @@ def _reused(mech: str, seed: int, args, cell: Path, row: dict) -> tuple[Path, li
     first = STAGES.index(args.start)
     earlier = STAGES[:first]
     row.update({k: v for k, v in src.items() if k not in ("stages", "topology_ok", "tree_ok", "types_ok",
-                                                           "joints_found", "tracebacks")})
+                                                           "joints_found", "tracebacks")
+                and not (first == 0 and k.startswith("seg_"))})
     row["stages"] = {s: src["stages"][s] for s in earlier if s in src["stages"]}
     if not all(row["stages"].get(s, {}).get("rc") == 0 for s in earlier):
         return src_cell / "rec", []
@@ -264,10 +265,12 @@ def run_cell(mech: str, seed: int, args) -> dict:
             row["tracebacks"] = int(synth["traceback"])
             return row
         stages = list(STAGES)
+    stages = [st for st in stages if STAGES.index(st) <= STAGES.index(args.to)]
     truth = json.loads((rec / "truth.json").read_text())
     row["scene"] = truth["scene"]
     for stage in stages:
-        res = _run(_cli("--threads", "1", stage, str(rec), "--out", str(run)), args.timeout)
+        extra = ["--checkpoint", str(args.segment_checkpoint)] if stage == "segment" and args.segment_checkpoint else []
+        res = _run(_cli("--threads", "1", stage, str(rec), "--out", str(run), *extra), args.timeout)
         row["stages"][stage] = res
         if res["rc"] != 0:
             break
@@ -281,7 +284,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
         except Exception as e:  # the artifact is unreadable: the bench says so, it does not stop
             res["score_error"] = f"{type(e).__name__}: {e}"
     row["tracebacks"] = sum(int(s["traceback"]) for s in row["stages"].values())
-    if not args.keep and all(row["stages"].get(s, {}).get("rc") == 0 for s in STAGES):
+    if not args.keep and all(row["stages"].get(s, {}).get("rc") == 0 for s in STAGES[:STAGES.index(args.to) + 1]):
         shutil.rmtree(cell, ignore_errors=True)
     return row
 
@@ -374,6 +377,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--from", dest="start", choices=STAGES, default="articulate",
                     help="with --reuse: the first stage to run again")
     ap.add_argument("--keep", action="store_true", help="keep every cell's recording and run (default: failed ones only)")
+    ap.add_argument("--to", choices=STAGES, default=STAGES[-1], help="the last stage to run (scores of later ones stay unset)")
+    ap.add_argument("--segment-checkpoint", type=Path, default=None,
+                    help="learned segmenter weights the segment stage uses (default: the shipped ones)")
     args = ap.parse_args(argv)
     mechs = [m for s in args.mechanisms for m in s.split(",") if m]
     unknown = [m for m in mechs if m not in MECHANISMS]

@@ -25,6 +25,13 @@ refinement with the shape classifier) for the learned one. ``confusion`` gives, 
 segmenter, the class confusion matrix of the matched instances (rows: truth, columns:
 decision, in ``classes`` order).
 The last line printed is the JSON summary.
+
+``--stream clutter`` scores the learned segmenter on samples ``0..N-1`` of
+``HELD_OUT_SEED`` of the randomised stream (``vid2sim.datasets.synthetic.clutter``:
+non-primitive clutter as background, tables, far framing, touching parts) under the
+sensors ``none``, ``realsense`` and ``kinect`` (``--noise``) instead:
+
+    OMP_NUM_THREADS=1 python scripts/bench_segment.py --stream clutter --methods learned --frames 100
 """
 from __future__ import annotations
 
@@ -154,13 +161,18 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     ap.add_argument("--score-threshold", type=float, default=0.5)
     ap.add_argument("--methods", default="learned,geometric")
-    ap.add_argument("--noise", default="none,realistic")
+    ap.add_argument("--noise", default=None,
+                    help="comma-separated sensors (default: none,realistic; with --stream clutter none,realsense,kinect)")
+    ap.add_argument("--stream", choices=("primitives", "clutter"), default="primitives",
+                    help="held-out frames: primitives (make_sample) or clutter (make_clutter_sample)")
     ap.add_argument("--no-split", action="store_true",
                     help="learned: do not split merged masks into the geometric parts (reconcile.split_merged)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     ap.add_argument("--reuse", type=Path, default=None,
                     help="take the results of methods not run now from this earlier JSON (same frames)")
     args = ap.parse_args(argv)
+    if args.noise is None:
+        args.noise = "none,realistic" if args.stream == "primitives" else "none,realsense,kinect"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
     methods = args.methods.split(",")
@@ -169,9 +181,15 @@ def main(argv=None) -> int:
     times = []
     t0 = time.time()
     for k in range(args.first, args.first + args.frames):
-        s = make_sample(k, HELD_OUT_SEED, noise="none")
+        s0 = make_sample(k, HELD_OUT_SEED, noise="none") if args.stream == "primitives" else None
         for noise in args.noise.split(","):
-            depth = frame_depth(s, k, noise)
+            if s0 is not None:
+                s, depth = s0, frame_depth(s0, k, noise)
+            else:
+                from vid2sim.datasets.synthetic.clutter import make_clutter_sample
+
+                s = make_clutter_sample(k, HELD_OUT_SEED, noise=noise)
+                depth = s.depth
             for m in methods:
                 if m == "learned":
                     t = time.perf_counter()
@@ -185,6 +203,7 @@ def main(argv=None) -> int:
         if (k + 1) % 20 == 0:
             logging.info("%d/%d frames (%.0f s)", k + 1 - args.first, args.frames, time.time() - t0)
     out: dict = {"frames": args.frames, **({"first": args.first} if args.first else {}), "seed": HELD_OUT_SEED,
+                 **({"stream": args.stream} if args.stream != "primitives" else {}),
                  "size": [320, 240], "classes": list(CLASSES)}
     for (m, noise), sc in scores.items():
         if noise == "none":

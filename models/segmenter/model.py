@@ -22,7 +22,8 @@ def save_checkpoint(model: torch.nn.Module, path: str | Path, meta: dict) -> Non
     """Half-precision weights (the checkpoint stays small) plus plain metadata, atomically."""
     from vid2sim.datasets.atomic import atomic_path
 
-    state = {k: (v.half() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu())
+             for k, v in model.state_dict().items()}
     with atomic_path(path) as tmp:
         torch.save({"state_dict": state, "classes": list(CLASSES), "meta": meta}, tmp)
 

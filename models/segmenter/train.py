@@ -44,16 +44,21 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
         lr: float = 1e-3, warmup: int = 200, log_path: Path | None = None, checkpoint: Path | None = None,
         save_every: int = 200, start_iter: int = 0, meta: dict | None = None,
         optimizer_state: dict | None = None, state_path: Path | None = None,
-        time_budget_s: float | None = None) -> list[dict]:
+        time_budget_s: float | None = None, device: str | torch.device = "cpu",
+        save_every_s: float | None = None) -> list[dict]:
     """AdamW with linear warm-up and cosine decay; one JSON line per iteration in ``log_path``.
 
     The schedule's progress is ``it / iters`` or, when ``time_budget_s`` is given, the larger
     of that and elapsed / budget, and training stops at progress 1: on a shared CPU whose
     speed is unknown in advance the run still ends on time with a fully decayed rate.
 
-    Saves the model to ``checkpoint`` every ``save_every`` iterations and at the end
-    (optimizer state beside it in ``state_path`` so a killed run can resume).
+    Saves the model to ``checkpoint`` every ``save_every`` iterations, every ``save_every_s``
+    seconds if given, and at the end (optimizer state beside it in ``state_path`` so a
+    killed run can resume). ``device``: where the model and each batch are put (the model
+    is moved there; the batches come on the CPU).
     """
+    device = torch.device(device)
+    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=1e-4)
     if optimizer_state is not None:
@@ -72,12 +77,16 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
 
     history = []
     t0 = time.time()
+    t_saved = t0
     model.train()
     logf = open(log_path, "a") if log_path else None
     try:
         for it in range(start_iter, iters):
             last = progress(it) >= 1.0 or it + 1 == iters
             images, targets = next(batches)
+            if device.type != "cpu":
+                images = [x.to(device, non_blocking=True) for x in images]
+                targets = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets]
             for g in opt.param_groups:
                 g["lr"] = lr_at(it)
             losses = model(images, targets)
@@ -94,7 +103,9 @@ def fit(model: torch.nn.Module, batches: Iterator[tuple[list[torch.Tensor], list
                 logf.flush()
             if (it + 1) % 20 == 0:
                 log.info("iter %d/%d loss %.3f (%.1f s)", it + 1, iters, loss.item(), time.time() - t0)
-            if checkpoint and ((it + 1) % save_every == 0 or last):
+            due = save_every_s is not None and time.time() - t_saved >= save_every_s
+            if checkpoint and ((it + 1) % save_every == 0 or last or due):
+                t_saved = time.time()
                 save_checkpoint(model, checkpoint, {**(meta or {}), "iters": it + 1})
                 if state_path:
                     torch.save({"optimizer": opt.state_dict(), "iter": it + 1}, state_path)
