@@ -48,7 +48,8 @@ from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
-from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
+from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, pseudo_depth_from_rgb,
+                                              smooth_depth)
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ class SegmentConfig:
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
+    # px, depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
+    # (s x s blocks averaged, downsample_depth), and their masks scaled back up; 0 = always full resolution
+    work_width: int = 640
     motion: SegmentMotion = field(default_factory=SegmentMotion)  # RGB-only recordings: parts from their motion
 
     def __post_init__(self):
@@ -99,6 +103,8 @@ class SegmentConfig:
             raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {self.unmatched!r}")
         if self.missing not in ("error", "allow"):
             raise ValueError(f"segment: missing must be 'error' or 'allow', got {self.missing!r}")
+        if self.work_width < 0:
+            raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
 
 _SEGMENTERS: dict[str, Segmenter] = {}
@@ -111,16 +117,46 @@ def _segmenter(path: str) -> Segmenter:
     return _SEGMENTERS[key]
 
 
-def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(depth or pseudo-depth (H, W) m, normal image (H, W, 3) uint8, metric?) of frame i."""
-    K = rec.camera.K
+def work_scale(cfg: SegmentConfig, rec: Recording) -> int:
+    """The integer factor s the recording's frames are segmented at 1/s of (1: full resolution).
+
+    Per-pixel depth noise does not shrink with the pixels: at twice the resolution the
+    normals' finite differences span half the distance, so their noise doubles (the
+    1280x720 realistic cartpole: 64 % of its pixels on concave creases, the floor no
+    longer found as a plane, 1700 noise regions). Blocks of s x s pixels bring a frame back
+    to about ``work_width`` pixels across and average their noise down by s.
+    """
+    return max(1, rec.camera.width // cfg.work_width) if cfg.work_width > 0 and rec.has_depth else 1
+
+
+def work_intrinsics(K: np.ndarray, s: int) -> np.ndarray:
+    """(3, 3) intrinsics of the image whose pixel (u, v) is the s x s block at (s u, s v)."""
+    Kw = np.array(K, np.float64)
+    Kw[:2, :2] /= s
+    Kw[:2, 2] = (Kw[:2, 2] - (s - 1) / 2) / s
+    return Kw
+
+
+def upscale(mask: np.ndarray, s: int, shape: tuple[int, int]) -> np.ndarray:
+    """A mask (or image) of the 1/s working image -> (H, W, ...) of the frame: each pixel its s x s block."""
+    if s == 1:
+        return mask
+    out = np.zeros(tuple(shape) + mask.shape[2:], mask.dtype)
+    big = np.repeat(np.repeat(mask, s, 0), s, 1)
+    out[: big.shape[0], : big.shape[1]] = big
+    return out
+
+
+def frame_input(rec: Recording, i: int, s: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(depth or pseudo-depth (H/s, W/s) m, normal image (H/s, W/s, 3) uint8, metric?) of frame i,
+    at 1/s resolution (``downsample_depth``; the intrinsics are ``work_intrinsics(K, s)``)."""
     if rec.has_depth:
-        depth = rec.depth(i)
+        depth = downsample_depth(rec.depth(i), s)
         metric = True
     else:
         depth = pseudo_depth_from_rgb(rec.color(i))
         metric = False
-    return depth, depth_to_normal_image(depth, K), metric
+    return depth, depth_to_normal_image(depth, work_intrinsics(rec.camera.K, s)), metric
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
@@ -466,13 +502,16 @@ def logging_disabled():
 
 def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float) -> list[tuple]:
     """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
-    frame, the detections made with the network's view magnified up to ``zoom`` times."""
+    frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
+    normal image and masks at 1/``work_scale`` resolution."""
     shapes_path = Path(rec.path) / "shapes.json"
+    s = work_scale(cfg, rec)
+    K = work_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
-        depth, nimg, metric = frame_input(rec, i)
-        dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
-                              cfg.min_pixels, cfg.snap_to_depth and metric, zoom))
+        depth, nimg, metric = frame_input(rec, i, s)
+        dets = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
+                              max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched), then by parts left unexplained, then by parts that repeat a library
@@ -482,7 +521,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
-        seen_i = [measure_extents(d.mask, depth, rec.camera.K, smoothed) for d in dets]
+        seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
             keep = _confirmed(dets, matched, cfg.score_threshold)
@@ -538,13 +577,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path)
-    h, w = depth.shape
-    masks = np.stack([d.mask for d in dets]).astype(np.uint8) if dets else np.zeros((0, h, w), np.uint8)
+    h, w = rec.camera.height, rec.camera.width
+    s = work_scale(cfg, rec)
+    masks = np.stack([upscale(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
     if cfg.overlay:
-        img = _overlay(nimg, rec.color(i) if rec.has_color else None, masks, names, scores)
+        img = _overlay(upscale(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
         ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
