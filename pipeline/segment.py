@@ -160,12 +160,14 @@ def frame_input(rec: Recording, i: int, s: int = 1) -> tuple[np.ndarray, np.ndar
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
-           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0) -> list[Detection]:
+           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0,
+           block: int = 1) -> list[Detection]:
     """Instances in one frame with the chosen segmenter, best first, of at least ``min_pixels``.
 
     zoom: learned only, the largest upscaling of the network's view of the parts
     (``predict_zoomed``); a part found magnified s times needs only min_pixels / s^2 frame
-    pixels (at least ``MIN_PIXELS_ZOOMED``)."""
+    pixels (at least ``MIN_PIXELS_ZOOMED``). block: the depth is the sensor's averaged over
+    block x block pixels (``frame_input``; refine judges its noise by the sensor's pixels)."""
     scale = 1.0
     if method == "learned":
         net = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT))
@@ -173,7 +175,7 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
             from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
             dets, scale = predict_zoomed(net, normal_img, depth, min(LOW_SCORE, score_threshold), zoom)
-            dets = refine_detections(dets, depth, K, score_threshold)
+            dets = refine_detections(dets, depth, K, score_threshold, block=block)
         else:
             dets, scale = predict_zoomed(net, normal_img, depth, score_threshold, zoom)
     elif method == "geometric":
@@ -511,7 +513,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
     for i in frames:
         depth, nimg, metric = frame_input(rec, i, s)
         dets = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
-                              max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom))
+                              max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched), then by parts left unexplained, then by parts that repeat a library
