@@ -47,9 +47,11 @@ from scipy.optimize import linear_sum_assignment
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.models.segmenter.geometric import frame_geometry
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, pseudo_depth_from_rgb,
                                               smooth_depth)
+from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
@@ -91,8 +93,8 @@ class SegmentConfig:
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
-    # px, depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
-    # (s x s blocks averaged, downsample_depth), and their masks scaled back up; 0 = always full resolution
+    # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
+    # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
     work_width: int = 640
     motion: SegmentMotion = field(default_factory=SegmentMotion)  # RGB-only recordings: parts from their motion
 
@@ -117,16 +119,24 @@ def _segmenter(path: str) -> Segmenter:
     return _SEGMENTERS[key]
 
 
-def work_scale(cfg: SegmentConfig, rec: Recording) -> int:
+def work_scale(cfg: SegmentConfig, rec: Recording, frame: int) -> int:
     """The integer factor s the recording's frames are segmented at 1/s of (1: full resolution).
 
+    s = width // ``work_width`` where that is at least 2 and the depth of ``frame`` is noisy
+    by the measure ``reconcile`` splits masks by (``depth_noise`` above ``MAX_NOISE``).
     Per-pixel depth noise does not shrink with the pixels: at twice the resolution the
     normals' finite differences span half the distance, so their noise doubles (the
     1280x720 realistic cartpole: 64 % of its pixels on concave creases, the floor no
-    longer found as a plane, 1700 noise regions). Blocks of s x s pixels bring a frame back
-    to about ``work_width`` pixels across and average their noise down by s.
+    longer found as a plane, 1700 noise regions). Blocks of s x s pixels bring such a
+    frame back to about ``work_width`` pixels across and average its noise down by s.
+    Quieter depth keeps its full resolution and finer masks.
     """
-    return max(1, rec.camera.width // cfg.work_width) if cfg.work_width > 0 and rec.has_depth else 1
+    s = rec.camera.width // cfg.work_width if cfg.work_width > 0 and rec.has_depth else 1
+    if s < 2:
+        return 1
+    depth = rec.depth(frame)
+    P, N = frame_geometry(depth, rec.camera.K)
+    return s if depth_noise(depth, P, N) > MAX_NOISE else 1
 
 
 def work_intrinsics(K: np.ndarray, s: int) -> np.ndarray:
@@ -502,12 +512,11 @@ def logging_disabled():
         log.disabled = previous
 
 
-def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float) -> list[tuple]:
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1) -> list[tuple]:
     """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
     frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
-    normal image and masks at 1/``work_scale`` resolution."""
+    normal image and masks at 1/s resolution (``work_scale``)."""
     shapes_path = Path(rec.path) / "shapes.json"
-    s = work_scale(cfg, rec)
     K = work_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
@@ -559,13 +568,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not rec.has_depth and cfg.motion.by_motion == "auto":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
-    candidates = _candidates(cfg, rec, frames, 1.0)
+    s = work_scale(cfg, rec, frames[0])
+    candidates = _candidates(cfg, rec, frames, 1.0, s)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable
                                                      or _coverage(candidates) < cfg.zoom_below):
         # library shapes unexplained, or parts small in the image: look again, magnified where
         # the parts fill a small region
-        candidates += _candidates(cfg, rec, frames, cfg.zoom)
+        candidates += _candidates(cfg, rec, frames, cfg.zoom, s)
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]
     best_total = max(c[0][3] for c in good)
@@ -580,7 +590,6 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path)
     h, w = rec.camera.height, rec.camera.width
-    s = work_scale(cfg, rec)
     masks = np.stack([upscale(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):

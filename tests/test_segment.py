@@ -100,8 +100,8 @@ def test_learned_finds_cart_and_pole_in_realistic_depth_at_1280x720(tmp_path):
 
     rec_path = make_recording("cartpole", tmp_path / "rec", seed=0, frames=60, size=(1280, 720), noise="realistic")
     rec = open_recording(rec_path)
-    assert work_scale(SegmentConfig(), rec) == 2 and work_scale(SegmentConfig(work_width=0), rec) == 1
-    assert work_scale(SegmentConfig(work_width=700), rec) == 1
+    assert work_scale(SegmentConfig(), rec, 0) == 2 and work_scale(SegmentConfig(work_width=0), rec, 0) == 1
+    assert work_scale(SegmentConfig(work_width=700), rec, 0) == 1
     seg = run(SegmentConfig(method="learned", frames=(0,)), rec, tmp_path)
     assert seg.masks.shape[1:] == (720, 1280)
     _check_bodies(rec_path, seg)
