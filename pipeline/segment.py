@@ -19,6 +19,8 @@ a small CNN on full-resolution crops of the part's depth (``models/segmenter/sha
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
+Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
+averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
 learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
@@ -49,8 +51,8 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.geometric import frame_geometry
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
-from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, pseudo_depth_from_rgb,
-                                              smooth_depth)
+from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
+                                              pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
@@ -139,34 +141,16 @@ def work_scale(cfg: SegmentConfig, rec: Recording, frame: int) -> int:
     return s if depth_noise(depth, P, N) > MAX_NOISE else 1
 
 
-def work_intrinsics(K: np.ndarray, s: int) -> np.ndarray:
-    """(3, 3) intrinsics of the image whose pixel (u, v) is the s x s block at (s u, s v)."""
-    Kw = np.array(K, np.float64)
-    Kw[:2, :2] /= s
-    Kw[:2, 2] = (Kw[:2, 2] - (s - 1) / 2) / s
-    return Kw
-
-
-def upscale(mask: np.ndarray, s: int, shape: tuple[int, int]) -> np.ndarray:
-    """A mask (or image) of the 1/s working image -> (H, W, ...) of the frame: each pixel its s x s block."""
-    if s == 1:
-        return mask
-    out = np.zeros(tuple(shape) + mask.shape[2:], mask.dtype)
-    big = np.repeat(np.repeat(mask, s, 0), s, 1)
-    out[: big.shape[0], : big.shape[1]] = big
-    return out
-
-
 def frame_input(rec: Recording, i: int, s: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
     """(depth or pseudo-depth (H/s, W/s) m, normal image (H/s, W/s, 3) uint8, metric?) of frame i,
-    at 1/s resolution (``downsample_depth``; the intrinsics are ``work_intrinsics(K, s)``)."""
+    at 1/s resolution (``downsample_depth``; the intrinsics are ``downsample_intrinsics(K, s)``)."""
     if rec.has_depth:
         depth = downsample_depth(rec.depth(i), s)
         metric = True
     else:
         depth = pseudo_depth_from_rgb(rec.color(i))
         metric = False
-    return depth, depth_to_normal_image(depth, work_intrinsics(rec.camera.K, s)), metric
+    return depth, depth_to_normal_image(depth, downsample_intrinsics(rec.camera.K, s)), metric
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
@@ -517,7 +501,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
     frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
     normal image and masks at 1/s resolution (``work_scale``)."""
     shapes_path = Path(rec.path) / "shapes.json"
-    K = work_intrinsics(rec.camera.K, s)
+    K = downsample_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
         depth, nimg, metric = frame_input(rec, i, s)
@@ -590,12 +574,12 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path)
     h, w = rec.camera.height, rec.camera.width
-    masks = np.stack([upscale(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
+    masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
     if cfg.overlay:
-        img = _overlay(upscale(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
+        img = _overlay(upsample_mask(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
         ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())

@@ -12,7 +12,8 @@ from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_s
 from vid2sim.models.segmenter.geometric import segment_geometric
 from vid2sim.models.segmenter.model import group_detections, load_checkpoint
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, depth_to_normals, discontinuities,
-                                              downsample_depth, pseudo_depth_from_rgb)
+                                              downsample_depth, downsample_intrinsics, pseudo_depth_from_rgb,
+                                              upsample_mask)
 
 K = np.array([[300.0, 0, 159.5], [0, 300.0, 119.5], [0, 0, 1]])
 
@@ -50,11 +51,9 @@ def test_normals_of_a_sphere_point_away_from_its_centre():
 
 def test_downsampled_depth_averages_noise_keeps_edges_and_holes_and_its_intrinsics_fit():
     """A tilted plane at 640x480 seen through 2 K, halved: the 2x2 blocks' normals through
-    segment.work_intrinsics are the plane's, pixel noise drops by 2, a block across a 1 m
+    downsample_intrinsics are the plane's, pixel noise drops by 2, a block across a 1 m
     step takes the nearer surface (no depth in between) and a block mostly without readings
     has none."""
-    from vid2sim.pipeline.segment import work_intrinsics
-
     K2 = K.copy()
     K2[:2] = 2 * K[:2]
     K2[:2, 2] += 0.5  # pixel centres: 320x240 pixel (u, v) is 640x480 block (2u..2u+1, 2v..2v+1)
@@ -64,7 +63,7 @@ def test_downsampled_depth_averages_noise_keeps_edges_and_holes_and_its_intrinsi
     u, v = np.meshgrid(np.arange(w), np.arange(h))
     ray = np.stack([(u - K2[0, 2]) / K2[0, 0], (v - K2[1, 2]) / K2[1, 1], np.ones_like(u, float)], -1)
     plane = (n[2] * 1.5 / (ray @ n)).astype(np.float32)
-    assert np.allclose(work_intrinsics(K2, 2), K)
+    assert np.allclose(downsample_intrinsics(K2, 2), K)
     small = downsample_depth(plane, 2)
     assert small.shape == (240, 320)
     N = depth_to_normals(small, K, smooth=False)
@@ -83,6 +82,8 @@ def test_downsampled_depth_averages_noise_keeps_edges_and_holes_and_its_intrinsi
     assert np.array_equal(out[:3, 2:], np.ones((3, 2))) and out[2, 0] == 0.0 and not out[3, 2:].any()
     tilt = np.where(step > 0, step + 0.01 * np.arange(8)[None], 0.0).astype(np.float32)
     assert np.allclose(downsample_depth(tilt, 2)[0, 2:], [1.045, 1.065])  # one surface: its mean
+    up = upsample_mask(out > 1.5, 2, (9, 8))  # blocks back to pixels; the odd last row has no block
+    assert up.shape == (9, 8) and np.array_equal(up[:8], np.repeat(np.repeat(out > 1.5, 2, 0), 2, 1)) and not up[8].any()
     assert downsample_depth(step, 1) is not step and np.array_equal(downsample_depth(step, 1), step)
 
 

@@ -118,3 +118,22 @@ def downsample_depth(depth: np.ndarray, s: int, frac: float = JUMP_FRACTION) -> 
     near = np.abs(b - med) <= frac * med
     out = (b * near).sum(-1) / np.maximum(near.sum(-1), 1)
     return np.where(2 * n >= s * s, out, 0.0).astype(np.float32)
+
+
+def downsample_intrinsics(K: np.ndarray, s: int) -> np.ndarray:
+    """(3, 3) intrinsics of the ``downsample_depth`` image: its pixel (u, v) is the s x s block at (s u, s v)."""
+    Kw = np.array(K, np.float64)
+    Kw[:2, :2] /= s
+    Kw[:2, 2] = (Kw[:2, 2] - (s - 1) / 2) / s
+    return Kw
+
+
+def upsample_mask(mask: np.ndarray, s: int, shape: tuple[int, int]) -> np.ndarray:
+    """A mask (or image) of the ``downsample_depth`` image -> (H, W, ...) of the frame: each
+    pixel its s x s block; the rows and columns beyond the last whole block are 0."""
+    if s == 1:
+        return mask
+    out = np.zeros(tuple(shape) + mask.shape[2:], mask.dtype)
+    big = np.repeat(np.repeat(mask, s, 0), s, 1)
+    out[: big.shape[0], : big.shape[1]] = big
+    return out
