@@ -19,6 +19,8 @@ a small CNN on full-resolution crops of the part's depth (``models/segmenter/sha
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
 Several early frames can be looked at; the one with the most confident parts is kept.
+Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
+averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
 learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
@@ -47,8 +49,11 @@ from scipy.optimize import linear_sum_assignment
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.models.segmenter.geometric import frame_geometry
 from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
-from vid2sim.models.segmenter.normals import depth_to_normal_image, pseudo_depth_from_rgb, smooth_depth
+from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
+                                              pseudo_depth_from_rgb, smooth_depth, upsample_mask)
+from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
@@ -90,6 +95,9 @@ class SegmentConfig:
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
     overlay: bool = True  # write segmentation_overlay.png
+    # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
+    # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
+    work_width: int = 640
     motion: SegmentMotion = field(default_factory=SegmentMotion)  # RGB-only recordings: parts from their motion
 
     def __post_init__(self):
@@ -99,6 +107,8 @@ class SegmentConfig:
             raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {self.unmatched!r}")
         if self.missing not in ("error", "allow"):
             raise ValueError(f"segment: missing must be 'error' or 'allow', got {self.missing!r}")
+        if self.work_width < 0:
+            raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
 
 _SEGMENTERS: dict[str, Segmenter] = {}
@@ -111,25 +121,47 @@ def _segmenter(path: str) -> Segmenter:
     return _SEGMENTERS[key]
 
 
-def frame_input(rec: Recording, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(depth or pseudo-depth (H, W) m, normal image (H, W, 3) uint8, metric?) of frame i."""
-    K = rec.camera.K
+def work_scale(cfg: SegmentConfig, rec: Recording, frame: int) -> int:
+    """The integer factor s the recording's frames are segmented at 1/s of (1: full resolution).
+
+    s = width // ``work_width`` where that is at least 2 and the depth of ``frame`` is noisy
+    by the measure ``reconcile`` splits masks by (``depth_noise`` above ``MAX_NOISE``).
+    Per-pixel depth noise does not shrink with the pixels: at twice the resolution the
+    normals' finite differences span half the distance, so their noise doubles (the
+    1280x720 realistic cartpole: 64 % of its pixels on concave creases, the floor no
+    longer found as a plane, 1700 noise regions). Blocks of s x s pixels bring such a
+    frame back to about ``work_width`` pixels across and average its noise down by s.
+    Quieter depth keeps its full resolution and finer masks.
+    """
+    s = rec.camera.width // cfg.work_width if cfg.work_width > 0 and rec.has_depth else 1
+    if s < 2:
+        return 1
+    depth = rec.depth(frame)
+    P, N = frame_geometry(depth, rec.camera.K)
+    return s if depth_noise(depth, P, N) > MAX_NOISE else 1
+
+
+def frame_input(rec: Recording, i: int, s: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(depth or pseudo-depth (H/s, W/s) m, normal image (H/s, W/s, 3) uint8, metric?) of frame i,
+    at 1/s resolution (``downsample_depth``; the intrinsics are ``downsample_intrinsics(K, s)``)."""
     if rec.has_depth:
-        depth = rec.depth(i)
+        depth = downsample_depth(rec.depth(i), s)
         metric = True
     else:
         depth = pseudo_depth_from_rgb(rec.color(i))
         metric = False
-    return depth, depth_to_normal_image(depth, K), metric
+    return depth, depth_to_normal_image(depth, downsample_intrinsics(rec.camera.K, s)), metric
 
 
 def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray, score_threshold: float,
-           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0) -> list[Detection]:
+           checkpoint: str = "", min_pixels: int = 40, snap_to_depth: bool = True, zoom: float = 1.0,
+           block: int = 1) -> list[Detection]:
     """Instances in one frame with the chosen segmenter, best first, of at least ``min_pixels``.
 
     zoom: learned only, the largest upscaling of the network's view of the parts
     (``predict_zoomed``); a part found magnified s times needs only min_pixels / s^2 frame
-    pixels (at least ``MIN_PIXELS_ZOOMED``)."""
+    pixels (at least ``MIN_PIXELS_ZOOMED``). block: the depth is the sensor's averaged over
+    block x block pixels (``frame_input``; refine judges its noise by the sensor's pixels)."""
     scale = 1.0
     if method == "learned":
         net = _segmenter(checkpoint or str(DEFAULT_CHECKPOINT))
@@ -137,7 +169,7 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
             from vid2sim.models.segmenter.refine import LOW_SCORE, refine_detections
 
             dets, scale = predict_zoomed(net, normal_img, depth, min(LOW_SCORE, score_threshold), zoom)
-            dets = refine_detections(dets, depth, K, score_threshold)
+            dets = refine_detections(dets, depth, K, score_threshold, block=block)
         else:
             dets, scale = predict_zoomed(net, normal_img, depth, score_threshold, zoom)
     elif method == "geometric":
@@ -464,15 +496,17 @@ def logging_disabled():
         log.disabled = previous
 
 
-def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float) -> list[tuple]:
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1) -> list[tuple]:
     """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
-    frame, the detections made with the network's view magnified up to ``zoom`` times."""
+    frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
+    normal image and masks at 1/s resolution (``work_scale``)."""
     shapes_path = Path(rec.path) / "shapes.json"
+    K = downsample_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
-        depth, nimg, metric = frame_input(rec, i)
-        dets = _dedupe(detect(cfg.method, depth, nimg, rec.camera.K, cfg.score_threshold, cfg.checkpoint,
-                              cfg.min_pixels, cfg.snap_to_depth and metric, zoom))
+        depth, nimg, metric = frame_input(rec, i, s)
+        dets = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
+                              max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched), then by parts left unexplained, then by parts that repeat a library
@@ -482,7 +516,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
-        seen_i = [measure_extents(d.mask, depth, rec.camera.K, smoothed) for d in dets]
+        seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
             keep = _confirmed(dets, matched, cfg.score_threshold)
@@ -518,13 +552,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not rec.has_depth and cfg.motion.by_motion == "auto":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
-    candidates = _candidates(cfg, rec, frames, 1.0)
+    s = work_scale(cfg, rec, frames[0])
+    candidates = _candidates(cfg, rec, frames, 1.0, s)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable
                                                      or _coverage(candidates) < cfg.zoom_below):
         # library shapes unexplained, or parts small in the image: look again, magnified where
         # the parts fill a small region
-        candidates += _candidates(cfg, rec, frames, cfg.zoom)
+        candidates += _candidates(cfg, rec, frames, cfg.zoom, s)
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]
     best_total = max(c[0][3] for c in good)
@@ -538,13 +573,13 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path)
-    h, w = depth.shape
-    masks = np.stack([d.mask for d in dets]).astype(np.uint8) if dets else np.zeros((0, h, w), np.uint8)
+    h, w = rec.camera.height, rec.camera.width
+    masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
     if cfg.overlay:
-        img = _overlay(nimg, rec.color(i) if rec.has_color else None, masks, names, scores)
+        img = _overlay(upsample_mask(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
         ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())

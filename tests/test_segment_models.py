@@ -12,7 +12,8 @@ from vid2sim.datasets.synthetic.primitives import CLASSES, HELD_OUT_SEED, make_s
 from vid2sim.models.segmenter.geometric import segment_geometric
 from vid2sim.models.segmenter.model import group_detections, load_checkpoint
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, depth_to_normals, discontinuities,
-                                              pseudo_depth_from_rgb)
+                                              downsample_depth, downsample_intrinsics, pseudo_depth_from_rgb,
+                                              upsample_mask)
 
 K = np.array([[300.0, 0, 159.5], [0, 300.0, 119.5], [0, 0, 1]])
 
@@ -46,6 +47,44 @@ def test_normals_of_a_sphere_point_away_from_its_centre():
     radial = (p - c) / np.linalg.norm(p - c, axis=1, keepdims=True)
     err = np.degrees(np.arccos(np.clip((N[v, u] * radial).sum(1), -1, 1)))
     assert np.median(err) < 3.0 and np.percentile(err, 95) < 10.0
+
+
+def test_downsampled_depth_averages_noise_keeps_edges_and_holes_and_its_intrinsics_fit():
+    """A tilted plane at 640x480 seen through 2 K, halved: the 2x2 blocks' normals through
+    downsample_intrinsics are the plane's, pixel noise drops by 2, a block across a 1 m
+    step takes the nearer surface (no depth in between) and a block mostly without readings
+    has none."""
+    K2 = K.copy()
+    K2[:2] = 2 * K[:2]
+    K2[:2, 2] += 0.5  # pixel centres: 320x240 pixel (u, v) is 640x480 block (2u..2u+1, 2v..2v+1)
+    n = np.array([0.3, -0.2, -1.0])
+    n /= np.linalg.norm(n)
+    w, h = 640, 480
+    u, v = np.meshgrid(np.arange(w), np.arange(h))
+    ray = np.stack([(u - K2[0, 2]) / K2[0, 0], (v - K2[1, 2]) / K2[1, 1], np.ones_like(u, float)], -1)
+    plane = (n[2] * 1.5 / (ray @ n)).astype(np.float32)
+    assert np.allclose(downsample_intrinsics(K2, 2), K)
+    small = downsample_depth(plane, 2)
+    assert small.shape == (240, 320)
+    N = depth_to_normals(small, K, smooth=False)
+    err_deg = np.degrees(np.arccos(np.clip(N[5:-5, 5:-5].reshape(-1, 3) @ n, -1, 1)))
+    assert err_deg.max() < 0.5
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.01, plane.shape).astype(np.float32)
+    resid = downsample_depth(plane + noise, 2) - small
+    assert 0.0045 < resid.std() < 0.0055  # 10 mm / sqrt(4)
+    step = np.full((8, 8), 2.0, np.float32)
+    step[:, 3:] = 1.0  # the blocks of columns 2-3 straddle the step: half their readings on each side
+    step[4:6, 0:3] = 0.0  # block (2, 0) has no reading, block (2, 1) two (on the nearer side)
+    step[6:8, 4:7] = step[6, 7] = 0.0  # blocks (3, 2) and (3, 3): none and one
+    out = downsample_depth(step, 2)
+    assert np.array_equal(out[[0, 1, 3], 0], [2.0] * 3) and np.array_equal(out[:, 1], [1.0] * 4)
+    assert np.array_equal(out[:3, 2:], np.ones((3, 2))) and out[2, 0] == 0.0 and not out[3, 2:].any()
+    tilt = np.where(step > 0, step + 0.01 * np.arange(8)[None], 0.0).astype(np.float32)
+    assert np.allclose(downsample_depth(tilt, 2)[0, 2:], [1.045, 1.065])  # one surface: its mean
+    up = upsample_mask(out > 1.5, 2, (9, 8))  # blocks back to pixels; the odd last row has no block
+    assert up.shape == (9, 8) and np.array_equal(up[:8], np.repeat(np.repeat(out > 1.5, 2, 0), 2, 1)) and not up[8].any()
+    assert downsample_depth(step, 1) is not step and np.array_equal(downsample_depth(step, 1), step)
 
 
 def test_depth_discontinuity_gets_no_normal():

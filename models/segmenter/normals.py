@@ -97,3 +97,43 @@ def pseudo_depth_from_rgb(rgb: np.ndarray, base_m: float = 1.0, relief_m: float 
     sigma = blur_px if blur_px is not None else max(2.0, 0.015 * max(rgb.shape[:2]))
     bump = cv2.GaussianBlur(fg.astype(np.float32), (0, 0), sigma)
     return (base_m - relief_m * bump).astype(np.float32)
+
+
+def downsample_depth(depth: np.ndarray, s: int, frac: float = JUMP_FRACTION) -> np.ndarray:
+    """(H, W) metres -> (H // s, W // s) float32: each s x s block becomes one reading (0 = none).
+
+    A block with readings on fewer than half its pixels has none (a hole stays a hole).
+    Otherwise its value is the mean of its readings within ``frac`` of their lower median:
+    on one surface, the noise of up to s^2 pixels averaged (sigma / s for independent
+    pixel noise); across a depth edge, the surface most of its readings (or, half and half,
+    the nearer) lie on, so no depth between the two surfaces is made up.
+    """
+    if s <= 1:
+        return depth.astype(np.float32, copy=True)
+    h, w = depth.shape[0] // s, depth.shape[1] // s
+    b = depth[: h * s, : w * s].astype(np.float32).reshape(h, s, w, s).transpose(0, 2, 1, 3).reshape(h, w, s * s)
+    n = (b > 0).sum(-1)
+    srt = np.sort(np.where(b > 0, b, np.inf), axis=-1)
+    med = np.take_along_axis(srt, np.maximum(n - 1, 0)[..., None] // 2, -1)
+    near = np.abs(b - med) <= frac * med
+    out = (b * near).sum(-1) / np.maximum(near.sum(-1), 1)
+    return np.where(2 * n >= s * s, out, 0.0).astype(np.float32)
+
+
+def downsample_intrinsics(K: np.ndarray, s: int) -> np.ndarray:
+    """(3, 3) intrinsics of the ``downsample_depth`` image: its pixel (u, v) is the s x s block at (s u, s v)."""
+    Kw = np.array(K, np.float64)
+    Kw[:2, :2] /= s
+    Kw[:2, 2] = (Kw[:2, 2] - (s - 1) / 2) / s
+    return Kw
+
+
+def upsample_mask(mask: np.ndarray, s: int, shape: tuple[int, int]) -> np.ndarray:
+    """A mask (or image) of the ``downsample_depth`` image -> (H, W, ...) of the frame: each
+    pixel its s x s block; the rows and columns beyond the last whole block are 0."""
+    if s == 1:
+        return mask
+    out = np.zeros(tuple(shape) + mask.shape[2:], mask.dtype)
+    big = np.repeat(np.repeat(mask, s, 0), s, 1)
+    out[: big.shape[0], : big.shape[1]] = big
+    return out

@@ -54,12 +54,14 @@ DEPTH_ONLY_SCORE = 0.3  # score of a part only the depth shows (no network propo
 def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, score_threshold: float = 0.5,
                       low_score: float = LOW_SCORE, overlap: float = 0.5, classify: bool = True,
                       depth_only: bool = True, min_pixels: int = 40, seed: int = 0,
-                      split: bool = True) -> list[Detection]:
+                      split: bool = True, block: int = 1) -> list[Detection]:
     """dets: network detections (best first, scores down to ``low_score``); depth (H, W) m; K (3, 3).
 
     Returns the kept detections, best first; with ``classify`` their class and class scores
     are the head's (the score stays the network's confidence that there is a part).
     split: cut merged masks into the geometric segmenter's parts (``reconcile.split_merged``).
+    block: each depth pixel is the mean of block x block sensor pixels (``normals.downsample_depth``):
+    whether the depth is noisy is judged by the sensor's pixels, ``depth_noise`` times block.
     """
     cand = [d for d in dets if d.score >= min(low_score, score_threshold)]
     P, N = frame_geometry(depth, K)
@@ -67,7 +69,7 @@ def refine_detections(dets: list[Detection], depth: np.ndarray, K: np.ndarray, s
     snapped = snap_to_regions(cand, regions)
     if split:
         snapped = split_merged(snapped, segment_geometric(depth, K, P=P, N=N, seed=seed), regions, P, N,
-                               np.random.default_rng(seed), noisy=depth_noise(depth, P, N) > MAX_NOISE)
+                               np.random.default_rng(seed), noisy=block * depth_noise(depth, P, N) > MAX_NOISE)
     kept: list[Detection] = []
     explained = np.zeros(depth.shape, bool)
     for d in snapped:
