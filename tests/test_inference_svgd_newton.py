@@ -151,3 +151,42 @@ def test_a_warm_refit_on_more_frames_converges_early():
         assert nmae(res.estimate, TRUTH, torch.tensor([1.0, 0.0]), torch.tensor([10.0, 1.0])) < 1e-3, res.estimate
     with pytest.raises(ValueError, match="init"):
         infer("csvgd", problem(80), particles=8, iterations=4, windows=1, init=(first.theta[:, :1], first.start))
+
+
+def test_the_stop_judges_nats_scaled_by_the_fits_reduced_chi_square():
+    """``Convergence``'s scale: a best particle rising 0.3 nats a step never stops at tol 0.05 nats
+    (3 nats per 10 steps), and stops at once when each nat counts 1/100 (3 < 0.05 x 100); a scale
+    below 1 counts as 1."""
+    from vid2sim.models.inference.svgd_newton import Convergence
+
+    def steps(scale):
+        stop = Convergence(kd=2, span=10, tol=0.05)
+        for it in range(40):
+            logp = torch.tensor([0.3 * it, 0.3 * it - 1e4], dtype=torch.float64)  # the far particle never joins
+            if stop(logp, scale):
+                return it
+        return None
+
+    assert steps(1.0) is None and steps(0.5) is None
+    assert steps(100.0) == 10
+
+
+def test_stop_scale_is_the_reduced_chi_square_of_the_best_particle():
+    """``methods._stop_scale`` from a log-likelihood equals sum r^2 / (n - P - S) of the same particle's
+    whitened residuals (``Shooting.residuals``), here with the noise std a third of the true one (9x)."""
+    from vid2sim.models.inference.methods import _stop_scale
+    from vid2sim.models.inference.problem import Shooting
+
+    x0 = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    traj = oscillator(TRUTH[None], x0, 60)[0] + 0.003 * torch.randn(60, 2, generator=torch.Generator().manual_seed(1),
+                                                                    dtype=torch.float64)
+    prob = Problem(("k", "c"), [1.0, 0.0], [10.0, 1.0], oscillator, [traj[:, :1]], [traj], sigma=0.001,
+                   observe=lambda s: s[..., :1])
+    sh = Shooting(prob, 1)
+    theta, start = TRUTH[None].to(torch.float64), x0[:, None]
+    ll, _, _ = sh.evaluate(theta, start)
+    r = sh.residuals(theta, start)
+    want = float((r * r).sum()) / (r.numel() - 2 - 2)   # single shooting scores the first 59 samples
+    assert _stop_scale(prob, sh)(torch.cat([ll, ll - 5.0])) == pytest.approx(want, rel=1e-9)
+    assert 6.0 < want < 13.0   # (0.003 / 0.001)^2 = 9, about
+    assert _stop_scale(prob, Shooting(prob, 4)) is None
