@@ -42,8 +42,7 @@ class IdentifyInference:
                                    # of the best individual (methods.cmaes); 0: off
     precondition: str = "gauss-newton"  # csvgd's polish steps: gauss-newton (svgd_newton.py) | none (Adam)
     stop_tol: float = 0.05         # csvgd's Gauss-Newton steps end once, over 10 steps, the best particle rose less
-                                   # than this (nats; x the best fit's reduced chi-square where above 1) and no
-                                   # particle joined the converged set (0: the whole budget)
+                                   # than this (nats) and no particle joined the converged set (0: the whole budget)
 
     def __post_init__(self):
         if self.stop_tol < 0:

@@ -312,8 +312,7 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
                                            kernel_dims=problem.num_params, refresh=refresh, c=c,
                                            constraint_weight=cw, dual_lr=dual_lr, project=project,
                                            stop_tol=stop_tol, callback=lambda it, x, logp: best.append(
-                                               (time.perf_counter() - t0, float(logp.max()))),
-                                           stop_scale=_stop_scale(problem, sh))
+                                               (time.perf_counter() - t0, float(logp.max()))))
     if len(tr.log_prob) < n:
         log.info("csvgd: Gauss-Newton steps converged after %d of %d iterations", len(tr.log_prob), n)
     n = len(tr.log_prob)
@@ -322,21 +321,6 @@ def _gauss_newton_svgd(problem: Problem, sh: Shooting, density, x0: Tensor, part
                    "kernel_covariance": tr.kernel_covariance,   # unit parameter coordinates
                    "kernel_metrics": tr.kernel_metrics,         # (N, P, P) per particle, unit coordinates
                    "newton_best": best}   # (seconds since the phase began, best log-likelihood) per step
-
-
-def _stop_scale(problem: Problem, sh: Shooting):
-    """logp (N,) -> the reduced chi-square of its best particle, sum r^2 / (n - d) (whitened residuals r,
-    n of them, d = parameters + start state), for ``Convergence``'s scale: the single-shooting
-    log-likelihood is ``-sum r^2 / 2`` plus a constant. None (no scaling) unless ``sh`` is one
-    window of one trajectory, or where there are no more residuals than coordinates."""
-    if sh.num_windows != 1 or sh.num_traj != 1:
-        return None
-    sigma = torch.atleast_1d(torch.as_tensor(problem.sigma, dtype=problem.dtype))
-    const = -sh.L * float(torch.log(sigma * math.sqrt(2 * math.pi)).sum()) * (sh.obs_windows.shape[-1] / sigma.numel())
-    dof = sh.num_obs - problem.num_params - (problem.state_dim if problem.estimate_start else 0)
-    if dof <= 0:
-        return None
-    return lambda logp: -2.0 * (float(torch.nan_to_num(logp, nan=-math.inf).max()) - const) / dof
 
 
 def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: int = 0, windows: int = 8,
@@ -373,8 +357,7 @@ def csvgd(problem: Problem, particles: int = 16, iterations: int = 500, seed: in
     multiple-shooting particles, and ``score`` then picks the best of them; False: always the
     polished ones. ``stop_tol`` > 0 ends the Gauss-Newton phase early once converged
     (``svgd_newton.Convergence``: over ``refresh`` steps the best particle rose by less than that
-    many nats, times its reduced chi-square where above 1 (``_stop_scale``), and no particle joined
-    the converged set); the rollouts it did not spend are not spent. ``init`` = (theta (N, P), start (N, K, S)), physical:
+    many nats and no particle joined the converged set); the rollouts it did not spend are not spent. ``init`` = (theta (N, P), start (N, K, S)), physical:
     start from these particles (e.g. an earlier fit's) instead of a Sobol sample at the guessed
     starts. The measurements behind these defaults are in
     docs/decisions.md ("Settings and their measured reasons")."""

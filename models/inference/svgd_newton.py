@@ -99,8 +99,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
                           constraint_weight: float | Tensor = 1.0, ramp: float = 0.0,
                           dual_lr: float = 0.05, damping: float = 1.0, tol: float | None = None,
                           stop_tol: float = 0.0, project: Callable[[Tensor], Tensor] | None = None,
-                          callback: Callable[[int, Tensor, Tensor], None] | None = None,
-                          stop_scale: Callable[[Tensor], float] | None = None
+                          callback: Callable[[int, Tensor, Tensor], None] | None = None
                           ) -> tuple[Tensor, Tensor, SVGDTrace, int]:
     """Run the preconditioned Stein steps from ``x0`` (N, D) for ``iterations`` batched
     evaluations of ``density`` (besides the first); ``linearise`` is called every ``refresh``
@@ -109,8 +108,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
     ``damping``: the first mu; ``project`` maps trial points back (e.g. into the limits).
     ``tol``: the decrease of F a step may cause and still be accepted (default: the number of
     kernel coordinates, in nats; SVGD's repulsion legitimately moves particles downhill).
-    ``stop_tol`` > 0: stop once converged (``Convergence``); iterations run: ``len(trace.log_prob)``;
-    ``stop_scale(logp (N,))``: the factor its nats are scaled by at each step (``Convergence``; None: 1).
+    ``stop_tol`` > 0: stop once converged (``Convergence``); iterations run: ``len(trace.log_prob)``.
     """
     if refresh < 1:
         raise ValueError(f"refresh must be >= 1, got {refresh}")
@@ -171,7 +169,7 @@ def run_stein_gauss_newton(density: DensityFn, linearise: LineariseFn, x0: Tenso
         trace.log_prob.append(float(logp.mean()))
         if callback is not None:
             callback(it, x, logp)
-        if converged(logp, 1.0 if stop_scale is None else stop_scale(logp)) and linearisations >= 2:
+        if converged(logp) and linearisations >= 2:
             break
     _finish_trace(trace, x, g, H, mu, kd)
     return x, logp, trace, linearisations
@@ -182,29 +180,20 @@ class Convergence:
     (N,), true once, over the last ``span`` iterations, the best one rose by less than ``tol`` nats
     and no particle came within chi2_kd(0.999) / 2 of it (the converged set, as
     ``identifiability.converged`` takes it, did not grow): the rest of the budget would only move
-    the converged particles about the mode. ``tol`` = 0: never. ``scale`` (>= 1) multiplies both
-    nat thresholds at a call: the log-probabilities' nats per nat of the likelihood whose noise
-    variance is corrected by the fit's reduced chi-square (``methods._stop_scale``), so that a
-    model that misfits the data by a factor c in variance is judged on the posterior it reports
-    (identify widens it by c, ``identify.noise_scale``), not on nats c times finer."""
+    the converged particles about the mode. ``tol`` = 0: never."""
 
     def __init__(self, kd: int, span: int, tol: float):
         self.span, self.tol, self.nats = span, tol, 0.5 * float(chi2.ppf(0.999, kd))
         self.best: list[float] = []
-        self.logp: list[Tensor] = []
+        self.near: list[int] = []
 
-    def __call__(self, logp: Tensor, scale: float = 1.0) -> bool:
-        scale = max(float(scale), 1.0) if math.isfinite(scale) else 1.0
+    def __call__(self, logp: Tensor) -> bool:
         self.best.append(float(logp.max()))
-        self.logp.append(logp.detach().clone())
-        b, k = self.best, self.span
+        self.near.append(int((logp >= self.best[-1] - self.nats).sum()))
+        b, n, k = self.best, self.near, self.span
         if self.tol <= 0 or len(b) <= k or not (math.isfinite(b[-1]) and math.isfinite(b[-1 - k])):
             return False
-
-        def near(i: int) -> int:   # particles within the (scaled) converged set's reach of step i's best
-            return int((self.logp[i] >= b[i] - scale * self.nats).sum())
-
-        return b[-1] - b[-1 - k] < scale * self.tol and near(-1) <= near(-1 - k)
+        return b[-1] - b[-1 - k] < self.tol and n[-1] <= n[-1 - k]
 
 
 def _finish_trace(trace: SVGDTrace, x: Tensor, g: Tensor, H: Tensor | None, mu: Tensor, kd: int) -> None:
