@@ -539,8 +539,12 @@ def _posterior_forecast(cfg, post, art, rec, fitted, out_dir, sim, render_seq, m
     finally:
         for p in paths:
             p.unlink(missing_ok=True)
-    stack = np.stack([d for d, _ in runs])
-    mean = stack.mean(0)
+    # frame by frame (the same sums as over the whole (K, N, H, W) stack, without that copy)
+    mean = np.empty_like(runs[0][0])
+    spread = np.empty_like(runs[0][0])
+    for k in range(len(mean)):
+        stack = np.stack([d[k] for d, _ in runs])
+        mean[k], spread[k] = stack.mean(0), stack.std(0)
     metrics["posterior"] = scored(mean)
     metrics["posterior"]["iou"] = float(np.mean([mask_iou(sil, tracked_sil).mean() for _, sil in runs]))
-    return mean, stack.std(0), poses
+    return mean, spread, poses

@@ -216,3 +216,41 @@ def test_joint_space_inertia_path_matches_aba_with_joint_forces_and_contact(seed
     monkeypatch.setattr(fast, "_compiling", lambda: True)
     np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
                                atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("contact_on_weld", [False, True])
+def test_bodies_welded_to_the_world_are_left_out_of_the_forces_with_the_same_accelerations(contact_on_weld,
+                                                                                              monkeypatch):
+    """A body fixed to the world (and one fixed to it) moves with no dof: ``fast_prepare`` forms
+    forces only for the others (and bodies with contact points), and the joint-space path still
+    equals ABA over the whole tree, eagerly and in the traced code path."""
+    from vid2sim.models.dynamics import accelerations, fast
+
+    links = "".join(f'<link name="{n}"><inertial><origin xyz="0.1 0.05 -0.2"/><mass value="{m}"/><inertia ixx="0.02" '
+                    f'iyy="0.03" izz="0.04" ixy="0.001" ixz="0" iyz="0.002"/></inertial></link>'
+                    for n, m in (("base", 8.0), ("shelf", 2.0), ("door", 0.6), ("drawer", 0.8), ("knob", 0.1)))
+    joints = [("fixed", "world", "base", "0.1 0.2 0.3", "0 0 1"), ("fixed", "base", "shelf", "0 0 0.4", "0 0 1"),
+              ("revolute", "base", "door", "0.2 -0.2 0.1", "0 0 1"), ("prismatic", "shelf", "drawer", "0 0.1 0", "0 1 0"),
+              ("revolute", "drawer", "knob", "0.05 0 0", "1 0 0")]
+    urdf = '<robot name="cab"><link name="world"/>' + links + "".join(
+        f'<joint name="j{i}" type="{t}"><parent link="{p}"/><child link="{c}"/><origin xyz="{o}" rpy="0.1 -0.2 0.3"/>'
+        f'<axis xyz="{a}"/></joint>' for i, (t, p, c, o, a) in enumerate(joints)) + "</robot>"
+    rng = np.random.default_rng(3)
+    model = model_from_urdf(urdf, batch=2).replace(damping=torch.full((2, 3), 0.3, dtype=torch.float64))
+    welded = [model.body_names.index(b) for b in ("base", "shelf")]
+    if contact_on_weld:
+        model = model.replace(contact_body=(welded[1], model.body_names.index("knob")),
+                              contact_points=torch.tensor([[0.0, 0.0, -3.0], [0.02, 0.0, -3.0]], dtype=torch.float64),
+                              ground=True)
+    prep = fast.fast_prepare(model)
+    want = sorted(set(range(model.num_bodies)) - set(welded) | ({welded[1]} if contact_on_weld else set()))
+    assert prep.active == want
+    q, qd, tau = random_state(model, rng, 2)
+    ctrl = Control(tau=tau)
+    ref = accelerations(model, State(q, qd), ctrl, algorithm="aba")
+    scale = ref.abs().max().item()
+    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
+                               atol=1e-12 * scale)
+    monkeypatch.setattr(fast, "_compiling", lambda: True)
+    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
+                               atol=1e-12 * scale)

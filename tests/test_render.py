@@ -282,3 +282,32 @@ def test_gauss_newton_ray_weights_count_rays():
     assert torch.allclose(a.T, b.T, atol=1e-10)
     plain = gauss_newton_step([prim], T0[None], Observation(origin, dirs, depth, fg), gate=0.05, max_silhouette=10**6)
     assert not torch.allclose(plain.T, b.T, atol=1e-8)  # the weights do change the step
+
+
+def test_gauss_newton_reuses_a_still_bodys_render_with_the_same_step():
+    """Steps on one observation keep each body's render for its latest pose (``align._body_view``):
+    a second step where only body 0 moved, and a frozen body 1, equal the same steps on a fresh
+    copy of the observation; the kept render is replaced when the body moves."""
+    from vid2sim.models.render.align import Observation, gauss_newton_step, render_hits
+
+    prims = [Primitive.from_shape(SHAPES["box"]), Primitive.from_shape(SHAPES["box"])]
+    T = torch.stack([_pose(5, 1.0), perturb(_pose(5, 1.0), torch.tensor([0.15, 0.1, 0.1, 0.0, 0.0, 0.3], dtype=DT))])
+    origin = torch.zeros(3, dtype=DT)
+    dirs = torch.stack([(CAM_RENDER_PIX[:, 0] - CAM.cx) / CAM.fx, (CAM_RENDER_PIX[:, 1] - CAM.cy) / CAM.fy,
+                        torch.ones(len(CAM_RENDER_PIX), dtype=DT)], -1)
+    hit = render_hits(prims, T, origin, dirs).min(0).values
+    depth = torch.where(torch.isfinite(hit), hit, torch.full_like(hit, 1.3))
+    depth = depth + 0.002 * torch.randn(len(depth), generator=torch.Generator().manual_seed(3), dtype=DT)
+    fg = torch.ones(len(depth), dtype=torch.bool)
+    T0 = T.clone()
+    T0[0] = perturb(T[0], torch.tensor([0.01, -0.005, 0.008, 0.03, -0.02, 0.04], dtype=DT))
+    obs = Observation(origin, dirs, depth, fg)
+    kw = dict(gate=0.05, max_silhouette=10**6)
+    only0 = torch.tensor([True, False])
+    first = gauss_newton_step(prims, T0, obs, active=only0, **kw)
+    assert bool((first.T[1] == T0[1]).all()) and not bool((first.T[0] == T0[0]).all())
+    again = gauss_newton_step(prims, first.T, obs, active=only0, **kw)          # body 1's render kept
+    fresh = gauss_newton_step(prims, first.T, Observation(origin, dirs, depth, fg), active=only0, **kw)
+    assert torch.equal(again.T, fresh.T) and again.cost == fresh.cost
+    assert torch.equal(again.visible, fresh.visible) and torch.equal(again.point_res, fresh.point_res)
+    assert float((again.T[0] - T0[0]).abs().max()) > 0 and obs._body_cache[0][0] == first.T[0].numpy().tobytes()

@@ -92,6 +92,10 @@ class FastPrep:
     spring_index: list       # q index of each dof's spring (0 for free dofs)
     spring_mask: torch.Tensor  # (nv,)
     a_grav: torch.Tensor     # (B, 6) [0; g]
+    # bodies whose forces enter the dynamics: those a dof moves and those with contact points, in
+    # body order; None: every body. A body welded to the world (fixed joints up to it) has a zero
+    # row in ``anc``, so its force adds nothing to H or the bias: ``accel_fast`` skips it.
+    active: list | None = None
 
 
 def fast_prepare(model: Model) -> FastPrep:
@@ -122,10 +126,11 @@ def fast_prepare(model: Model) -> FastPrep:
     S = torch.cat(cols, 1).T if cols else torch.zeros(0, 6, dtype=dt)
     K = skew(model.joint_axis[rev_b])
     g = model.gravity
+    active = [i for i in range(n) if bool(anc[i].any()) or i in model.contact_body]
     return FastPrep(model, anc, dof_body, S[:, :3], S[:, 3:],
                     (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
                     others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt),
-                    torch.cat([torch.zeros_like(g), g], -1))
+                    torch.cat([torch.zeros_like(g), g], -1), active if len(active) < n else None)
 
 
 def world_poses(fp: FastPrep, q: torch.Tensor):
@@ -168,37 +173,43 @@ def world_poses(fp: FastPrep, q: torch.Tensor):
 
 
 def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control | None) -> torch.Tensor:
-    """qdd (B, nv) with gravity, joint forces, contact and augmentation (same as integrate._accel)."""
+    """qdd (B, nv) with gravity, joint forces, contact and augmentation (same as integrate._accel).
+    Forces are formed for ``fp.active``'s bodies only (the others' rows of ``anc`` are zero)."""
     m = fp.model
     R, p = world_poses(fp, q)
     Rk, pk = R[:, fp.dof_body], p[:, fp.dof_body]
+    act = fp.active
+    anc, com, inertia, mass = fp.anc, m.com, m.inertia, m.mass
+    if act is not None:   # welded bodies dropped: body index i -> its place in ``act``
+        R, p, anc, com, inertia, mass = R[:, act], p[:, act], anc[act], com[:, act], inertia[:, act], mass[:, act]
+    pos = {b: k for k, b in enumerate(act)} if act is not None else None
     w = mv(Rk, fp.S_w)
     s = torch.cat([w, mv(Rk, fp.S_v) + torch.cross(pk, w, dim=-1)], -1)   # (B, nv, 6) world axes
-    V = mm(fp.anc, s * qd[..., None])                                 # (B, N, 6) body velocities, world frame
-    sdot = cross_motion(V[:, fp.dof_body], s)
-    a = mm(fp.anc, sdot * qd[..., None]) - fp.a_grav[:, None, :]      # velocity-product accel minus gravity
+    V = mm(anc, s * qd[..., None])                                    # (B, N, 6) body velocities, world frame
+    sdot = cross_motion(V[:, fp.dof_body if pos is None else [pos[b] for b in fp.dof_body]], s)
+    a = mm(anc, sdot * qd[..., None]) - fp.a_grav[:, None, :]         # velocity-product accel minus gravity
     # forces f = I a + v x* I v with I the spatial inertia about the world origin, formed from
     # the COM c and the rotational inertia Ic about it (Featherstone Eq. 2.63) without 6x6 products
-    c = p + mv(R, m.com)
-    Ic = mm(mm(R, m.inertia), R.transpose(-1, -2))
-    mass = m.mass[..., None]
+    c = p + mv(R, com)
+    Ic = mm(mm(R, inertia), R.transpose(-1, -2))
+    mass = mass[..., None]
     f = _inertia_times(mass, c, Ic, a) + cross_force(V, _inertia_times(mass, c, Ic, V))
     # generalized forces
     tau = generalized_force(m, q, qd, control, fp.spring_index, fp.spring_mask)
     if has_contact(m, control):
-        idx = list(m.contact_body)
+        idx = list(m.contact_body) if pos is None else [pos[b] for b in m.contact_body]
         x = p[:, idx] + mv(R[:, idx], m.contact_points)
         Vp = V[:, idx]
         xdot = Vp[..., 3:] + torch.cross(Vp[..., :3], x, dim=-1)
         F = point_forces(m, x, xdot, control, friction_function(m) if m.nets else None)
         wr = torch.cat([torch.cross(x, F, dim=-1), F], -1)
         f = f.index_add(1, torch.as_tensor(idx, device=f.device), -wr)
-    bias = (s * mm(fp.anc.T, f)).sum(-1)                              # (B, nv)
+    bias = (s * mm(anc.T, f)).sum(-1)                                 # (B, nv)
     # H = sum_i J_i^T I_i J_i, with J_i = the world axes s of the dofs that move body i
     Is = _inertia_times(mass[:, :, None], c[:, :, None], Ic[:, :, None], s[:, None])    # (B, N, nv, 6)
-    Is = Is * fp.anc[None, :, :, None]
-    H = torch.einsum("bkj,bnlj,nk->bkl", s, Is, fp.anc) if not _compiling() else \
-        (s[:, None, :, None, :] * Is[:, :, None, :, :] * fp.anc[None, :, :, None, None]).sum((1, 4))
+    Is = Is * anc[None, :, :, None]
+    H = torch.einsum("bkj,bnlj,nk->bkl", s, Is, anc) if not _compiling() else \
+        (s[:, None, :, None, :] * Is[:, :, None, :, :] * anc[None, :, :, None, None]).sum((1, 4))
     return solve_spd(H, tau - bias)
 
 

@@ -286,7 +286,30 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
     out = (valid, pts, fg, idx, sig, pts[idx], tol)
     obs._static_cache = (key, out)
+    obs._body_cache = {}
     return out
+
+
+def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, pts_idx: torch.Tensor,
+               jacobians: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Body m at pose T_m (4, 4) against ``obs``: first-hit depth along every ray (N,) (inf: a miss),
+    signed distance of the points ``pts_idx`` (P, 3) and, with ``jacobians``, their Jacobians (P, 6)
+    (else None). Kept on ``obs`` (``_static`` resets it) for the body's latest pose: a body that did
+    not move between two steps of a frame (frozen, or converged) is not rendered again."""
+    cache = obs.__dict__.setdefault("_body_cache", {})
+    key = T_m.detach().numpy().tobytes()
+    kept = cache.get(m)
+    if kept is not None and kept[0] == key and (kept[3] is not None or not jacobians):
+        return kept[1], kept[2], kept[3]
+    R, t = T_m[:3, :3], T_m[:3, 3]
+    with torch.no_grad():
+        hit = ray_hit(prim, ((obs.origin - t) @ R).expand_as(obs.dirs), obs.dirs @ R)
+    if jacobians:
+        d, J = point_residuals(prim, T_m, pts_idx)
+    else:
+        d, J = sdf_and_grad(prim, (pts_idx - t) @ R)[0], None
+    cache[m] = (key, hit, d, J)
+    return hit, d, J
 
 
 def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
@@ -294,20 +317,15 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     """Render ``T``, assign each foreground point to its nearest body, find the free-space rays;
     ``jacobians`` off: no point Jacobians (``_Assignment.jac`` empty), for a cost or a final render."""
     M = len(prims)
-    hit = render_hits(prims, T, obs.origin, obs.dirs)
+    valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
+    views = [_body_view(prim, T[m], m, obs, pts_idx, jacobians) for m, prim in enumerate(prims)]
+    hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
-    valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
     sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
-    jac = []
-    for m, prim in enumerate(prims):
-        if jacobians:
-            d, J = point_residuals(prim, T[m], pts_idx)
-            jac.append(J)
-        else:
-            R, t = T[m, :3, :3], T[m, :3, 3]
-            d = sdf_and_grad(prim, (pts_idx - t) @ R)[0]
-        sd[m] = d
+    jac = [v[2] for v in views] if jacobians else []
+    for m, v in enumerate(views):
+        sd[m] = v[1]
     best = sd.abs().min(0) if M else None
     assigned, point_res = _gate_points(visible, idx, best, sig, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.

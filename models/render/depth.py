@@ -26,31 +26,46 @@ class DepthRenderer:
         self.d_cam = torch.from_numpy(camera.pixel_rays().reshape(-1, 3))
         self.d_unit = self.d_cam / self.d_cam.norm(dim=1, keepdim=True)
         self.T_wc = np.asarray(camera.world_from_camera, float)
+        self._last: dict[int, tuple] = {}   # body -> (its pose's bytes, rays near it, their hit distances)
 
     def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none).
 
         Each primitive is cast only against the pixels whose rays pass within its bounding
-        sphere (``rays_near``); the others cannot hit it."""
-        from vid2sim.models.render.primitives import ray_hit
-
+        sphere (``rays_near``); the others cannot hit it. A body at exactly the pose of the
+        previous call (a part fixed to the world) reuses that call's ray hits."""
         H, W = self.camera.height, self.camera.width
         best = torch.full((H * W,), math.inf, dtype=torch.float64)
         ids = torch.full((H * W,), -1, dtype=torch.long)
         for m, prim in enumerate(self.prims):
-            T_bc = np.linalg.inv(T_world_body[m]) @ self.T_wc  # camera in body
-            sel = self.rays_near(T_world_body[m][:3, 3], prim.bounding_radius)
+            key = np.asarray(T_world_body[m], np.float64).tobytes()
+            last = self._last.get(m)
+            if last is not None and last[0] == key:
+                sel, s = last[1], last[2]
+            else:
+                sel, s = self._hits(prim, T_world_body[m])
+                self._last[m] = (key, sel, s)
             if sel.numel() == 0:
                 continue
-            R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
-            d = self.d_cam[sel] @ R.T
-            with torch.no_grad():
-                s = ray_hit(prim, t.expand(len(sel), 3), d)
             closer = s < best[sel]
             best[sel[closer]] = s[closer]
             ids[sel[closer]] = m
         depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
         return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
+
+    def _hits(self, prim, T_world_body: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Indices (K,) of the pixel rays near the primitive at pose (4, 4) and their hit
+        distances (K,) along the unnormalised camera rays (inf: a miss)."""
+        from vid2sim.models.render.primitives import ray_hit
+
+        sel = self.rays_near(T_world_body[:3, 3], prim.bounding_radius)
+        if sel.numel() == 0:
+            return sel, torch.zeros(0, dtype=torch.float64)
+        T_bc = np.linalg.inv(T_world_body) @ self.T_wc  # camera in body
+        R, t = torch.from_numpy(T_bc[:3, :3]), torch.from_numpy(T_bc[:3, 3])
+        d = self.d_cam[sel] @ R.T
+        with torch.no_grad():
+            return sel, ray_hit(prim, t.expand(len(sel), 3), d)
 
     def rays_near(self, centre_world: np.ndarray, radius: float) -> torch.Tensor:
         """Indices (K,) into the H*W pixel rays that pass within ``radius`` (m) of ``centre_world``
