@@ -55,6 +55,7 @@ RELEASE_STILL = 0.05         # a tip moving at under this fraction of its speed 
 RELEASE_PART_SPEED = 0.3     # the part moved at this fraction of the tip's speed or more as it stopped (it was pushed)
 RELEASE_MIN_FRAMES = 4       # frames of a release window at least (the stop frame included)
 RELEASE_GRID = np.round(np.arange(0.05, 1.501, 0.05), 3)   # floor mu profiled over the release windows
+UNSEEN_SIGMA = 1e3       # rad, the noise std given to a yaw no frame shows (an upright puck's spin): out of the fit
 PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
                          # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
 
@@ -190,6 +191,13 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     rp.extra["pusher"] = {"actuator": rec.actuation.names[a], "shape": rec.actuation.shapes[a],
                           "radius": float(tip.radius), "length": float(tip.length), "axis": list(axis),
                           "contact_points": int(len(pts)), "tip_damping": TIP_DAMPING}
+    unseen = unseen_yaw(rp, art, {b: shapes[shape_of[b]] for b in art.bodies}, W0)
+    if unseen is not None:   # the tracker holds a spin it cannot see still: fitting it would stop the part's spin
+        rp.sigma = np.asarray(rp.sigma, float).copy()
+        rp.sigma[unseen] = UNSEEN_SIGMA
+        rp.extra["pusher"]["unseen_yaw"] = rp.extra["q_names"][unseen]
+        log.info("identify: %s not observed (a part symmetric about the vertical shows no spin)",
+                 rp.extra["q_names"][unseen])
     log.info("identify: pusher %r (cylinder r=%.3f m) in contact with %d points on the parts",
              rec.actuation.names[a], tip.radius, len(pts))
     from vid2sim.pipeline.identify_roots import PLANAR_STIFFNESS, _problem
@@ -216,6 +224,21 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     # the clip starts at rest before the push: the tracked start state, not estimated
     rp.problem = _problem(push, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
     return True
+
+
+def unseen_yaw(rp, art, shapes: dict[str, Shape], W0: dict, tolerance_deg: float = 5.0) -> int | None:
+    """Column of ``rp.q`` holding a planar root's yaw that no frame shows, or None: the articulation
+    is one body, a sphere or a cylinder or capsule whose axis (body z) is within ``tolerance_deg``
+    of the vertical at frame 0 (``W0`` {body: (4, 4)}); its spin about the vertical changes no pixel."""
+    if rp.extra["root"]["type"] != "planar" or len(art.bodies) != 1:
+        return None
+    b = art.bodies[0]
+    s = shapes[b]
+    upright = abs(float(W0[b][2, 2])) >= math.cos(math.radians(tolerance_deg))
+    if s.type != "sphere" and not (s.type in ("cylinder", "capsule") and upright):
+        return None
+    name = f"{rp.extra['root']['joint']}/theta"
+    return rp.extra["q_names"].index(name) if name in rp.extra["q_names"] else None
 
 
 def release_windows(track: np.ndarray, fps: float, q: np.ndarray) -> list[tuple[int, int]]:

@@ -176,6 +176,33 @@ def test_release_windows_and_the_floor_friction_they_pin():
     assert identify_push.release_windows(track, 30.0, q) == []
 
 
+def test_an_upright_puck_spin_is_left_out_of_the_fit():
+    """The tracker cannot see an upright puck spin (it holds the tracked yaw still); identify gives
+    that yaw column the noise ``UNSEEN_SIGMA``, so that a simulated spin costs nothing, and keeps the
+    box's and a lying cylinder's."""
+    from bench_push_friction import push_problem
+
+    st, rp = push_problem("pushed_cylinder", 45)
+    yaw = f"{rp.extra['root']['joint']}/theta"
+    k = rp.extra["q_names"].index(yaw)
+    assert rp.sigma[k] == identify_push.UNSEEN_SIGMA and rp.extra["pusher"]["unseen_yaw"] == yaw
+    assert np.all(np.asarray(rp.sigma)[[0, 1]] < 1e-2)                  # x, y observed as before
+    np.testing.assert_allclose(rp.problem.sigma.numpy(), rp.sigma)      # the fitted problem's noise
+    art = types.SimpleNamespace(bodies=["part"])
+    W0 = {"part": np.eye(4)}
+    puck, lying = Shape("p", "cylinder", radius=0.04, length=0.04), Shape("r", "capsule", radius=0.02, length=0.3)
+    assert identify_push.unseen_yaw(rp, art, {"part": puck}, W0) == k
+    assert identify_push.unseen_yaw(rp, art, {"part": Shape("s", "sphere", radius=0.03)}, W0) == k
+    assert identify_push.unseen_yaw(rp, art, {"part": Shape("b", "box", size=(0.1, 0.1, 0.04))}, W0) is None
+    on_side = np.eye(4)
+    on_side[:3, :3] = [[1, 0, 0], [0, 0, -1], [0, 1, 0]]                # body z horizontal: the spin shows
+    assert identify_push.unseen_yaw(rp, art, {"part": lying}, {"part": on_side}) is None
+    two = types.SimpleNamespace(bodies=["part", "other"])
+    assert identify_push.unseen_yaw(rp, two, {"part": puck, "other": puck}, dict(W0, other=np.eye(4))) is None
+    _, box = push_problem("pushed_box", 45)
+    assert "unseen_yaw" not in box.extra["pusher"] and box.sigma[2] < 1e-2
+
+
 @pytest.mark.slow
 def test_the_pushed_linkage_in_strokes_pins_its_floor_friction():
     """``pushed_strokes`` (three links, floor mu 0.5 in PyBullet): the three slides after the tip's
