@@ -70,3 +70,63 @@ def calibrate(art, jp, poses, shapes: dict[str, Shape], fps: float, post, first:
     log.info("identify: floor contact calibrated in PyBullet over frames %d-%d: friction %.3f, restitution %.3f "
              "(pose residual rms %.1f mm)", first, end - 1, out["friction"], out["restitution"], 1e3 * out["rms"])
     return out
+
+
+PUSH_TIP_GRID = np.round(np.concatenate([[0.05], np.arange(0.1, 1.51, 0.1)]), 3)   # tip mu searched (pushes)
+PUSH_START_FRAMES = 5   # tracked frames whose quadratic fit gives a pushed clip's start state (at rest)
+
+
+def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip) -> dict | None:
+    """The floor and tip friction that make the PyBullet twin of ``post`` (``forecast.default_floor``,
+    the pusher ``tip``, a ``models.bullet.Tip``, replayed) reproduce the tracked frames 0 .. T-1 of
+    ``jp`` from the tracked start (the quadratic fit of the first ``PUSH_START_FRAMES`` frames,
+    ``forecast.Restart``): mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
+    coordinate-wise: the tip mu over ``PUSH_TIP_GRID`` at the fitted floor mu, then the floor mu over
+    ``FRICTION_GRID`` and the fitted one within ``post.limits["floor.friction"]`` (a release profile's
+    interval) at that tip mu, then the tip mu again.
+    -> {"friction", "tip_friction", "restitution", "rms", "rms_fitted" (the fitted coefficients'), "frames": [0, T-1]},
+    or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
+    from dataclasses import replace
+
+    from vid2sim.models.bullet import BulletTwin
+    from vid2sim.pipeline import export, forecast
+
+    T = min(poses.num_frames, jp.q.shape[0])
+    if jp.root_pose is None or T < PUSH_START_FRAMES + 2:
+        return None
+    order = [poses.body_names.index(b) for b in art.bodies]
+    kinds = [shapes[poses.shape_names[i]].type for i in order]
+    W = poses.world_from_body[:T, order]
+    floor = forecast.default_floor(art, post)
+    est = post.estimate
+    lo, hi = post.limits.get("floor.friction", (FRICTION_GRID[0], FRICTION_GRID[-1]))
+    floors = sorted({float(m) for m in FRICTION_GRID if lo <= m <= hi} | {float(est["floor.friction"]), float(lo),
+                                                                          float(hi)} - {0.0})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "twin.urdf"
+        path.write_text(export.build_urdf(export.ExportConfig(), art, post, shapes, poses))
+        twin = BulletTwin(str(path), forecast.link_body_offsets(art, poses), True, floor,
+                          tip=replace(tip, friction=float(est["tip.friction"])))
+    try:
+        restart = forecast.Restart(twin, list(art.bodies), list(jp.names), jp.q[:PUSH_START_FRAMES],
+                                   jp.root_pose[:PUSH_START_FRAMES], 0, fps)
+
+        def cost(mu: float, mu_tip: float) -> float:
+            twin.set_contact(mu, floor.restitution)
+            twin.pb.changeDynamics(twin.tid, -1, lateralFriction=mu_tip / mu, physicsClientId=twin.cid)
+            r = forecast.pose_residual(restart.simulate(restart.x0, T), W, kinds)
+            return float(np.mean(r * r))
+
+        fitted = cost(float(est["floor.friction"]), float(est["tip.friction"]))
+        mu = float(est["floor.friction"])
+        best = min((cost(mu, t), mu, float(t)) for t in PUSH_TIP_GRID)
+        best = min([best] + [(cost(m, best[2]), m, best[2]) for m in floors if m != best[1]])
+        best = min([best] + [(cost(best[1], t), best[1], float(t)) for t in PUSH_TIP_GRID if t != best[2]])
+    finally:
+        twin.close()
+    out = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "restitution": float(floor.restitution),
+           "rms": float(np.sqrt(best[0])), "rms_fitted": float(np.sqrt(fitted)), "frames": [0, T - 1]}
+    log.info("identify: floor and tip friction calibrated in PyBullet over frames 0-%d: floor %.3f, tip %.3f "
+             "(pose residual rms %.1f mm; %.1f mm at the fitted %.3f / %.3f)", T - 1, out["friction"],
+             out["tip_friction"], 1e3 * out["rms"], 1e3 * out["rms_fitted"], est["floor.friction"], est["tip.friction"])
+    return out

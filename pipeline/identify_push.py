@@ -21,8 +21,12 @@ floor mu is profiled there first (``release_profile``): the main fit then search
 within that profile's interval, recorded in ``extra["floor_release"]`` ({"windows": []} and a
 note where the tip never stopped).
 
-What the URDF cannot hold (the pusher, the floor and tip friction, the contact model)
-goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
+After the fit, the floor and tip friction of the PyBullet twin are searched in PyBullet itself
+(``identify_floor.calibrate_push``, held in ``extra["floor_bullet"]``): the penalty law's tip
+friction is biased against Bullet's contact (``pushed_box``: 3.0 mm rms over the fitted frames at
+the fitted values, 0.16 mm at the calibrated ones). What the URDF cannot hold (the pusher, the
+floor and tip friction, the contact model) goes to ``contacts.json`` beside ``model.urdf``
+(``write_side_file``; the twin's coefficients, ``twin_friction``); forecast replays
 the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
 a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact point,
 ``floor.damping`` half critical for the lightest part: with one and the same fit, the
@@ -186,6 +190,9 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     push = _push_simulator(type(sim))(**{f: getattr(base, f) for f in base.__dataclass_fields__})
     push.fixed, push.track, push.fps = dict(getattr(sim, "fixed", None) or {}), torch.as_tensor(track), fps
     rp.sim = push
+    from vid2sim.models.bullet import Tip
+
+    rp.pusher = Tip(float(tip.radius), float(tip.length), track.copy(), 0.5)   # the twin's, calibrated after the fit
     times = np.arange(len(rp.guess)) / fps
     rp.guess = np.column_stack([rp.guess, times])
     rp.extra["pusher"] = {"actuator": rec.actuation.names[a], "shape": rec.actuation.shapes[a],
@@ -379,16 +386,27 @@ def timed_rollout(sim, theta: torch.Tensor, start: torch.Tensor, steps: int, net
     return torch.cat([x, t[..., None]], -1)
 
 
+def twin_friction(post) -> dict:
+    """{"floor.friction", "tip.friction"} of the twin: calibrated in PyBullet (``extra["floor_bullet"]``,
+    ``identify_floor.calibrate_push``) where identify did, else the penalty model's fit (the estimate)."""
+    est = post.estimate if post is not None else {}
+    out = {"floor.friction": est.get("floor.friction"), "tip.friction": est.get("tip.friction", 0.5)}
+    bullet = (post.extra or {}).get("floor_bullet") if post is not None else None
+    if bullet and "tip_friction" in bullet:
+        out = {"floor.friction": bullet["friction"], "tip.friction": bullet["tip_friction"]}
+    return out
+
+
 def contact_summary(post, rec) -> dict | None:
     """The side file's content for posterior ``post`` (None without a pusher in ``post``)."""
     extra = post.extra.get("pusher") if post.extra else None
     if extra is None:
         return None
-    est = post.estimate
+    est, bullet = post.estimate, twin_friction(post)
     return {"floor": {"height": (post.extra.get("floor") or {}).get("height", 0.0),
-                      "friction": est.get("floor.friction"), "stiffness": est.get("floor.stiffness"),
-                      "damping": est.get("floor.damping")},
-            "pusher": dict(extra, friction=est.get("tip.friction")),
+                      "friction": bullet.get("floor.friction"), "stiffness": est.get("floor.stiffness"),
+                      "damping": est.get("floor.damping"), "friction_penalty_fit": est.get("floor.friction")},
+            "pusher": dict(extra, friction=bullet.get("tip.friction"), friction_penalty_fit=est.get("tip.friction")),
             "contact_model": "penalty: Hunt-Crossley normal force, regularised Coulomb friction (models.dynamics.contact); "
                              "the pusher is kinematic (replayed from actuation.npz)"}
 
@@ -406,14 +424,14 @@ def write_side_file(post, out_dir: Path) -> Path | None:
 
 
 def forecast_tip(rec, post):
-    """``forecast.Tip`` of the recording's pusher with the identified tip friction, or None."""
+    """``forecast.Tip`` of the recording's pusher with the twin's tip friction (``twin_friction``), or None."""
     from vid2sim.pipeline.forecast import Tip
 
     found = pusher_of(rec)
     if found is None:
         return None
     a, tip = found
-    mu = (post.estimate if post is not None else {}).get("tip.friction", 0.5)
+    mu = twin_friction(post)["tip.friction"] if post is not None else 0.5
     return Tip(float(tip.radius), float(tip.length), rec.actuation.world_from_actuator[:, a, :3, 3].copy(), float(mu))
 
 
