@@ -73,6 +73,10 @@ def calibrate(art, jp, poses, shapes: dict[str, Shape], fps: float, post, first:
 
 
 PUSH_TIP_GRID = np.round(np.concatenate([[0.05], np.arange(0.1, 1.51, 0.1)]), 3)   # tip mu searched (pushes)
+PUSH_KEEP_GAIN = 0.5    # the searched coefficients replace the fitted ones only where the twin then follows the tracks
+                        # at under this fraction of the fitted ones' rms (pushed_box: 0.16 vs 3.0 mm); a smaller gain
+                        # is no evidence against the fit (pushed_cylinder, 2.0 vs 2.1 mm: floor 0.54 -> 0.1, tip 0.44
+                        # -> 1.1, and the twin's error after 2 s 4.7 -> 15.8 mm)
 PUSH_START_FRAMES = 5   # tracked frames whose quadratic fit gives a pushed clip's start state (at rest)
 
 
@@ -83,9 +87,11 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     ``forecast.Restart``): mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
     coordinate-wise: the tip mu over ``PUSH_TIP_GRID`` at the fitted floor mu, then the floor mu over
     ``FRICTION_GRID`` and the fitted one within ``post.limits["floor.friction"]`` (a release profile's
-    interval) at that tip mu, then the tip mu again.
-    -> {"friction", "tip_friction", "restitution", "rms", "rms_fitted" (the fitted coefficients'), "frames": [0, T-1]},
-    or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
+    interval) at that tip mu, then the tip mu again; kept where its rms is under ``PUSH_KEEP_GAIN`` x the
+    fitted coefficients', else the fitted ones stay.
+    -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
+    coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
+    "tip_friction", "rms"}}, or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
     from dataclasses import replace
 
     from vid2sim.models.bullet import BulletTwin
@@ -124,9 +130,14 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
         best = min([best] + [(cost(best[1], t), best[1], float(t)) for t in PUSH_TIP_GRID if t != best[2]])
     finally:
         twin.close()
-    out = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "restitution": float(floor.restitution),
-           "rms": float(np.sqrt(best[0])), "rms_fitted": float(np.sqrt(fitted)), "frames": [0, T - 1]}
-    log.info("identify: floor and tip friction calibrated in PyBullet over frames 0-%d: floor %.3f, tip %.3f "
-             "(pose residual rms %.1f mm; %.1f mm at the fitted %.3f / %.3f)", T - 1, out["friction"],
-             out["tip_friction"], 1e3 * out["rms"], 1e3 * out["rms_fitted"], est["floor.friction"], est["tip.friction"])
+    searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0]))}
+    keep = searched["rms"] < PUSH_KEEP_GAIN * np.sqrt(fitted)
+    chosen = searched if keep else {"friction": float(est["floor.friction"]), "tip_friction": float(est["tip.friction"]),
+                                    "rms": float(np.sqrt(fitted))}
+    out = dict(chosen, restitution=float(floor.restitution), rms_fitted=float(np.sqrt(fitted)), frames=[0, T - 1],
+               kept="searched" if keep else "fitted", searched=searched)
+    log.info("identify: floor and tip friction searched in PyBullet over frames 0-%d: floor %.3f, tip %.3f (pose "
+             "residual rms %.1f mm; %.1f mm at the fitted %.3f / %.3f): the twin takes the %s ones", T - 1,
+             searched["friction"], searched["tip_friction"], 1e3 * searched["rms"], 1e3 * out["rms_fitted"],
+             est["floor.friction"], est["tip.friction"], out["kept"])
     return out

@@ -203,6 +203,12 @@ def test_an_upright_puck_spin_is_left_out_of_the_fit():
     assert "unseen_yaw" not in box.extra["pusher"] and box.sigma[2] < 1e-2
 
 
+def identify_floor_gain() -> float:
+    from vid2sim.pipeline.identify_floor import PUSH_KEEP_GAIN
+
+    return PUSH_KEEP_GAIN
+
+
 def test_the_twin_friction_calibrated_in_pybullet_finds_the_tip_mu(box_problem):
     """``identify_floor.calibrate_push`` on the true tracks of ``pushed_box`` (PyBullet: floor 0.4,
     tip 0.3), started from a biased fit (floor 0.9, tip 1.0: 1.8 mm rms off over the clip): both come
@@ -225,6 +231,12 @@ def test_the_twin_friction_calibrated_in_pybullet_finds_the_tip_mu(box_problem):
                          Tip(0.015, 0.06, tip.world_from_actuator[:, 0, :3, 3], 0.5))
     assert fit["tip_friction"] == pytest.approx(0.3) and fit["rms"] < 1e-4 < 1e-3 < fit["rms_fitted"], fit
     assert fit["friction"] == pytest.approx(0.4) and fit["frames"] == [0, 74]   # exact tracks, Bullet's own contact
+    assert fit["kept"] == "searched" and fit["searched"]["tip_friction"] == fit["tip_friction"]
+    near = dict(est, **{"floor.friction": 0.4, "tip.friction": 0.3})   # a fit the search cannot better stays
+    kept = calibrate_push(art, jp, poses, shapes, 30.0, replace(post, estimate=near),
+                          Tip(0.015, 0.06, tip.world_from_actuator[:, 0, :3, 3], 0.5))
+    assert kept["kept"] == "fitted" and (kept["friction"], kept["tip_friction"]) == (0.4, 0.3), kept
+    assert kept["rms"] == kept["rms_fitted"] and kept["searched"]["rms"] >= identify_floor_gain() * kept["rms_fitted"]
     post = replace(post, extra=dict(post.extra, floor_bullet=fit))
     assert identify_push.twin_friction(post) == {"floor.friction": fit["friction"], "tip.friction": fit["tip_friction"]}
     d = identify_push.contact_summary(post, None)
