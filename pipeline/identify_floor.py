@@ -91,7 +91,7 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
-    "tip_friction", "rms"}}, or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
+    "tip_friction", "rms", "floor_profile" [[floor mu, rms (m)] at the first step's tip mu]}}, or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
     from dataclasses import replace
 
     from vid2sim.models.bullet import BulletTwin
@@ -126,11 +126,13 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
         fitted = cost(float(est["floor.friction"]), float(est["tip.friction"]))
         mu = float(est["floor.friction"])
         best = min((cost(mu, t), mu, float(t)) for t in PUSH_TIP_GRID)
-        best = min([best] + [(cost(m, best[2]), m, best[2]) for m in floors if m != best[1]])
+        profile = [(cost(m, best[2]), m, best[2]) if m != best[1] else best for m in floors]
+        best = min([best] + profile)
         best = min([best] + [(cost(best[1], t), best[1], float(t)) for t in PUSH_TIP_GRID if t != best[2]])
     finally:
         twin.close()
-    searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0]))}
+    searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0])),
+                "floor_profile": [[round(m, 4), round(float(np.sqrt(c)), 6)] for c, m, _ in profile]}
     keep = searched["rms"] < PUSH_KEEP_GAIN * np.sqrt(fitted)
     chosen = searched if keep else {"friction": float(est["floor.friction"]), "tip_friction": float(est["tip.friction"]),
                                     "rms": float(np.sqrt(fitted))}

@@ -23,6 +23,8 @@ Reported per case, against the truth of the unseen frames:
   twin (``identify_push.twin_friction``: calibrated in PyBullet, as contacts.json holds them);
   ``friction_fit_rel_err``: the same of identify's penalty-model fit (params.json's estimate;
   ``friction_particles_5_95``: its posterior particles' 5-95 % range of each);
+  ``twin_calibration``: the PyBullet search of the twin's floor and tip friction (``identify_floor.calibrate_push``,
+  with its floor profile);
   ``floor_release``: identify's floor friction from the slides after the tip stopped, where there are any
   (``identify_push.release_profile``);
   (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
@@ -206,6 +208,9 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         rel = (post.extra or {}).get("floor_release")
         if rel is not None:   # the floor friction pinned by the slides after the tip stopped (if it did)
             res["floor_release"] = {k: v for k, v in rel.items() if k != "profile"}
+        cal = (post.extra or {}).get("floor_bullet")
+        if cal is not None and "tip_friction" in cal:   # the twin's friction searched in PyBullet (calibrate_push)
+            res["twin_calibration"] = cal
         if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
             post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
             urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")
