@@ -98,7 +98,7 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     from vid2sim.pipeline import export, forecast
 
     T = min(poses.num_frames, jp.q.shape[0])
-    if jp.root_pose is None or T < PUSH_START_FRAMES + 2:
+    if jp.root_pose is None or T < PUSH_START_FRAMES + 2 or not {"floor.friction", "tip.friction"} <= set(post.estimate):
         return None
     order = [poses.body_names.index(b) for b in art.bodies]
     kinds = [shapes[poses.shape_names[i]].type for i in order]
