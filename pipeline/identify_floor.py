@@ -91,7 +91,8 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
-    "tip_friction", "rms", "floor_profile" [[floor mu, rms (m)] at the first step's tip mu]}}, or None without a root pose or with fewer than ``PUSH_START_FRAMES`` + 2 frames."""
+    "tip_friction", "rms", "floor_profile" [[floor mu, rms (m)] at the first step's tip mu]}}, or None
+    without a root pose, a fitted floor and tip friction, or ``PUSH_START_FRAMES`` + 2 frames."""
     from dataclasses import replace
 
     from vid2sim.models.bullet import BulletTwin
