@@ -21,8 +21,12 @@ floor mu is profiled there first (``release_profile``): the main fit then search
 within that profile's interval, recorded in ``extra["floor_release"]`` ({"windows": []} and a
 note where the tip never stopped).
 
-What the URDF cannot hold (the pusher, the floor and tip friction, the contact model)
-goes to ``contacts.json`` beside ``model.urdf`` (``write_side_file``); forecast replays
+After the fit, the floor and tip friction of the PyBullet twin are searched in PyBullet itself
+(``identify_floor.calibrate_push``, held in ``extra["floor_bullet"]``): the penalty law's tip
+friction is biased against Bullet's contact (``pushed_box``: 3.0 mm rms over the fitted frames at
+the fitted values, 0.16 mm at the calibrated ones). What the URDF cannot hold (the pusher, the
+floor and tip friction, the contact model) goes to ``contacts.json`` beside ``model.urdf``
+(``write_side_file``; the twin's coefficients, ``twin_friction``); forecast replays
 the pusher from the recording's actuation with those coefficients (``forecast_tip``) over
 a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact point,
 ``floor.damping`` half critical for the lightest part: with one and the same fit, the
@@ -55,6 +59,7 @@ RELEASE_STILL = 0.05         # a tip moving at under this fraction of its speed 
 RELEASE_PART_SPEED = 0.3     # the part moved at this fraction of the tip's speed or more as it stopped (it was pushed)
 RELEASE_MIN_FRAMES = 4       # frames of a release window at least (the stop frame included)
 RELEASE_GRID = np.round(np.arange(0.05, 1.501, 0.05), 3)   # floor mu profiled over the release windows
+UNSEEN_SIGMA = 1e3       # rad, the noise std given to a yaw no frame shows (an upright puck's spin): out of the fit
 PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
                          # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
 
@@ -185,11 +190,21 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     push = _push_simulator(type(sim))(**{f: getattr(base, f) for f in base.__dataclass_fields__})
     push.fixed, push.track, push.fps = dict(getattr(sim, "fixed", None) or {}), torch.as_tensor(track), fps
     rp.sim = push
+    from vid2sim.models.bullet import Tip
+
+    rp.pusher = Tip(float(tip.radius), float(tip.length), track.copy(), 0.5)   # the twin's, calibrated after the fit
     times = np.arange(len(rp.guess)) / fps
     rp.guess = np.column_stack([rp.guess, times])
     rp.extra["pusher"] = {"actuator": rec.actuation.names[a], "shape": rec.actuation.shapes[a],
                           "radius": float(tip.radius), "length": float(tip.length), "axis": list(axis),
                           "contact_points": int(len(pts)), "tip_damping": TIP_DAMPING}
+    unseen = unseen_yaw(rp, art, {b: shapes[shape_of[b]] for b in art.bodies}, W0)
+    if unseen is not None:   # the tracker holds a spin it cannot see still: fitting it would stop the part's spin
+        rp.sigma = np.asarray(rp.sigma, float).copy()
+        rp.sigma[unseen] = UNSEEN_SIGMA
+        rp.extra["pusher"]["unseen_yaw"] = rp.extra["q_names"][unseen]
+        log.info("identify: %s not observed (a part symmetric about the vertical shows no spin)",
+                 rp.extra["q_names"][unseen])
     log.info("identify: pusher %r (cylinder r=%.3f m) in contact with %d points on the parts",
              rec.actuation.names[a], tip.radius, len(pts))
     from vid2sim.pipeline.identify_roots import PLANAR_STIFFNESS, _problem
@@ -216,6 +231,21 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     # the clip starts at rest before the push: the tracked start state, not estimated
     rp.problem = _problem(push, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
     return True
+
+
+def unseen_yaw(rp, art, shapes: dict[str, Shape], W0: dict, tolerance_deg: float = 5.0) -> int | None:
+    """Column of ``rp.q`` holding a planar root's yaw that no frame shows, or None: the articulation
+    is one body, a sphere or a cylinder or capsule whose axis (body z) is within ``tolerance_deg``
+    of the vertical at frame 0 (``W0`` {body: (4, 4)}); its spin about the vertical changes no pixel."""
+    if rp.extra["root"]["type"] != "planar" or len(art.bodies) != 1:
+        return None
+    b = art.bodies[0]
+    s = shapes[b]
+    upright = abs(float(W0[b][2, 2])) >= math.cos(math.radians(tolerance_deg))
+    if s.type != "sphere" and not (s.type in ("cylinder", "capsule") and upright):
+        return None
+    name = f"{rp.extra['root']['joint']}/theta"
+    return rp.extra["q_names"].index(name) if name in rp.extra["q_names"] else None
 
 
 def release_windows(track: np.ndarray, fps: float, q: np.ndarray) -> list[tuple[int, int]]:
@@ -356,16 +386,27 @@ def timed_rollout(sim, theta: torch.Tensor, start: torch.Tensor, steps: int, net
     return torch.cat([x, t[..., None]], -1)
 
 
+def twin_friction(post) -> dict:
+    """{"floor.friction", "tip.friction"} of the twin: calibrated in PyBullet (``extra["floor_bullet"]``,
+    ``identify_floor.calibrate_push``) where identify did, else the penalty model's fit (the estimate)."""
+    est = post.estimate if post is not None else {}
+    out = {"floor.friction": est.get("floor.friction"), "tip.friction": est.get("tip.friction", 0.5)}
+    bullet = (post.extra or {}).get("floor_bullet") if post is not None else None
+    if bullet and "tip_friction" in bullet:
+        out = {"floor.friction": bullet["friction"], "tip.friction": bullet["tip_friction"]}
+    return out
+
+
 def contact_summary(post, rec) -> dict | None:
     """The side file's content for posterior ``post`` (None without a pusher in ``post``)."""
     extra = post.extra.get("pusher") if post.extra else None
     if extra is None:
         return None
-    est = post.estimate
+    est, bullet = post.estimate, twin_friction(post)
     return {"floor": {"height": (post.extra.get("floor") or {}).get("height", 0.0),
-                      "friction": est.get("floor.friction"), "stiffness": est.get("floor.stiffness"),
-                      "damping": est.get("floor.damping")},
-            "pusher": dict(extra, friction=est.get("tip.friction")),
+                      "friction": bullet.get("floor.friction"), "stiffness": est.get("floor.stiffness"),
+                      "damping": est.get("floor.damping"), "friction_penalty_fit": est.get("floor.friction")},
+            "pusher": dict(extra, friction=bullet.get("tip.friction"), friction_penalty_fit=est.get("tip.friction")),
             "contact_model": "penalty: Hunt-Crossley normal force, regularised Coulomb friction (models.dynamics.contact); "
                              "the pusher is kinematic (replayed from actuation.npz)"}
 
@@ -383,14 +424,14 @@ def write_side_file(post, out_dir: Path) -> Path | None:
 
 
 def forecast_tip(rec, post):
-    """``forecast.Tip`` of the recording's pusher with the identified tip friction, or None."""
+    """``forecast.Tip`` of the recording's pusher with the twin's tip friction (``twin_friction``), or None."""
     from vid2sim.pipeline.forecast import Tip
 
     found = pusher_of(rec)
     if found is None:
         return None
     a, tip = found
-    mu = (post.estimate if post is not None else {}).get("tip.friction", 0.5)
+    mu = twin_friction(post)["tip.friction"] if post is not None else 0.5
     return Tip(float(tip.radius), float(tip.length), rec.actuation.world_from_actuator[:, a, :3, 3].copy(), float(mu))
 
 

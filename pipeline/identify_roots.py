@@ -291,13 +291,15 @@ class RootProblem:
     held: dict = field(default_factory=dict)  # parameters fitted before the main fit and held in it (flight_prefit)
     candidate: tuple | None = None  # (values, log-likelihood, start state) of the least squares on the main problem
     inputs: tuple | None = None  # (art, jp, poses, shapes, fps) as build_root_problem got them (identify_floor)
+    pusher: object = None  # models.bullet.Tip of a known pusher (identify_push): its twin calibrated in PyBullet
 
     def finish(self, post):
         """``post`` with the anchored masses added to its estimate (they are not fitted names) and,
         with a floor hit at a known speed, the derived ``floor.restitution`` as one more
         parameter (``restitution`` of each particle's ``contact.damping``; limits [0, 1]), and
         ``extra["floor_bullet"]``: the floor friction and restitution of the PyBullet twin
-        (``identify_floor.calibrate``), which forecast's floor uses."""
+        (``identify_floor.calibrate``), which forecast's floor uses; with a known pusher, the floor and
+        tip friction of the PyBullet twin (``identify_floor.calibrate_push``)."""
         from vid2sim.pipeline.artifacts import Posterior
 
         names, limits, est, X = list(post.names), dict(post.limits), dict(post.estimate), post.particles
@@ -326,6 +328,12 @@ class RootProblem:
             from vid2sim.pipeline.identify_floor import calibrate
 
             fit = calibrate(*self.inputs, out, self.floor.first)
+            if fit is not None:
+                out = Posterior(names, limits, est, X, post.method, ll, dict(extra, floor_bullet=fit))
+        if self.pusher is not None and self.inputs is not None:   # pushed: floor and tip friction of the PyBullet twin
+            from vid2sim.pipeline.identify_floor import calibrate_push
+
+            fit = calibrate_push(*self.inputs, out, self.pusher)
             if fit is not None:
                 out = Posterior(names, limits, est, X, post.method, ll, dict(extra, floor_bullet=fit))
         return out

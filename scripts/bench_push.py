@@ -19,8 +19,12 @@ Reported per case, against the truth of the unseen frames:
   every rotation: ``rotation_error_deg``); ``rot_err_raw_*``: the same angle without that;
 - ``iou``: silhouette IoU with the true body masks, mean over the unseen frames (the pixels
   where the tip is in front are left out of the prediction: the masks do not show them);
-- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction``
-  (``friction_particles_5_95``: the posterior particles' 5-95 % range of each);
+- ``friction_rel_err``: |identified - true| / true of ``floor.friction`` and ``tip.friction`` of the
+  twin (``identify_push.twin_friction``: calibrated in PyBullet, as contacts.json holds them);
+  ``friction_fit_rel_err``: the same of identify's penalty-model fit (params.json's estimate;
+  ``friction_particles_5_95``: its posterior particles' 5-95 % range of each);
+  ``twin_calibration``: the PyBullet search of the twin's floor and tip friction (``identify_floor.calibrate_push``,
+  with its floor profile);
   ``floor_release``: identify's floor friction from the slides after the tip stopped, where there are any
   (``identify_push.release_profile``);
   (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
@@ -58,7 +62,7 @@ from vid2sim.datasets.synthetic import TIP_ID, make_recording, recording_shapes,
 from vid2sim.pipeline import export, forecast, identify  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 from vid2sim.pipeline.identify_effort import forecast_effort  # noqa: E402
-from vid2sim.pipeline.identify_push import forecast_tip  # noqa: E402
+from vid2sim.pipeline.identify_push import forecast_tip, twin_friction  # noqa: E402
 from vid2sim.pipeline.run import run_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -152,12 +156,19 @@ def _parameter_errors(st, post: Posterior) -> dict:
     else:
         truth, key = {k: v for k, v in p.items() if k.endswith((".mass", ".damping")) and k in post.estimate}, "params"
     est = {k: post.estimate.get(k) for k in truth}
+    if st.tip_position is not None:   # the twin's coefficients (calibrated in PyBullet where identify did)
+        twin, fit = twin_friction(post), est
+        est = {k: twin[k] for k in truth}
     X = np.asarray(post.particles, float)
     spread = {k: np.percentile(X[:, post.names.index(k)], [5, 95]).round(4).tolist() for k in truth
               if k in post.names and X.ndim == 2 and len(X) > 1}
-    return {key: {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()},
-            f"{key}_rel_err": {k: None if est[k] is None else round(abs(est[k] - v) / v, 4) for k, v in truth.items()},
-            f"{key}_particles_5_95": spread}
+    out = {key: {k: [None if est[k] is None else round(float(est[k]), 4), v] for k, v in truth.items()},
+           f"{key}_rel_err": {k: None if est[k] is None else round(abs(est[k] - v) / v, 4) for k, v in truth.items()},
+           f"{key}_particles_5_95": spread}
+    if st.tip_position is not None:
+        out["friction_fit_rel_err"] = {k: None if fit[k] is None else round(abs(fit[k] - v) / v, 4)
+                                       for k, v in truth.items()}
+    return out
 
 
 def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) -> dict:
@@ -197,6 +208,9 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
         rel = (post.extra or {}).get("floor_release")
         if rel is not None:   # the floor friction pinned by the slides after the tip stopped (if it did)
             res["floor_release"] = {k: v for k, v in rel.items() if k != "profile"}
+        cal = (post.extra or {}).get("floor_bullet")
+        if cal is not None and "tip_friction" in cal:   # the twin's friction searched in PyBullet (calibrate_push)
+            res["twin_calibration"] = cal
         if st.joint_effort is not None:   # the same tracks identified without the effort, forecast without it
             post0 = identify.run(configs["identify"], art, jp, poses, rec.shapes, out / "no_effort", rec=None)
             urdf0 = export.run(export.ExportConfig(), art, post0, rec.shapes, poses, out / "no_effort")

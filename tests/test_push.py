@@ -176,6 +176,74 @@ def test_release_windows_and_the_floor_friction_they_pin():
     assert identify_push.release_windows(track, 30.0, q) == []
 
 
+def test_an_upright_puck_spin_is_left_out_of_the_fit():
+    """The tracker cannot see an upright puck spin (it holds the tracked yaw still); identify gives
+    that yaw column the noise ``UNSEEN_SIGMA``, so that a simulated spin costs nothing, and keeps the
+    box's and a lying cylinder's."""
+    from bench_push_friction import push_problem
+
+    st, rp = push_problem("pushed_cylinder", 45)
+    yaw = f"{rp.extra['root']['joint']}/theta"
+    k = rp.extra["q_names"].index(yaw)
+    assert rp.sigma[k] == identify_push.UNSEEN_SIGMA and rp.extra["pusher"]["unseen_yaw"] == yaw
+    assert np.all(np.asarray(rp.sigma)[[0, 1]] < 1e-2)                  # x, y observed as before
+    np.testing.assert_allclose(rp.problem.sigma.numpy(), rp.sigma)      # the fitted problem's noise
+    art = types.SimpleNamespace(bodies=["part"])
+    W0 = {"part": np.eye(4)}
+    puck, lying = Shape("p", "cylinder", radius=0.04, length=0.04), Shape("r", "capsule", radius=0.02, length=0.3)
+    assert identify_push.unseen_yaw(rp, art, {"part": puck}, W0) == k
+    assert identify_push.unseen_yaw(rp, art, {"part": Shape("s", "sphere", radius=0.03)}, W0) == k
+    assert identify_push.unseen_yaw(rp, art, {"part": Shape("b", "box", size=(0.1, 0.1, 0.04))}, W0) is None
+    on_side = np.eye(4)
+    on_side[:3, :3] = [[1, 0, 0], [0, 0, -1], [0, 1, 0]]                # body z horizontal: the spin shows
+    assert identify_push.unseen_yaw(rp, art, {"part": lying}, {"part": on_side}) is None
+    two = types.SimpleNamespace(bodies=["part", "other"])
+    assert identify_push.unseen_yaw(rp, two, {"part": puck, "other": puck}, dict(W0, other=np.eye(4))) is None
+    _, box = push_problem("pushed_box", 45)
+    assert "unseen_yaw" not in box.extra["pusher"] and box.sigma[2] < 1e-2
+
+
+def identify_floor_gain() -> float:
+    from vid2sim.pipeline.identify_floor import PUSH_KEEP_GAIN
+
+    return PUSH_KEEP_GAIN
+
+
+def test_the_twin_friction_calibrated_in_pybullet_finds_the_tip_mu(box_problem):
+    """``identify_floor.calibrate_push`` on the true tracks of ``pushed_box`` (PyBullet: floor 0.4,
+    tip 0.3), started from a biased fit (floor 0.9, tip 1.0: 1.8 mm rms off over the clip): both come
+    back to the truth's grid points and the twin follows the tracks to 0.02 mm rms (exact tracks, and
+    the twin runs on the generator's simulator; on tracked poses a steady push leaves the floor mu
+    loose, docs/results.md). ``twin_friction`` and the side file then carry the calibrated values."""
+    from bench_forecast import truth_inputs
+    from vid2sim.datasets.synthetic import actuation_of, recording_shapes
+    from vid2sim.models.bullet import Tip
+    from vid2sim.pipeline.identify_floor import calibrate_push
+
+    st, rp = box_problem
+    art, poses, jp, true_post = truth_inputs(st, 30.0)
+    shapes = recording_shapes(st)
+    est = dict(true_post.estimate, **{"floor.friction": 0.9, "tip.friction": 1.0}, **rp.held)
+    post = replace(true_post, names=list(est), estimate=est, limits={k: (0.0, 1.5) for k in est},
+                   particles=np.array([[est[k] for k in est]]), extra={"pusher": rp.extra["pusher"]})
+    tip = actuation_of(st)
+    fit = calibrate_push(art, jp, poses, shapes, 30.0, post,
+                         Tip(0.015, 0.06, tip.world_from_actuator[:, 0, :3, 3], 0.5))
+    assert fit["tip_friction"] == pytest.approx(0.3) and fit["rms"] < 1e-4 < 1e-3 < fit["rms_fitted"], fit
+    assert fit["friction"] == pytest.approx(0.4) and fit["frames"] == [0, 74]   # exact tracks, Bullet's own contact
+    assert fit["kept"] == "searched" and fit["searched"]["tip_friction"] == fit["tip_friction"]
+    near = dict(est, **{"floor.friction": 0.4, "tip.friction": 0.3})   # a fit the search cannot better stays
+    kept = calibrate_push(art, jp, poses, shapes, 30.0, replace(post, estimate=near),
+                          Tip(0.015, 0.06, tip.world_from_actuator[:, 0, :3, 3], 0.5))
+    assert kept["kept"] == "fitted" and (kept["friction"], kept["tip_friction"]) == (0.4, 0.3), kept
+    assert kept["rms"] == kept["rms_fitted"] and kept["searched"]["rms"] >= identify_floor_gain() * kept["rms_fitted"]
+    post = replace(post, extra=dict(post.extra, floor_bullet=fit))
+    assert identify_push.twin_friction(post) == {"floor.friction": fit["friction"], "tip.friction": fit["tip_friction"]}
+    d = identify_push.contact_summary(post, None)
+    assert d["pusher"]["friction"] == fit["tip_friction"] and d["pusher"]["friction_penalty_fit"] == 1.0
+    assert d["floor"]["friction"] == fit["friction"] and d["floor"]["friction_penalty_fit"] == 0.9
+
+
 @pytest.mark.slow
 def test_the_pushed_linkage_in_strokes_pins_its_floor_friction():
     """``pushed_strokes`` (three links, floor mu 0.5 in PyBullet): the three slides after the tip's
