@@ -176,14 +176,26 @@ def test_default_config_is_documented():
 
 
 def test_low_score_part_repeating_a_library_shape_is_dropped():
+    from vid2sim.datasets.shapes import Shape
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.pipeline.segment import _confirmed
 
     m = np.zeros((4, 4), bool)
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)), "pole": Shape("pole", "capsule", radius=0.025,
+                                                                                 length=0.6)}
     dets = [Detection(m, 0, 0.9), Detection(m, 0, 0.3), Detection(m, 1, 0.2), Detection(m, 1, 0.6)]
+    seen = [(0.3, 0.16), (0.3, 0.16), (0.65, 0.05), (0.65, 0.05)]
     # the 0.3 piece repeats the cart a confident part explains; the 0.2 one explains the pole
-    assert _confirmed(dets, ["cart", "cart", "pole", None], 0.5) == [0, 2, 3]
-    assert _confirmed(dets, ["cart", "cart", None, "pole"], 0.5) == [0, 3]
+    assert _confirmed(dets, ["cart", "cart", "pole", None], seen, shapes, True, 1.6, 0.5) == [0, 2, 3]
+    assert _confirmed(dets, ["cart", "cart", None, "pole"], seen, shapes, True, 1.6, 0.5) == [0, 3]
+    # two parts below the threshold name the cart: the one of the cart's size keeps it, not
+    # the higher score (a 0.22 x 0.11 m box only the depth shows, scored 0.3, against the
+    # network's 0.16 detection seen 0.29 x 0.12 m: _size_cost 0.56 against 0.34)
+    low = [Detection(m, 0, 0.3), Detection(m, 0, 0.16), Detection(m, 1, 0.6)]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.22, 0.11), (0.29, 0.12), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [1, 2]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.29, 0.12), (0.22, 0.11), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [0, 2]
 
 
 def test_a_rod_takes_the_other_rod_class_only_where_its_own_class_has_no_fit():
