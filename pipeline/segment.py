@@ -290,8 +290,11 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
                     smoothed: np.ndarray | None = None) -> tuple[float, float]:
     """The two largest extents (m) of the part's back-projected visible surface (robust percentiles).
 
-    The length is the longest axis of the 3-D points (depth smoothed as for the normals);
-    the width is the smaller of the second 3-D axis and the in-image width (perpendicular
+    The length and the second extent are the sides of the smallest-area rectangle that holds
+    the 3-D points (1st-99th percentiles) in the plane of their two main axes: the sides of
+    a box's face, not its diagonal where the face is near square and its main axes are
+    undetermined (tree5's 0.12 x 0.12 m hub face measured 0.152 m along its first main axis).
+    The width is the smaller of that second extent and the in-image width (perpendicular
     to the length and to the line of sight). Along the line of sight a rod's visible
     surface is only its radius deep, but a mask's stray pixels on a part behind or in
     front, and depth noise, spread the points there: on the realistic-noise cartpole
@@ -316,16 +319,34 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
         return 0.0, 0.0
     q = p - p.mean(0)
     _, vecs = np.linalg.eigh(q.T @ q)
-
-    def spread(x: np.ndarray) -> float:
-        return float(np.percentile(x, 99) - np.percentile(x, 1))
-
-    ext = sorted((spread(q @ vecs[:, k]) for k in range(3)), reverse=True)
+    length, second, axis = _min_area_sides(q @ vecs[:, 2], q @ vecs[:, 1], vecs[:, 2], vecs[:, 1])
     sight = p.mean(0) / np.linalg.norm(p.mean(0))
-    across = np.cross(vecs[:, 2], sight)
+    across = np.cross(axis, sight)
     n = np.linalg.norm(across)
-    width = spread(q @ (across / n)) if n > 1e-6 else ext[1]  # a rod seen end-on: no in-image width
-    return ext[0], min(ext[1], width)
+    width = _spread(q @ (across / n)) if n > 1e-6 else second  # a rod seen end-on: no in-image width
+    return length, min(second, width)
+
+
+def _spread(x: np.ndarray) -> float:
+    """Robust extent (m) of coordinates ``x``: 99th minus 1st percentile."""
+    return float(np.percentile(x, 99) - np.percentile(x, 1))
+
+
+MIN_AREA_STEP_DEG = 3.0  # angle step (deg) of the search for the smallest-area rectangle in measure_extents
+
+
+def _min_area_sides(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(longer side, shorter side, unit 3-D direction of the longer side) of the smallest-area
+    rectangle, in robust extents (``_spread``), that holds 2-D points with coordinates ``a``,
+    ``b`` (N,) along the orthonormal 3-D directions ``ea``, ``eb`` (3,)."""
+    best = None
+    for t in np.deg2rad(np.arange(0.0, 90.0, MIN_AREA_STEP_DEG)):
+        c, s = math.cos(t), math.sin(t)
+        s1, s2 = _spread(c * a + s * b), _spread(-s * a + c * b)
+        if best is None or s1 * s2 < best[0] - 1e-12:
+            best = (s1 * s2, s1, s2, c * ea + s * eb, -s * ea + c * eb)
+    _, s1, s2, d1, d2 = best
+    return (s1, s2, d1) if s1 >= s2 else (s2, s1, d2)
 
 
 def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
