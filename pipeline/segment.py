@@ -543,9 +543,11 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                               max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
-        # matched), then by parts left unexplained, then by parts that repeat a library
-        # shape (each entry of shapes.json is one body): a frame where the pole cuts the
-        # cart's image in two is worse than one where each is seen once. Among the frames
+        # matched at a size the shape can have), then by parts not so explained (left
+        # unexplained, repeating a library shape, or named at a size cost above
+        # SURPLUS_SIZE_COST), then by the names among those: a frame where the pole cuts the
+        # cart's image in two is worse than one where each is seen once, and a distractor
+        # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
         # that rank best, the earliest within 10 % of the best total score: the tracker
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
@@ -558,8 +560,10 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
-        named = [n for n in matched if n is not None]
-        rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
+        fit = {n for n, e in zip(matched, seen_i)
+               if n is not None and _size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
+        doubtful = sum(n is not None for n in matched) - len(fit)
+        rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
                  rank[0], total)
