@@ -290,8 +290,11 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
                     smoothed: np.ndarray | None = None) -> tuple[float, float]:
     """The two largest extents (m) of the part's back-projected visible surface (robust percentiles).
 
-    The length is the longest axis of the 3-D points (depth smoothed as for the normals);
-    the width is the smaller of the second 3-D axis and the in-image width (perpendicular
+    The length and the second extent are the sides of the smallest-area rectangle that holds
+    the 3-D points (1st-99th percentiles) in the plane of their two main axes: the sides of
+    a box's face, not its diagonal where the face is near square and its main axes are
+    undetermined (tree5's 0.12 x 0.12 m hub face measured 0.152 m along its first main axis).
+    The width is the smaller of that second extent and the in-image width (perpendicular
     to the length and to the line of sight). Along the line of sight a rod's visible
     surface is only its radius deep, but a mask's stray pixels on a part behind or in
     front, and depth noise, spread the points there: on the realistic-noise cartpole
@@ -316,16 +319,34 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
         return 0.0, 0.0
     q = p - p.mean(0)
     _, vecs = np.linalg.eigh(q.T @ q)
-
-    def spread(x: np.ndarray) -> float:
-        return float(np.percentile(x, 99) - np.percentile(x, 1))
-
-    ext = sorted((spread(q @ vecs[:, k]) for k in range(3)), reverse=True)
+    length, second, axis = _min_area_sides(q @ vecs[:, 2], q @ vecs[:, 1], vecs[:, 2], vecs[:, 1])
     sight = p.mean(0) / np.linalg.norm(p.mean(0))
-    across = np.cross(vecs[:, 2], sight)
+    across = np.cross(axis, sight)
     n = np.linalg.norm(across)
-    width = spread(q @ (across / n)) if n > 1e-6 else ext[1]  # a rod seen end-on: no in-image width
-    return ext[0], min(ext[1], width)
+    width = _spread(q @ (across / n)) if n > 1e-6 else second  # a rod seen end-on: no in-image width
+    return length, min(second, width)
+
+
+def _spread(x: np.ndarray) -> float:
+    """Robust extent (m) of coordinates ``x``: 99th minus 1st percentile."""
+    return float(np.percentile(x, 99) - np.percentile(x, 1))
+
+
+MIN_AREA_STEP_DEG = 3.0  # angle step (deg) of the search for the smallest-area rectangle in measure_extents
+
+
+def _min_area_sides(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(longer side, shorter side, unit 3-D direction of the longer side) of the smallest-area
+    rectangle, in robust extents (``_spread``), that holds 2-D points with coordinates ``a``,
+    ``b`` (N,) along the orthonormal 3-D directions ``ea``, ``eb`` (3,)."""
+    best = None
+    for t in np.deg2rad(np.arange(0.0, 90.0, MIN_AREA_STEP_DEG)):
+        c, s = math.cos(t), math.sin(t)
+        s1, s2 = _spread(c * a + s * b), _spread(-s * a + c * b)
+        if best is None or s1 * s2 < best[0] - 1e-12:
+            best = (s1 * s2, s1, s2, c * ea + s * eb, -s * ea + c * eb)
+    _, s1, s2, d1, d2 = best
+    return (s1, s2, d1) if s1 >= s2 else (s2, s1, d2)
 
 
 def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
@@ -359,6 +380,22 @@ SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that sha
 ROD_SIBLING_FLOOR = 0.06
 
 
+def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
+    """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
+    log of its class evidence relative to its score, plus ``_size_cost`` (inf: not that shape)."""
+    cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
+    p = cs[CLASSES.index(shape.type)]
+    if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
+        # capsule and cylinder differ only at their ends, which joints often hide
+        # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
+        # other rod class's library shape, its class evidence floored at this fraction
+        # of its score (cost -log 0.06 = 2.8 on top of the size cost)
+        p = max(p, ROD_SIBLING_FLOOR * d.score)
+    elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
+        return math.inf
+    return -math.log(p / max(d.score, 1e-9)) + _size_cost(seen, shape, metric, tol)
+
+
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
                  metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error") -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
@@ -370,20 +407,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = np.full((len(dets), len(names)), math.inf)
-    for i, (d, e) in enumerate(zip(dets, seen)):
-        cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
-        for j, n in enumerate(names):
-            p = cs[CLASSES.index(shapes[n].type)]
-            if shapes[n].type == ROD_SIBLING.get(CLASSES[d.label]):
-                # capsule and cylinder differ only at their ends, which joints often hide
-                # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
-                # other rod class's library shape, its class evidence floored at this fraction
-                # of its score (cost -log 0.06 = 2.8 on top of the size cost)
-                p = max(p, ROD_SIBLING_FLOOR * d.score)
-            elif p < 0.05 or (p < 0.25 * d.score and shapes[n].type != CLASSES[d.label]):
-                continue
-            cost[i, j] = -math.log(p / max(d.score, 1e-9)) + _size_cost(e, shapes[n], metric, tol)
+    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in names] for d, e in zip(dets, seen)])
+    cost = cost.reshape(len(dets), len(names))
     for i, d in enumerate(dets):
         if not np.isfinite(cost[i]).any():
             e = seen[i]
@@ -418,14 +443,23 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return out
 
 
-def _confirmed(dets: list[Detection], names: list[str | None], score_threshold: float) -> list[int]:
+def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
+               shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float) -> list[int]:
     """Indices of the detections to keep: all scored at or above the threshold, and those
     below it (kept by ``refine_detections`` for what the depth shows) only where they
     explain a library shape that no more confident part explains: a low-score piece of
-    the cart beside the cart is not a second body."""
-    keep, taken = [], set()
-    for k in sorted(range(len(dets)), key=lambda k: -dets[k].score):
-        if dets[k].score >= score_threshold or (names[k] is not None and names[k] not in taken):
+    the cart beside the cart is not a second body. Among the parts below the threshold
+    that name one library shape, the one that fits it best (``_match_cost``) keeps it: their
+    scores do not compare (a part only the depth shows has a fixed score; on random scene 18
+    a distractor box seen only in the depth, 0.22 x 0.11 m, outscored the network's own
+    low-score detection of the 0.30 x 0.16 x 0.10 m cart)."""
+    sure = [k for k in range(len(dets)) if dets[k].score >= score_threshold]
+    taken = {names[k] for k in sure}
+    rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
+    rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol))
+    keep = list(sure)
+    for k in rest:
+        if names[k] not in taken:
             keep.append(k)
             taken.add(names[k])
     return sorted(keep)
@@ -509,9 +543,11 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                               max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
-        # matched), then by parts left unexplained, then by parts that repeat a library
-        # shape (each entry of shapes.json is one body): a frame where the pole cuts the
-        # cart's image in two is worse than one where each is seen once. Among the frames
+        # matched at a size the shape can have), then by parts not so explained (left
+        # unexplained, repeating a library shape, or named at a size cost above
+        # SURPLUS_SIZE_COST), then by the names among those: a frame where the pole cuts the
+        # cart's image in two is worse than one where each is seen once, and a distractor
+        # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
         # that rank best, the earliest within 10 % of the best total score: the tracker
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
@@ -519,13 +555,15 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
-            keep = _confirmed(dets, matched, cfg.score_threshold)
+            keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold)
             if len(keep) < len(dets):
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
-        named = [n for n in matched if n is not None]
-        rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
+        fit = {n for n, e in zip(matched, seen_i)
+               if n is not None and _size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
+        doubtful = sum(n is not None for n in matched) - len(fit)
+        rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
                  rank[0], total)
