@@ -54,6 +54,7 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
@@ -286,103 +287,14 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
     return sorted(out + rest, key=lambda d: -d.score), scale
 
 
-def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
-                    smoothed: np.ndarray | None = None) -> tuple[float, float]:
-    """The two largest extents (m) of the part's back-projected visible surface (robust percentiles).
-
-    The length and the second extent are the sides of the smallest-area rectangle that holds
-    the 3-D points (1st-99th percentiles) in the plane of their two main axes: the sides of
-    a box's face, not its diagonal where the face is near square and its main axes are
-    undetermined (tree5's 0.12 x 0.12 m hub face measured 0.152 m along its first main axis).
-    The width is the smaller of that second extent and the in-image width (perpendicular
-    to the length and to the line of sight). Along the line of sight a rod's visible
-    surface is only its radius deep, but a mask's stray pixels on a part behind or in
-    front, and depth noise, spread the points there: on the realistic-noise cartpole
-    (sigma 25 mm at 2.5 m) the learned pole mask covers some cart pixels (14 % at frame 0),
-    its second 3-D axis measured 0.13-0.15 m for the 0.05 m pole (more than the library's
-    pole can look), and its in-image width measures 0.072-0.079 m. ``smoothed``: the
-    frame's ``smooth_depth`` when the caller measures several parts of one frame.
-    """
-    m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-    if (m & (depth > 0)).sum() < 10:
-        m = mask
-    m = m & (depth > 0)
-    if m.sum() < 3:
-        return 0.0, 0.0
-    v, u = np.nonzero(m)
-    z = (smooth_depth(depth) if smoothed is None else smoothed)[m].astype(np.float64)
-    zm = float(np.median(z))
-    span2d = max(np.ptp(u), np.ptp(v)) * zm / K[0, 0]
-    keep = np.abs(z - zm) < max(span2d, 0.05)  # drop background that leaked into the mask
-    p = np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], 1)[keep]
-    if len(p) < 3:
-        return 0.0, 0.0
-    q = p - p.mean(0)
-    _, vecs = np.linalg.eigh(q.T @ q)
-    length, second, axis = _min_area_sides(q @ vecs[:, 2], q @ vecs[:, 1], vecs[:, 2], vecs[:, 1])
-    sight = p.mean(0) / np.linalg.norm(p.mean(0))
-    across = np.cross(axis, sight)
-    n = np.linalg.norm(across)
-    width = _spread(q @ (across / n)) if n > 1e-6 else second  # a rod seen end-on: no in-image width
-    return length, min(second, width)
-
-
-def _spread(x: np.ndarray) -> float:
-    """Robust extent (m) of coordinates ``x``: 99th minus 1st percentile."""
-    return float(np.percentile(x, 99) - np.percentile(x, 1))
-
-
-MIN_AREA_STEP_DEG = 3.0  # angle step (deg) of the search for the smallest-area rectangle in measure_extents
-
-
-def _min_area_sides(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """(longer side, shorter side, unit 3-D direction of the longer side) of the smallest-area
-    rectangle, in robust extents (``_spread``), that holds 2-D points with coordinates ``a``,
-    ``b`` (N,) along the orthonormal 3-D directions ``ea``, ``eb`` (3,)."""
-    best = None
-    for t in np.deg2rad(np.arange(0.0, 90.0, MIN_AREA_STEP_DEG)):
-        c, s = math.cos(t), math.sin(t)
-        s1, s2 = _spread(c * a + s * b), _spread(-s * a + c * b)
-        if best is None or s1 * s2 < best[0] - 1e-12:
-            best = (s1 * s2, s1, s2, c * ea + s * eb, -s * ea + c * eb)
-    _, s1, s2, d1, d2 = best
-    return (s1, s2, d1) if s1 >= s2 else (s2, s1, d2)
-
-
-def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
-    """How badly ``shape`` explains the seen extents (inf: impossible). A box may show any
-    of its three faces: the best-fitting face counts. (Its two largest extents alone made
-    the cabinet's drawer, 0.40 x 0.36 x 0.12 m, look like its door, 0.46 x 0.36 x 0.02 m:
-    the drawer's front, seen 0.45 x 0.16 m, was 1.45 from the drawer and 1.23 from the door,
-    and the two swapped.)"""
-    if shape.type == "box":
-        a, b, c = sorted(shape.extents(), reverse=True)
-        return min(_face_cost(seen, (x, y), metric, tol) for x, y in ((a, b), (a, c), (b, c)))
-    E = sorted(shape.extents(), reverse=True)
-    return _face_cost(seen, (E[0], E[1]), metric, tol)
-
-
-def _face_cost(seen: tuple[float, float], E: tuple[float, float], metric: bool, tol: float) -> float:
-    """Cost of the seen (largest, second) extents against one view's extents E (largest first)."""
-    e1, e2 = max(seen[0], 1e-6), max(seen[1], 1e-6)
-    if not metric:  # pseudo-depth has no scale: compare proportions only
-        return abs(math.log((e1 / e2) / (E[0] / E[1])))
-    if e1 > tol * E[0] or e2 > tol * E[1] * 1.5:
-        return math.inf  # larger than the shape can look; smaller is occlusion
-    # Proportions discriminate best between look-alike classes on noisy depth (a thin
-    # rod seen as a box is still 8:1, a cart seen as a capsule still about 2:1).
-    aspect = abs(math.log((e1 / e2) / (E[0] / E[1])))
-    return abs(math.log(e1 / E[0])) + 0.5 * abs(math.log(e2 / E[1])) + aspect
-
-
 ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
-SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (_size_cost)
+SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (size_cost)
 ROD_SIBLING_FLOOR = 0.06
 
 
 def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
     """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
-    log of its class evidence relative to its score, plus ``_size_cost`` (inf: not that shape)."""
+    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)."""
     cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
     p = cs[CLASSES.index(shape.type)]
     if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
@@ -393,7 +305,7 @@ def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: b
         p = max(p, ROD_SIBLING_FLOOR * d.score)
     elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
         return math.inf
-    return -math.log(p / max(d.score, 1e-9)) + _size_cost(seen, shape, metric, tol)
+    return -math.log(p / max(d.score, 1e-9)) + size_cost(seen, shape, metric, tol)
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
@@ -433,7 +345,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # a surplus part repeats a library shape (several identical parts share one entry)
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
-            size = _size_cost(seen[i], shapes[names[j]], metric, tol)
+            size = size_cost(seen[i], shapes[names[j]], metric, tol)
             if size <= SURPLUS_SIZE_COST:
                 out[i] = names[j]
             else:
@@ -561,7 +473,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
         fit = {n for n, e in zip(matched, seen_i)
-               if n is not None and _size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
+               if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
         doubtful = sum(n is not None for n in matched) - len(fit)
         rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,

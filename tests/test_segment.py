@@ -190,7 +190,7 @@ def test_low_score_part_repeating_a_library_shape_is_dropped():
     assert _confirmed(dets, ["cart", "cart", None, "pole"], seen, shapes, True, 1.6, 0.5) == [0, 3]
     # two parts below the threshold name the cart: the one of the cart's size keeps it, not
     # the higher score (a 0.22 x 0.11 m box only the depth shows, scored 0.3, against the
-    # network's 0.16 detection seen 0.29 x 0.12 m: _size_cost 0.56 against 0.34)
+    # network's 0.16 detection seen 0.29 x 0.12 m: size_cost 0.56 against 0.34)
     low = [Detection(m, 0, 0.3), Detection(m, 0, 0.16), Detection(m, 1, 0.6)]
     assert _confirmed(low, ["cart", "cart", "pole"], [(0.22, 0.11), (0.29, 0.12), (0.65, 0.05)], shapes, True, 1.6,
                       0.5) == [1, 2]
@@ -264,7 +264,7 @@ def test_a_flat_face_measures_its_sides_not_its_diagonal(side_a, side_b):
     measured 0.137 m for the 0.12 m square along the axes its points' covariance happened to
     give; the smallest-area rectangle gives the sides (the 0.14 x 0.06 m plate measures the
     same either way)."""
-    from vid2sim.pipeline.segment import measure_extents
+    from vid2sim.pipeline.segment_size import measure_extents
 
     f, c = 600.0, 150.0
     K = np.array([[f, 0, c], [0, f, c], [0, 0, 1.0]])
