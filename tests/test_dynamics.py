@@ -193,8 +193,6 @@ def test_named_parameters_and_free_fall():
 def test_joint_space_inertia_path_matches_aba_with_joint_forces_and_contact(seed, monkeypatch):
     """The default step algorithm ("jsim", fast.py) against ABA, eagerly and in the code path
     torch.compile traces (multiply-and-sum products, unrolled Cholesky), forced here."""
-    from vid2sim.models.dynamics import accelerations
-    from vid2sim.models.dynamics import fast
 
     rng = np.random.default_rng(seed)
     model = model_from_urdf(random_tree_urdf(rng, 7, seed == 0), batch=3)
@@ -209,13 +207,7 @@ def test_joint_space_inertia_path_matches_aba_with_joint_forces_and_contact(seed
     q, qd, tau = random_state(model, rng, 3)
     ctrl = Control(tau=tau, tip_pos=torch.tensor(rng.normal(size=(3, 3)) * 0.3),
                    tip_vel=torch.tensor(rng.normal(size=(3, 3))))
-    ref = accelerations(model, State(q, qd), ctrl, algorithm="aba")
-    scale = ref.abs().max().item()
-    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
-                               atol=1e-12 * scale)
-    monkeypatch.setattr(fast, "_compiling", lambda: True)
-    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
-                               atol=1e-12 * scale)
+    _assert_fast_equals_aba(model, State(q, qd), ctrl, monkeypatch)
 
 
 @pytest.mark.parametrize("contact_on_weld", [False, True])
@@ -224,7 +216,7 @@ def test_bodies_welded_to_the_world_are_left_out_of_the_forces_with_the_same_acc
     """A body fixed to the world (and one fixed to it) moves with no dof: ``fast_prepare`` forms
     forces only for the others (and bodies with contact points), and the joint-space path still
     equals ABA over the whole tree, eagerly and in the traced code path."""
-    from vid2sim.models.dynamics import accelerations, fast
+    from vid2sim.models.dynamics import fast
 
     links = "".join(f'<link name="{n}"><inertial><origin xyz="0.1 0.05 -0.2"/><mass value="{m}"/><inertia ixx="0.02" '
                     f'iyy="0.03" izz="0.04" ixy="0.001" ixz="0" iyz="0.002"/></inertial></link>'
@@ -247,10 +239,15 @@ def test_bodies_welded_to_the_world_are_left_out_of_the_forces_with_the_same_acc
     assert prep.active == want
     q, qd, tau = random_state(model, rng, 2)
     ctrl = Control(tau=tau)
-    ref = accelerations(model, State(q, qd), ctrl, algorithm="aba")
+    _assert_fast_equals_aba(model, State(q, qd), ctrl, monkeypatch)
+
+
+def _assert_fast_equals_aba(model, state, ctrl, monkeypatch):
+    """The joint-space path's accelerations equal ABA's to 1e-12 of their scale, eagerly and traced."""
+    from vid2sim.models.dynamics import accelerations, fast
+
+    ref = accelerations(model, state, ctrl, algorithm="aba")
     scale = ref.abs().max().item()
-    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
-                               atol=1e-12 * scale)
+    np.testing.assert_allclose(accelerations(model, state, ctrl).numpy(), ref.numpy(), rtol=0, atol=1e-12 * scale)
     monkeypatch.setattr(fast, "_compiling", lambda: True)
-    np.testing.assert_allclose(accelerations(model, State(q, qd), ctrl).numpy(), ref.numpy(), rtol=0,
-                               atol=1e-12 * scale)
+    np.testing.assert_allclose(accelerations(model, state, ctrl).numpy(), ref.numpy(), rtol=0, atol=1e-12 * scale)
