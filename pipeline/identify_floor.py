@@ -74,9 +74,7 @@ def calibrate(art, jp, poses, shapes: dict[str, Shape], fps: float, post, first:
 
 PUSH_TIP_GRID = np.round(np.concatenate([[0.05], np.arange(0.1, 1.51, 0.1)]), 3)   # tip mu searched (pushes)
 PUSH_KEEP_GAIN = 0.5    # the searched coefficients replace the fitted ones only where the twin then follows the tracks
-                        # at under this fraction of the fitted ones' rms (pushed_box: 0.16 vs 3.0 mm); a smaller gain
-                        # is no evidence against the fit (pushed_cylinder, 2.0 vs 2.1 mm: floor 0.54 -> 0.1, tip 0.44
-                        # -> 1.1, and the twin's error after 2 s 4.7 -> 15.8 mm)
+                        # at under this fraction of the fitted ones' rms (docs/decisions.md, 2026-11-29)
 PUSH_START_FRAMES = 5   # tracked frames whose quadratic fit gives a pushed clip's start state (at rest)
 
 
@@ -86,9 +84,8 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     ``jp`` from the tracked start (the quadratic fit of the first ``PUSH_START_FRAMES`` frames,
     ``forecast.Restart``): mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
     over the grid of the tip mu ``PUSH_TIP_GRID`` x the floor mu ``FRICTION_GRID`` and the fitted one within
-    ``post.limits["floor.friction"]`` (a release profile's interval; a search one coefficient at a time
-    stalls in the valley between them: the pushed linkage's true tracks, from 0.965 / 0.79 to 0.9 / 0.2 at
-    0.43 mm rms, where the truth's 0.5 / 0.3 gives 0.03 mm); kept where its rms is under ``PUSH_KEEP_GAIN``
+    ``post.limits["floor.friction"]`` (a release profile's interval), jointly: the two
+    coefficients trade off along a valley; kept where its rms is under ``PUSH_KEEP_GAIN``
     x the fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
@@ -130,7 +127,6 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
         i, j = np.unravel_index(np.argmin(grid), grid.shape)
         best = (float(grid[i, j]), floors[i], float(PUSH_TIP_GRID[j]))
         profile = [(float(c), m, best[2]) for c, m in zip(grid[:, j], floors)]
-        best = min([best] + [(cost(best[1], t), best[1], float(t)) for t in PUSH_TIP_GRID if t != best[2]])
     finally:
         twin.close()
     searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0])),
