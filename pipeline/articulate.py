@@ -105,6 +105,10 @@ class ArticulateConfig:
                                            # (sqrt of the reduced chi-square) mean the noise was underestimated
     noise_refits: int = 2                  # times the noise may be raised to the residuals' level and the
                                            # joints chosen again (0: trust the noise estimate)
+    level_deg: float = 1.0                 # a joint on the world (or on a body welded to it) whose axis is within
+                                           # this many degrees of gravity-neutral (prismatic horizontal, revolute
+                                           # vertical) is made exactly so: a frictionless twin turns an untrackable
+                                           # tilt into a slide the recording does not show (0 = off)
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
     max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
@@ -433,7 +437,7 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                                   _settings(cfg, sp, sr, parent, child, axes), np.random.default_rng(cfg.seed))
             edges.append(Edge(parent, child, f))
     _warn_if_one_moving_group(edges, roots, names)
-    art, jp = world_frame(Tracks(W, valid, names), Forest(roots, edges), sp, sr)
+    art, jp = world_frame(Tracks(W, valid, names), Forest(roots, edges), sp, sr, cfg.level_deg)
     if cfg.plots:
         _plots(art, jp, W[0], names, poses.fps, Path(out_dir))
     costs = {f"{a}|{b}": v for (a, b), v in table.items()}

@@ -20,6 +20,7 @@ from vid2sim.models.joints.kinematics import coordinate_names, joint_motion, top
 from vid2sim.pipeline.artifacts import Articulation, Joint, JointPositions
 
 FREE_COST_PER_FRAME = 2.0 * 6  # reported cost of a free joint: its 6 coordinates a frame
+GRAVITY_DIR = np.array([0.0, 0.0, -1.0])  # world frame: gravity along -z (identify's and export's)
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,30 @@ def interpolate(q: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return q if ok.all() or not ok.any() else np.interp(t, t[ok], q[ok])
 
 
-def world_frame(tracks: Tracks, forest: Forest, sigma_pos_m: float, sigma_rot_rad: float
+def level_axis(axis: np.ndarray, kind: str, tol_deg: float) -> np.ndarray:
+    """``axis`` (unit, world frame) made exactly gravity-neutral when it is within ``tol_deg``
+    of it: a prismatic axis horizontal (gravity does no work along it), a revolute axis
+    vertical (gravity exerts no torque about it); any other axis is returned as it is."""
+    if tol_deg <= 0 or kind not in ("prismatic", "revolute"):
+        return axis
+    along = float(axis @ GRAVITY_DIR)
+    if kind == "prismatic":
+        if abs(along) >= np.sin(np.deg2rad(tol_deg)):
+            return axis
+        flat = axis - along * GRAVITY_DIR
+        return flat / np.linalg.norm(flat)
+    if np.sqrt(max(0.0, 1.0 - along * along)) >= np.sin(np.deg2rad(tol_deg)):
+        return axis
+    return np.sign(along) * GRAVITY_DIR   # vertical, pointing the way the axis did
+
+
+def world_frame(tracks: Tracks, forest: Forest, sigma_pos_m: float, sigma_rot_rad: float, level_deg: float = 0.0
                 ) -> tuple[Articulation, JointPositions]:
     """Every joint of ``forest`` mapped to world-frame-0 coordinates, q solved root to leaf
     (sigma_pos_m / sigma_rot_rad: the tracks' noise, weighting position against rotation
-    in the closed-form q)."""
+    in the closed-form q). A prismatic or revolute joint whose parent is the world, or a body
+    welded to it, has its axis levelled (``level_axis``) within ``level_deg`` degrees before
+    its q is solved."""
     T = tracks.world_from_body.shape[0]
     motion = {"world": np.broadcast_to(np.eye(4), (T, 4, 4))}  # body -> (T, 4, 4) motion since frame 0
     joints: list[Joint] = []
@@ -102,7 +122,7 @@ def world_frame(tracks: Tracks, forest: Forest, sigma_pos_m: float, sigma_rot_ra
         if floating_base:  # the root body's tracked pose is root_pose
             root_pose = se3.to_xyzquat(tracks.world_from_body[:, tracks.index(root.body)])
     for edge in forest.edges:  # breadth-first: the parent's motion is known
-        joint, cols = _edge_joint(tracks, edge, motion, sigma_pos_m, sigma_rot_rad)
+        joint, cols = _edge_joint(tracks, edge, motion, sigma_pos_m, sigma_rot_rad, level_deg)
         joints.append(joint)
         qcols.update(cols)
     names = list(tracks.names)
@@ -134,10 +154,11 @@ def _root_joint(tracks: Tracks, root: Root, floating_base: bool, motion: dict, s
         dict(zip(coordinate_names("planar", name), q.T))
 
 
-def _edge_joint(tracks: Tracks, edge: Edge, motion: dict, sp: float, sr: float
+def _edge_joint(tracks: Tracks, edge: Edge, motion: dict, sp: float, sr: float, level_deg: float = 0.0
                 ) -> tuple[Joint, dict[str, np.ndarray]]:
     """The joint of ``edge`` in world coordinates at frame 0 and its coordinate; ``motion[child]``
-    set from the parent's."""
+    set from the parent's. Its axis is levelled within ``level_deg`` (``level_axis``) when the
+    parent does not move (the world, or bodies welded to it)."""
     f, P, C = edge.fit, edge.parent, edge.child
     W, c_idx = tracks.world_from_body, tracks.index(edge.child)
     Mp = motion[P]
@@ -149,6 +170,8 @@ def _edge_joint(tracks: Tracks, edge: Edge, motion: dict, sp: float, sr: float
         ok = tracks.valid[:, c_idx] & tracks.valid[:, p_idx]
         Wp0 = se3.mean_pose((se3.inv(Mp) @ W[:, p_idx])[ok])  # denoised parent pose at frame 0
     a = canonical_axis(Wp0[:3, :3] @ f.axis)
+    if P == "world" or np.allclose(Mp, np.eye(4)):  # a parent that never moves: gravity keeps its direction
+        a = level_axis(a, f.kind, level_deg)
     c = Wp0[:3, :3] @ f.pivot + Wp0[:3, 3]
     oc = W[0, c_idx, :3, 3]
     p = c + ((oc - c) @ a) * a if f.kind == "revolute" else oc.copy()
