@@ -100,7 +100,8 @@ class IdentifyVideo:
 class IdentifyBounds:
     """The prior box: mass limits from shape volumes x densities, damping and friction limits."""
 
-    density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
+    density_min: float = 30.0      # kg/m^3, lower end of plausible part densities (of the shape's solid
+                                   # volume: hollow parts such as drawers and boxes weigh 30-80)
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
                                    # from free motion; the first moving body, or a floating root) = volume x this

@@ -34,8 +34,9 @@ def test_parameter_set_and_limits_from_shapes(inputs):
     v1, v2 = shapes["link1"].volume(), shapes["link2"].volume()
     assert sim.anchor["body"] == "link1" and not sim.anchor["known"]
     assert sim.anchor["mass"] == pytest.approx(500.0 * v1)
-    assert sim.lower[0] == pytest.approx(100.0 * v1) and sim.upper[0] == pytest.approx(3000.0 * v1)
-    assert sim.lower[1] == pytest.approx(100.0 * v2) and sim.upper[1] == pytest.approx(3000.0 * v2)
+    assert cfg.bounds.density_min == 30.0
+    assert sim.lower[0] == pytest.approx(cfg.bounds.density_min * v1) and sim.upper[0] == pytest.approx(3000.0 * v1)
+    assert sim.lower[1] == pytest.approx(cfg.bounds.density_min * v2) and sim.upper[1] == pytest.approx(3000.0 * v2)
     assert sim.upper[2] == cfg.bounds.damping_max_revolute
     for i, n in enumerate(sim.names):   # the truth lies inside the limits
         assert sim.lower[i] <= truth[n] <= sim.upper[i]
@@ -124,7 +125,7 @@ def test_known_masses_fix_the_scale_and_bad_ones_are_named(inputs):
     known = identify.IdentifyConfig(bounds=identify.IdentifyBounds(masses={"link1": 0.5}))
     sim = identify.build_simulator(known, art, poses, shapes, 30.0)
     i = sim.names.index("link1.mass")
-    assert sim.rescale and sim.lower[i] == pytest.approx(100.0 * shapes["link1"].volume())
+    assert sim.rescale and sim.lower[i] == pytest.approx(known.bounds.density_min * shapes["link1"].volume())
     scale = 0.5 / (500.0 * shapes["link1"].volume())
     assert sim.anchor == pytest.approx({"body": "link1", "mass": 0.5, "known": True, "source": "identify.bounds.masses",
                                         "limit_scale": scale})
