@@ -176,14 +176,26 @@ def test_default_config_is_documented():
 
 
 def test_low_score_part_repeating_a_library_shape_is_dropped():
+    from vid2sim.datasets.shapes import Shape
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.pipeline.segment import _confirmed
 
     m = np.zeros((4, 4), bool)
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)), "pole": Shape("pole", "capsule", radius=0.025,
+                                                                                 length=0.6)}
     dets = [Detection(m, 0, 0.9), Detection(m, 0, 0.3), Detection(m, 1, 0.2), Detection(m, 1, 0.6)]
+    seen = [(0.3, 0.16), (0.3, 0.16), (0.65, 0.05), (0.65, 0.05)]
     # the 0.3 piece repeats the cart a confident part explains; the 0.2 one explains the pole
-    assert _confirmed(dets, ["cart", "cart", "pole", None], 0.5) == [0, 2, 3]
-    assert _confirmed(dets, ["cart", "cart", None, "pole"], 0.5) == [0, 3]
+    assert _confirmed(dets, ["cart", "cart", "pole", None], seen, shapes, True, 1.6, 0.5) == [0, 2, 3]
+    assert _confirmed(dets, ["cart", "cart", None, "pole"], seen, shapes, True, 1.6, 0.5) == [0, 3]
+    # two parts below the threshold name the cart: the one of the cart's size keeps it, not
+    # the higher score (a 0.22 x 0.11 m box only the depth shows, scored 0.3, against the
+    # network's 0.16 detection seen 0.29 x 0.12 m: size_cost 0.56 against 0.34)
+    low = [Detection(m, 0, 0.3), Detection(m, 0, 0.16), Detection(m, 1, 0.6)]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.22, 0.11), (0.29, 0.12), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [1, 2]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.29, 0.12), (0.22, 0.11), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [0, 2]
 
 
 def test_a_rod_takes_the_other_rod_class_only_where_its_own_class_has_no_fit():
@@ -243,3 +255,27 @@ def test_an_elongated_region_is_magnified_in_overlapping_views_and_a_wall_is_lef
     wall[:120] = True
     assert zoom_tiles([Detection(wall, 0, 0.99), Detection(chain, 1, 0.9)], np.ones((240, 320)), 4.0) == (views, s)
     assert zoom_tiles([Detection(wall, 0, 0.99)], np.ones((240, 320)), 4.0) == ([], 1.0)
+
+
+@pytest.mark.parametrize("side_a,side_b", [(0.12, 0.12), (0.14, 0.06)])
+def test_a_flat_face_measures_its_sides_not_its_diagonal(side_a, side_b):
+    """A rectangular plate facing the camera at 1 m, turned 30 deg in the image plane. A
+    square's points have no main axis: its spread (1st-99th percentile)
+    measured 0.137 m for the 0.12 m square along the axes its points' covariance happened to
+    give; the smallest-area rectangle gives the sides (the 0.14 x 0.06 m plate measures the
+    same either way)."""
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    f, c = 600.0, 150.0
+    K = np.array([[f, 0, c], [0, f, c], [0, 0, 1.0]])
+    v, u = np.mgrid[0:300, 0:300]
+    x, y = (u - c) / f, (v - c) / f  # plane z = 1 m
+    t = np.deg2rad(30.0)
+    a, b = np.cos(t) * x + np.sin(t) * y, -np.sin(t) * x + np.cos(t) * y
+    mask = (np.abs(a) <= side_a / 2) & (np.abs(b) <= side_b / 2)
+    depth = np.where(mask, 1.0, 3.0).astype(np.float32)  # a wall 2 m behind the plate
+    length, width = measure_extents(mask, depth, K)
+    # the 1st-99th percentile spread of a uniform side of length L is 0.98 L; the eroded
+    # mask loses one pixel (1.7 mm at 1 m) on each edge
+    assert length == pytest.approx(0.98 * max(side_a, side_b), abs=0.006)
+    assert width == pytest.approx(0.98 * min(side_a, side_b), abs=0.006)
