@@ -54,6 +54,7 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.segment_pieces import join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
@@ -470,6 +471,12 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
             keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold)
             if len(keep) < len(dets):
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
+                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+                total = sum(d.score for d in dets)
+            n = len(dets)
+            dets, matched, seen_i = join_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
+                                                cfg.size_tolerance)
+            if len(dets) < n:
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
         fit = {n for n, e in zip(matched, seen_i)
