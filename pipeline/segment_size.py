@@ -33,8 +33,8 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
     frame's ``smooth_depth`` when the caller measures several parts of one frame.
     """
     m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-    if (m & (depth > 0)).sum() < 10:
-        m = mask
+    if (m & (depth > 0)).sum() < max(10, THIN_KEPT * (mask & (depth > 0)).sum()):
+        m = mask  # a part a few pixels across: its edge pixels are most of it
     m = m & (depth > 0)
     if m.sum() < 3:
         return 0.0, 0.0
@@ -61,6 +61,7 @@ def _spread(x: np.ndarray) -> float:
     return float(np.percentile(x, 99) - np.percentile(x, 1))
 
 
+THIN_KEPT = 0.5  # a mask whose 3x3 erosion keeps less than this share of its depth pixels is measured whole
 MIN_AREA_STEP_DEG = 3.0  # angle step (deg) of the search for the smallest-area rectangle in measure_extents
 
 

@@ -327,3 +327,18 @@ def test_a_part_cut_in_two_by_a_nearer_rod_is_joined(gap_depth, width_m, joined)
         whole = measure_extents(depth > 0, np.full_like(depth, 2.0), K)  # the uncut face, as measured
         assert np.allclose(seen_out[0], whole, atol=0.01) and seen_out[0][0] > 1.5 * max(e[0] for e in seen), (
             seen_out, whole, seen)
+
+
+@pytest.mark.parametrize("across_px", [3, 4])
+def test_a_rod_a_few_pixels_across_keeps_its_width(across_px):
+    """A rod 0.5 m long and ``across_px`` pixels across at 5 m (fx 200: 25 mm per pixel), flat
+    in depth. The 3x3 erosion leaves a line 1-2 px wide, which measured 0-25 mm across
+    (the far double pendulum's 0.05 m link: 0.018 m, a size cost above a fit); the mask is
+    measured whole: its pixel centres span across_px - 1 pixels."""
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    K = np.array([[200.0, 0, 80], [0, 200.0, 60], [0, 0, 1]])
+    depth = np.zeros((120, 160), np.float32)
+    depth[50:50 + across_px, 70:90] = 5.0
+    length, width = measure_extents(depth > 0, depth, K)
+    assert abs(width - (across_px - 1) * 0.025) < 0.008 and abs(length - 19 * 0.025) < 0.02, (length, width)
