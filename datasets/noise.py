@@ -52,7 +52,7 @@ class DepthNoise:
     k: float  # sigma(z) = k z^2 (z in m)
     pixels: int  # pixel pairs the estimate rests on
     pairs: int  # frame pairs used (0 unless source is "static")
-    source: str = "static"  # "static" (frame differences), "surface" (parts' second differences), "default"
+    source: str = "static"  # "static" (frame differences), "surface" (the parts' depth Hessian), "default"
 
 
 log = logging.getLogger(__name__)
