@@ -16,13 +16,23 @@ k is their robust scale (1.4826 x the median absolute value; parts that move thr
 change and over-estimates k; that is conservative (wider gates), not wrong-way.
 
 A far-framed scene with nothing but the mechanism in depth range has too few static pixels
-(fewer than ``MIN_PIXELS``). Then the parts' own surfaces in one frame (``surface``) give k:
-the second difference of depth along a row, d[u-1] - 2 d[u] + d[u+1], is 0 on a plane and
-has standard deviation sqrt(6) sigma for white noise; the smaller of the row and column
-second differences (a rod's surface is flat along its axis) has a median of
-``SURFACE_MEDIAN`` sigma (Monte Carlo, 4 million pixels). A curved surface (a rod seen
-across, 3-5 px wide) adds its curvature to that: an over-estimate, conservative again. With
-fewer than ``MIN_SURFACE_PIXELS`` such pixels as well, k is ``DEFAULT_K`` (a RealSense's, the
+(fewer than ``MIN_PIXELS``). Then the parts' own surfaces in one frame (``surface``) give k.
+At each pixel inside a part, the 3x3 Hessian of depth (row and column second differences
+and the mixed difference) is 0 on a plane; its smaller eigenvalue in magnitude is 0 on a
+cylinder in any orientation too (a rod is flat along its axis), and for white noise its
+median is ``SURFACE_MEDIAN`` sigma (Monte Carlo, 8 million pixels). The depth PNG rounds to
+one depth unit q (``depth_scale``). On a plane that rounding alone reads as up to
+``ROUNDING_MAX_SIGMA`` q of white noise (its median is 1.0 q at the worst slopes: the row
+and column second differences are then +-1 q at most pixels), so a measured sigma up to that
+is no evidence of noise and k is 0; above it the rounding, then dithered by the noise into
+uniform errors that read as ``QUANTISATION_SIGMA`` q (Monte Carlo), is subtracted in
+quadrature (at the pixels' median depth). A clean render so reads 0, as its static pixels
+do; the tracker's depth-noise floor covers the rounding. Each part with
+``MIN_SURFACE_PIXELS`` pixels gives its own k; curvature left over (a rod 3-5 px across,
+where the 3x3 stencil spans its whole rounded section) and a mask that spills over a depth
+edge only add to it, so the parts that agree with the smallest (within ``PART_AGREEMENT``,
+a few times one part's scatter) are pooled and the others left out. With fewer than
+``MIN_SURFACE_PIXELS`` such pixels in every part, k is ``DEFAULT_K`` (a RealSense's, the
 noisiest common sensor: wide gates) with a WARNING.
 No library estimates this; a few dozen lines of numpy do.
 """
@@ -42,13 +52,16 @@ class DepthNoise:
     k: float  # sigma(z) = k z^2 (z in m)
     pixels: int  # pixel pairs the estimate rests on
     pairs: int  # frame pairs used (0 unless source is "static")
-    source: str = "static"  # "static" (frame differences), "surface" (parts' second differences), "default"
+    source: str = "static"  # "static" (frame differences), "surface" (the parts' depth Hessian), "default"
 
 
 log = logging.getLogger(__name__)
 MIN_PIXELS = 500  # static pixel pairs needed for the frame-difference estimate
 MIN_SURFACE_PIXELS = 50  # part pixels needed for the surface estimate
-SURFACE_MEDIAN = 0.988  # median of min(|row|, |column| second difference) / sigma, white noise
+SURFACE_MEDIAN = 0.913  # median of the 3x3 depth Hessian's smaller |eigenvalue| / sigma, white noise
+PART_AGREEMENT = 1.25  # parts whose k is within this factor of the smallest are pooled (one part's scatter: ~8 %)
+QUANTISATION_SIGMA = 0.318  # depth units: white-noise sigma whose Hessian median equals uniform rounding errors
+ROUNDING_MAX_SIGMA = 1.1  # depth units: the most a rounded plane reads as (worst slope: median 1.0 q / SURFACE_MEDIAN)
 DEFAULT_K = 0.004  # 1/m, k when neither estimate has pixels (RealSense D4xx: 16 mm at 2 m)
 
 
@@ -81,7 +94,7 @@ def estimate_depth_noise(rec: Recording, exclude: np.ndarray | None = None, pair
     if r.size >= MIN_PIXELS:
         return DepthNoise(float(1.4826 * np.median(r)), int(r.size), len(starts))
     if surface is not None:
-        s = surface_noise(rec.depth(int(surface_frame)), surface)
+        s = surface_noise(rec.depth(int(surface_frame)), surface, rec.camera.depth_scale)
         if s.pixels >= MIN_SURFACE_PIXELS:
             log.info("%s: only %d static depth pixels (need %d): depth noise measured on the parts' surfaces",
                      rec.path, r.size, MIN_PIXELS)
@@ -92,29 +105,52 @@ def estimate_depth_noise(rec: Recording, exclude: np.ndarray | None = None, pair
     return DepthNoise(DEFAULT_K, 0, 0, "default")
 
 
-def surface_noise(depth: np.ndarray, masks: np.ndarray) -> DepthNoise:
-    """k from second differences of depth inside each part's mask (module docstring).
+def surface_noise(depth: np.ndarray, masks: np.ndarray, quantum: float = 0.001) -> DepthNoise:
+    """k from the depth Hessian inside the parts' masks, less the rounding to ``quantum`` m
+    (module docstring): the parts with ``MIN_SURFACE_PIXELS`` pixels whose own k is within
+    ``PART_AGREEMENT`` of the smallest part's are pooled.
 
     depth: (H, W) m, 0 = no reading; masks: (K, H, W) or (H, W), nonzero = part. A pixel
-    counts where it and its four neighbours lie in one part (after a 3x3 erosion, so that no
-    difference spans an edge) and have depth.
+    counts where it lies in a part after a 3x3 erosion (no difference spans the part's edge)
+    and it and its eight neighbours have depth.
     """
     d = depth.astype(np.float64)
     masks = masks if masks.ndim == 3 else masks[None]
-    ratios = []
-    for m in masks:
-        inner = cv2.erode((m > 0).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        ok = inner & (d > 0)
-        ok[[0, -1], :] = False
-        ok[:, [0, -1]] = False
-        ok[1:-1, 1:-1] &= (d[1:-1, :-2] > 0) & (d[1:-1, 2:] > 0) & (d[:-2, 1:-1] > 0) & (d[2:, 1:-1] > 0)
-        v, u = np.nonzero(ok)
-        if not len(v):
-            continue
-        row = d[v, u - 1] - 2 * d[v, u] + d[v, u + 1]
-        col = d[v - 1, u] - 2 * d[v, u] + d[v + 1, u]
-        ratios.append(np.minimum(np.abs(row), np.abs(col)) / (SURFACE_MEDIAN * d[v, u] ** 2))
-    r = np.concatenate(ratios) if ratios else np.zeros(0)
-    if not r.size:
+    parts = [_hessian_min_eigenvalue(d, cv2.erode((m > 0).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0)
+             for m in masks]
+    parts = [(h, z) for h, z in parts if h.size >= MIN_SURFACE_PIXELS]
+    if not parts:
         return DepthNoise(DEFAULT_K, 0, 0, "default")
-    return DepthNoise(float(np.median(r)), int(r.size), 0, "surface")
+    ks = [_k_of(h, z, quantum) for h, z in parts]
+    pool = [p for p, k in zip(parts, ks) if k <= PART_AGREEMENT * min(ks)] or parts
+    h, z = np.concatenate([p[0] for p in pool]), np.concatenate([p[1] for p in pool])
+    return DepthNoise(_k_of(h, z, quantum), int(h.size), 0, "surface")
+
+
+def _k_of(h: np.ndarray, z: np.ndarray, quantum: float) -> float:
+    """k (1/m) from (N,) Hessian eigenvalues ``h`` (m) at depths ``z`` (m): 0 up to what
+    rounding to ``quantum`` m can read as, above it less that rounding in quadrature, at the
+    median depth."""
+    measured = float(np.median(h / z**2)) / SURFACE_MEDIAN
+    unit = quantum / float(np.median(z)) ** 2
+    if measured <= ROUNDING_MAX_SIGMA * unit:
+        return 0.0
+    return float(np.sqrt(measured**2 - (QUANTISATION_SIGMA * unit) ** 2))
+
+
+def _hessian_min_eigenvalue(d: np.ndarray, inner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) smaller |eigenvalue| of the 3x3 finite-difference Hessian of depth ``d`` (H, W) m,
+    in m per pixel^2, and (N,) depth m, at the pixels of ``inner`` (H, W) whose 3x3
+    neighbourhood has depth everywhere (image border excluded)."""
+    ok = inner & (d > 0)
+    ok[[0, -1], :] = False
+    ok[:, [0, -1]] = False
+    v, u = np.nonzero(ok)
+    nb = np.stack([d[v + a, u + b] for a in (-1, 0, 1) for b in (-1, 0, 1)], 1)  # (N, 9) row-major 3x3
+    keep = (nb > 0).all(1)
+    nb = nb[keep]
+    dxx = nb[:, 3] - 2 * nb[:, 4] + nb[:, 5]
+    dyy = nb[:, 1] - 2 * nb[:, 4] + nb[:, 7]
+    dxy = (nb[:, 8] - nb[:, 6] - nb[:, 2] + nb[:, 0]) / 4
+    mean, half = (dxx + dyy) / 2, np.hypot((dxx - dyy) / 2, dxy)
+    return np.minimum(np.abs(mean - half), np.abs(mean + half)), nb[:, 4]

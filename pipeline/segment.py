@@ -54,6 +54,8 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.segment_pieces import join_pieces
+from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
 if TYPE_CHECKING:
@@ -286,77 +288,25 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
     return sorted(out + rest, key=lambda d: -d.score), scale
 
 
-def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
-                    smoothed: np.ndarray | None = None) -> tuple[float, float]:
-    """The two largest extents (m) of the part's back-projected visible surface (robust percentiles).
-
-    The length is the longest axis of the 3-D points (depth smoothed as for the normals);
-    the width is the smaller of the second 3-D axis and the in-image width (perpendicular
-    to the length and to the line of sight). Along the line of sight a rod's visible
-    surface is only its radius deep, but a mask's stray pixels on a part behind or in
-    front, and depth noise, spread the points there: on the realistic-noise cartpole
-    (sigma 25 mm at 2.5 m) the learned pole mask covers some cart pixels (14 % at frame 0),
-    its second 3-D axis measured 0.13-0.15 m for the 0.05 m pole (more than the library's
-    pole can look), and its in-image width measures 0.072-0.079 m. ``smoothed``: the
-    frame's ``smooth_depth`` when the caller measures several parts of one frame.
-    """
-    m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-    if (m & (depth > 0)).sum() < 10:
-        m = mask
-    m = m & (depth > 0)
-    if m.sum() < 3:
-        return 0.0, 0.0
-    v, u = np.nonzero(m)
-    z = (smooth_depth(depth) if smoothed is None else smoothed)[m].astype(np.float64)
-    zm = float(np.median(z))
-    span2d = max(np.ptp(u), np.ptp(v)) * zm / K[0, 0]
-    keep = np.abs(z - zm) < max(span2d, 0.05)  # drop background that leaked into the mask
-    p = np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], 1)[keep]
-    if len(p) < 3:
-        return 0.0, 0.0
-    q = p - p.mean(0)
-    _, vecs = np.linalg.eigh(q.T @ q)
-
-    def spread(x: np.ndarray) -> float:
-        return float(np.percentile(x, 99) - np.percentile(x, 1))
-
-    ext = sorted((spread(q @ vecs[:, k]) for k in range(3)), reverse=True)
-    sight = p.mean(0) / np.linalg.norm(p.mean(0))
-    across = np.cross(vecs[:, 2], sight)
-    n = np.linalg.norm(across)
-    width = spread(q @ (across / n)) if n > 1e-6 else ext[1]  # a rod seen end-on: no in-image width
-    return ext[0], min(ext[1], width)
-
-
-def _size_cost(seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
-    """How badly ``shape`` explains the seen extents (inf: impossible). A box may show any
-    of its three faces: the best-fitting face counts. (Its two largest extents alone made
-    the cabinet's drawer, 0.40 x 0.36 x 0.12 m, look like its door, 0.46 x 0.36 x 0.02 m:
-    the drawer's front, seen 0.45 x 0.16 m, was 1.45 from the drawer and 1.23 from the door,
-    and the two swapped.)"""
-    if shape.type == "box":
-        a, b, c = sorted(shape.extents(), reverse=True)
-        return min(_face_cost(seen, (x, y), metric, tol) for x, y in ((a, b), (a, c), (b, c)))
-    E = sorted(shape.extents(), reverse=True)
-    return _face_cost(seen, (E[0], E[1]), metric, tol)
-
-
-def _face_cost(seen: tuple[float, float], E: tuple[float, float], metric: bool, tol: float) -> float:
-    """Cost of the seen (largest, second) extents against one view's extents E (largest first)."""
-    e1, e2 = max(seen[0], 1e-6), max(seen[1], 1e-6)
-    if not metric:  # pseudo-depth has no scale: compare proportions only
-        return abs(math.log((e1 / e2) / (E[0] / E[1])))
-    if e1 > tol * E[0] or e2 > tol * E[1] * 1.5:
-        return math.inf  # larger than the shape can look; smaller is occlusion
-    # Proportions discriminate best between look-alike classes on noisy depth (a thin
-    # rod seen as a box is still 8:1, a cart seen as a capsule still about 2:1).
-    aspect = abs(math.log((e1 / e2) / (E[0] / E[1])))
-    return abs(math.log(e1 / E[0])) + 0.5 * abs(math.log(e2 / E[1])) + aspect
-
-
 ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
-SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (_size_cost)
+SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (size_cost)
 ROD_SIBLING_FLOOR = 0.06
+
+
+def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
+    """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
+    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)."""
+    cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
+    p = cs[CLASSES.index(shape.type)]
+    if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
+        # capsule and cylinder differ only at their ends, which joints often hide
+        # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
+        # other rod class's library shape, its class evidence floored at this fraction
+        # of its score (cost -log 0.06 = 2.8 on top of the size cost)
+        p = max(p, ROD_SIBLING_FLOOR * d.score)
+    elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
+        return math.inf
+    return -math.log(p / max(d.score, 1e-9)) + size_cost(seen, shape, metric, tol)
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
@@ -370,20 +320,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = np.full((len(dets), len(names)), math.inf)
-    for i, (d, e) in enumerate(zip(dets, seen)):
-        cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
-        for j, n in enumerate(names):
-            p = cs[CLASSES.index(shapes[n].type)]
-            if shapes[n].type == ROD_SIBLING.get(CLASSES[d.label]):
-                # capsule and cylinder differ only at their ends, which joints often hide
-                # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
-                # other rod class's library shape, its class evidence floored at this fraction
-                # of its score (cost -log 0.06 = 2.8 on top of the size cost)
-                p = max(p, ROD_SIBLING_FLOOR * d.score)
-            elif p < 0.05 or (p < 0.25 * d.score and shapes[n].type != CLASSES[d.label]):
-                continue
-            cost[i, j] = -math.log(p / max(d.score, 1e-9)) + _size_cost(e, shapes[n], metric, tol)
+    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in names] for d, e in zip(dets, seen)])
+    cost = cost.reshape(len(dets), len(names))
     for i, d in enumerate(dets):
         if not np.isfinite(cost[i]).any():
             e = seen[i]
@@ -408,7 +346,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # a surplus part repeats a library shape (several identical parts share one entry)
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
-            size = _size_cost(seen[i], shapes[names[j]], metric, tol)
+            size = size_cost(seen[i], shapes[names[j]], metric, tol)
             if size <= SURPLUS_SIZE_COST:
                 out[i] = names[j]
             else:
@@ -418,14 +356,23 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return out
 
 
-def _confirmed(dets: list[Detection], names: list[str | None], score_threshold: float) -> list[int]:
+def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
+               shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float) -> list[int]:
     """Indices of the detections to keep: all scored at or above the threshold, and those
     below it (kept by ``refine_detections`` for what the depth shows) only where they
     explain a library shape that no more confident part explains: a low-score piece of
-    the cart beside the cart is not a second body."""
-    keep, taken = [], set()
-    for k in sorted(range(len(dets)), key=lambda k: -dets[k].score):
-        if dets[k].score >= score_threshold or (names[k] is not None and names[k] not in taken):
+    the cart beside the cart is not a second body. Among the parts below the threshold
+    that name one library shape, the one that fits it best (``_match_cost``) keeps it: their
+    scores do not compare (a part only the depth shows has a fixed score; on random scene 18
+    a distractor box seen only in the depth, 0.22 x 0.11 m, outscored the network's own
+    low-score detection of the 0.30 x 0.16 x 0.10 m cart)."""
+    sure = [k for k in range(len(dets)) if dets[k].score >= score_threshold]
+    taken = {names[k] for k in sure}
+    rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
+    rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol))
+    keep = list(sure)
+    for k in rest:
+        if names[k] not in taken:
             keep.append(k)
             taken.add(names[k])
     return sorted(keep)
@@ -509,9 +456,11 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                               max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         total = sum(d.score for d in dets)
         # Rank frames by how much of the library they explain (distinct library shapes
-        # matched), then by parts left unexplained, then by parts that repeat a library
-        # shape (each entry of shapes.json is one body): a frame where the pole cuts the
-        # cart's image in two is worse than one where each is seen once. Among the frames
+        # matched at a size the shape can have), then by parts not so explained (left
+        # unexplained, repeating a library shape, or named at a size cost above
+        # SURPLUS_SIZE_COST), then by the names among those: a frame where the pole cuts the
+        # cart's image in two is worse than one where each is seen once, and a distractor
+        # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
         # that rank best, the earliest within 10 % of the best total score: the tracker
         # runs backward from the segmentation frame without a velocity history, so the
         # fewer frames before it the better (a fast pole is lost from a later start).
@@ -519,13 +468,21 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
         with logging_disabled():
             matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
-            keep = _confirmed(dets, matched, cfg.score_threshold)
+            keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold)
             if len(keep) < len(dets):
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
-        named = [n for n in matched if n is not None]
-        rank = (len(set(named)), -sum(n is None for n in matched), -(len(named) - len(set(named))), total)
+            n = len(dets)
+            dets, matched, seen_i = join_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
+                                                cfg.size_tolerance)
+            if len(dets) < n:
+                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+                total = sum(d.score for d in dets)
+        fit = {n for n, e in zip(matched, seen_i)
+               if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
+        doubtful = sum(n is not None for n in matched) - len(fit)
+        rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
                  rank[0], total)

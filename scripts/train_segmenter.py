@@ -1,7 +1,7 @@
 """Train the segmenter on a synthetic stream (primitives, or the randomised clutter stream).
 
-The shipped checkpoint ``models/segmenter/segmenter.pt`` (5717 iterations in all) was
-made in two runs on the primitive stream on the 2 shared cores of the development machine (the learning-rate
+The shipped checkpoint ``models/segmenter/segmenter.pt`` was made in four runs: two on the
+primitive stream on the 2 shared cores of the development machine (the learning-rate
 schedule follows wall-clock time, so the iteration count reached depends on the load;
 curves in ``models/segmenter/train_curve.json``):
 
@@ -9,7 +9,7 @@ curves in ``models/segmenter/train_curve.json``):
         --out runs/segmenter/segmenter.pt --log runs/segmenter/train_log.jsonl     # 2150 iterations
     OMP_NUM_THREADS=1 python scripts/train_segmenter.py --init runs/segmenter/segmenter.pt \
         --skip-samples 20000 --minutes 100 --batch 4 --lr 5e-4 --warmup 100 \
-        --out models/segmenter/segmenter.pt --log runs/segmenter2/train_log.jsonl  # + 5717 iterations
+        --out runs/segmenter2/segmenter.pt --log runs/segmenter2/train_log.jsonl  # + 5717 iterations
 
 The second is a warm restart (fresh AdamW and cosine schedule, new samples): the first
 run's schedule had decayed to 2e-5 with the loss flat at 0.89; the restart brought it to
@@ -18,11 +18,11 @@ run's schedule had decayed to 2e-5 with the loss flat at 0.89; the restart broug
 ``--stream randomised`` trains on ``vid2sim.datasets.synthetic.clutter`` instead (clutter that
 is background, tables, far framing, touching parts, RealSense- and Kinect-like sensors),
 rendered by the analytic ray caster, so it needs no Open3D and suits a GPU machine whose
-CPU cores render the samples. Two runs fine-tuned the shipped checkpoint on it, on one H100
-with 16 cores (docs/results.md, 2026-11-29; not shipped: with it two CI tests fail; the
-weights are in git at commit f184af3):
+CPU cores render the samples. The last two runs fine-tuned the primitive-stream checkpoint
+on it, on one H100 with 16 cores (docs/results.md, 2026-11-29); the second's output is the
+shipped checkpoint:
 
-    python scripts/train_segmenter.py --stream randomised --device cuda --init models/segmenter/segmenter.pt \
+    python scripts/train_segmenter.py --stream randomised --device cuda --init runs/segmenter2/segmenter.pt \
         --minutes 7.3 --batch 16 --lr 6e-4 --warmup 100 --workers 14 --threads 2 --save-every-s 60 \
         --state none --out runs/gpu1/segmenter.pt --log runs/gpu1/train_log.jsonl           # 2708 iterations
     python scripts/train_segmenter.py --stream randomised --device cuda --init runs/gpu1/segmenter.pt \

@@ -102,8 +102,8 @@ def test_no_background_at_all(rec, tmp_path):
 
 def test_depth_noise_without_background_from_the_parts_surfaces(tmp_path, caplog):
     """Realistic sensor noise (the generator's k = 0.004 /m) with the background blanked: the
-    parts' surfaces measure k (0.00385-0.00413 on cartpole, cabinet, double pendulum at 320 x
-    240); with no part masks either, DEFAULT_K and a WARNING."""
+    parts' surfaces measure k (0.00384-0.00417 on cartpole, cabinet, double pendulum at 320 x
+    240, seeds 0-1, frames 0-2); with no part masks either, DEFAULT_K and a WARNING."""
     from vid2sim.datasets import noise
     from vid2sim.datasets.recording import open_recording
 

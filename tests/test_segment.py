@@ -176,14 +176,26 @@ def test_default_config_is_documented():
 
 
 def test_low_score_part_repeating_a_library_shape_is_dropped():
+    from vid2sim.datasets.shapes import Shape
     from vid2sim.models.segmenter.model import Detection
     from vid2sim.pipeline.segment import _confirmed
 
     m = np.zeros((4, 4), bool)
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)), "pole": Shape("pole", "capsule", radius=0.025,
+                                                                                 length=0.6)}
     dets = [Detection(m, 0, 0.9), Detection(m, 0, 0.3), Detection(m, 1, 0.2), Detection(m, 1, 0.6)]
+    seen = [(0.3, 0.16), (0.3, 0.16), (0.65, 0.05), (0.65, 0.05)]
     # the 0.3 piece repeats the cart a confident part explains; the 0.2 one explains the pole
-    assert _confirmed(dets, ["cart", "cart", "pole", None], 0.5) == [0, 2, 3]
-    assert _confirmed(dets, ["cart", "cart", None, "pole"], 0.5) == [0, 3]
+    assert _confirmed(dets, ["cart", "cart", "pole", None], seen, shapes, True, 1.6, 0.5) == [0, 2, 3]
+    assert _confirmed(dets, ["cart", "cart", None, "pole"], seen, shapes, True, 1.6, 0.5) == [0, 3]
+    # two parts below the threshold name the cart: the one of the cart's size keeps it, not
+    # the higher score (a 0.22 x 0.11 m box only the depth shows, scored 0.3, against the
+    # network's 0.16 detection seen 0.29 x 0.12 m: size_cost 0.56 against 0.34)
+    low = [Detection(m, 0, 0.3), Detection(m, 0, 0.16), Detection(m, 1, 0.6)]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.22, 0.11), (0.29, 0.12), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [1, 2]
+    assert _confirmed(low, ["cart", "cart", "pole"], [(0.29, 0.12), (0.22, 0.11), (0.65, 0.05)], shapes, True, 1.6,
+                      0.5) == [0, 2]
 
 
 def test_a_rod_takes_the_other_rod_class_only_where_its_own_class_has_no_fit():
@@ -243,3 +255,90 @@ def test_an_elongated_region_is_magnified_in_overlapping_views_and_a_wall_is_lef
     wall[:120] = True
     assert zoom_tiles([Detection(wall, 0, 0.99), Detection(chain, 1, 0.9)], np.ones((240, 320)), 4.0) == (views, s)
     assert zoom_tiles([Detection(wall, 0, 0.99)], np.ones((240, 320)), 4.0) == ([], 1.0)
+
+
+@pytest.mark.parametrize("side_a,side_b", [(0.12, 0.12), (0.14, 0.06)])
+def test_a_flat_face_measures_its_sides_not_its_diagonal(side_a, side_b):
+    """A rectangular plate facing the camera at 1 m, turned 30 deg in the image plane. A
+    square's points have no main axis: its spread (1st-99th percentile)
+    measured 0.137 m for the 0.12 m square along the axes its points' covariance happened to
+    give; the smallest-area rectangle gives the sides (the 0.14 x 0.06 m plate measures the
+    same either way)."""
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    f, c = 600.0, 150.0
+    K = np.array([[f, 0, c], [0, f, c], [0, 0, 1.0]])
+    v, u = np.mgrid[0:300, 0:300]
+    x, y = (u - c) / f, (v - c) / f  # plane z = 1 m
+    t = np.deg2rad(30.0)
+    a, b = np.cos(t) * x + np.sin(t) * y, -np.sin(t) * x + np.cos(t) * y
+    mask = (np.abs(a) <= side_a / 2) & (np.abs(b) <= side_b / 2)
+    depth = np.where(mask, 1.0, 3.0).astype(np.float32)  # a wall 2 m behind the plate
+    length, width = measure_extents(mask, depth, K)
+    # the 1st-99th percentile spread of a uniform side of length L is 0.98 L; the eroded
+    # mask loses one pixel (1.7 mm at 1 m) on each edge
+    assert length == pytest.approx(0.98 * max(side_a, side_b), abs=0.006)
+    assert width == pytest.approx(0.98 * min(side_a, side_b), abs=0.006)
+
+
+def _cut_cart(gap_depth: float | None, width_m: float = 0.3):
+    """A 320 x 240 depth image (fx 300) of a box face ``width_m`` x 0.1 m at 2 m, cut by a
+    vertical strip 0.05 m wide at its middle whose depth is ``gap_depth`` m (None: the face's
+    own), and the two halves' masks as two box detections named "cart"."""
+    from vid2sim.models.segmenter.model import Detection
+
+    K = np.array([[300.0, 0, 160], [0, 300.0, 120], [0, 0, 1]])
+    depth = np.zeros((240, 320), np.float32)
+    half_w, half_h, gap = (round(x * 300 / 2.0 / 2) for x in (width_m, 0.1, 0.05))
+    depth[120 - half_h:120 + half_h, 160 - half_w:160 + half_w] = 2.0
+    left = depth > 0
+    left[:, 160 - gap:] = False
+    right = depth > 0
+    right[:, :160 + gap] = False
+    if gap_depth is not None:
+        depth[120 - half_h:120 + half_h, 160 - gap:160 + gap] = gap_depth
+    scores = np.eye(5)[0] * 0.5
+    return depth, K, [Detection(left, 0, 0.5, scores), Detection(right, 0, 0.45, scores)]
+
+
+@pytest.mark.parametrize("gap_depth, width_m, joined", [(1.9, 0.3, True), (None, 0.3, True), (3.0, 0.3, False),
+                                                        (1.9, 0.6, False)])
+def test_a_part_cut_in_two_by_a_nearer_rod_is_joined(gap_depth, width_m, joined):
+    """The realistic cartpole's cart seen in two boxes either side of the pole (0.13 x 0.09 m
+    and 0.11 x 0.08 m, both named cart: a half cart looks like its 0.16 x 0.10 m end face),
+    drawn here: the halves are joined into one detection where the strip between them is
+    nearer (a rod in front) or the face itself, and the union (0.30 x 0.10 m) fits the cart
+    better than either half. Seen through to a wall 1 m behind, or with a union twice the
+    cart's length (two carts), they stay two."""
+    from vid2sim.datasets.shapes import Shape
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment_pieces import join_pieces
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)),
+              "pole": Shape("pole", "capsule", radius=0.025, length=0.6)}
+    depth, K, dets = _cut_cart(gap_depth, width_m)
+    sm = smooth_depth(depth)
+    seen = [measure_extents(d.mask, depth, K, sm) for d in dets]
+    out, names, seen_out = join_pieces(dets, ["cart", "cart"], seen, depth, K, sm, shapes, True, 1.6)
+    assert len(out) == (1 if joined else 2) and names == ["cart"] * len(out), (seen, seen_out)
+    if joined:
+        assert (out[0].mask == (dets[0].mask | dets[1].mask)).all() and out[0].score == 0.5
+        whole = measure_extents(depth > 0, np.full_like(depth, 2.0), K)  # the uncut face, as measured
+        assert np.allclose(seen_out[0], whole, atol=0.01) and seen_out[0][0] > 1.5 * max(e[0] for e in seen), (
+            seen_out, whole, seen)
+
+
+@pytest.mark.parametrize("across_px", [3, 4])
+def test_a_rod_a_few_pixels_across_keeps_its_width(across_px):
+    """A rod 0.5 m long and ``across_px`` pixels across at 5 m (fx 200: 25 mm per pixel), flat
+    in depth. The 3x3 erosion leaves a line 1-2 px wide, which measured 0-25 mm across
+    (the far double pendulum's 0.05 m link: 0.018 m, a size cost above a fit); the mask is
+    measured whole: its pixel centres span across_px - 1 pixels."""
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    K = np.array([[200.0, 0, 80], [0, 200.0, 60], [0, 0, 1]])
+    depth = np.zeros((120, 160), np.float32)
+    depth[50:50 + across_px, 70:90] = 5.0
+    length, width = measure_extents(depth > 0, depth, K)
+    assert abs(width - (across_px - 1) * 0.025) < 0.008 and abs(length - 19 * 0.025) < 0.02, (length, width)
