@@ -166,7 +166,8 @@ def resting_placements(art, poses, shapes: dict[str, Shape], height: float = 0.0
     is within ``tolerance`` m of the tracks' floor (``identify_roots.floor_plane``) and whose axis
     nearest the vertical is off it by at most ``REST_TILT_DEG``, turned about its centre by
     ``level_rotation`` and moved vertically so that its lowest point is at z = ``height`` (m); {}
-    otherwise (another root, no floor in the tracks, a mesh). A planar root's parts slide flat on
+    otherwise (another root, no floor in the tracks or one farther than ``tolerance`` from z =
+    ``height``, a mesh). A planar root's parts slide flat on
     the floor; tracked on depth in whole millimetres their frame-0 poses tilt by up to half a degree
     and sit 0.1 mm apart in height, while a compliant floor sinks 0.03 mm under a link: placed as
     tracked, the twin rests each link on one edge or lifts it clear, and which one changes with
@@ -184,7 +185,7 @@ def resting_placements(art, poses, shapes: dict[str, Shape], height: float = 0.0
         return {}
     W = poses.world_from_body[:, [poses.body_names.index(b) for b in art.bodies]]
     floor = floor_plane(lowest_points(W, list(pts.values())), poses.fps, tolerance)
-    if not floor.seen:
+    if not floor.seen or abs(floor.height - height) > tolerance:   # no floor, or not the one at z = height
         return {}
     out = {}
     for i, b in enumerate(art.bodies):

@@ -276,7 +276,8 @@ def _tilted(poses, seed: int = 0):
 def test_resting_placements_lay_the_parts_flat_on_the_floor():
     """The three links of ``pushed`` (true poses, tilted and lifted as ``_tilted``) come back level to
     1e-9 with their bottoms at z = 0 and their centres within 0.1 mm of the truth's in x, y; a part
-    tilted by 10 deg (more than ``REST_TILT_DEG``) and an articulation without a planar root get none."""
+    tilted by 10 deg (more than ``REST_TILT_DEG``), an articulation without a planar root and parts
+    on a table 0.7 m above the twin's floor get none."""
     from bench_forecast import truth_inputs
     from vid2sim.datasets.synthetic import recording_shapes, simulate
 
@@ -301,6 +302,9 @@ def test_resting_placements_lay_the_parts_flat_on_the_floor():
     assert art.bodies[0] not in identify_push.resting_placements(art, replace(seen, world_from_body=steep), shapes)
     hinged = replace(art, joints=[replace(j, type="revolute") if j.parent == "world" else j for j in art.joints])
     assert identify_push.resting_placements(hinged, seen, shapes) == {}
+    raised = seen.world_from_body.copy()
+    raised[:, :, 2, 3] += 0.7                            # on a table 0.7 m up: not the twin's floor at z = 0
+    assert identify_push.resting_placements(art, replace(seen, world_from_body=raised), shapes) == {}
 
 
 def test_the_pushed_linkage_twin_ignores_sub_millimetre_track_errors(tmp_path):
