@@ -292,8 +292,8 @@ def test_resting_placements_lay_the_parts_flat_on_the_floor():
         assert abs(T[2, 2]) == pytest.approx(1.0, abs=1e-12)                       # body z vertical
         assert T[2, 3] == pytest.approx(0.015, abs=1e-9)                            # a 3-cm box on z = 0
         np.testing.assert_allclose(T[:2, 3], poses.world_from_body[0, i, :2, 3], atol=1e-4)
-        yaw = lambda R: np.arctan2(R[1, 0], R[0, 0])   # noqa: E731
-        assert yaw(T) == pytest.approx(yaw(poses.world_from_body[0, i]), abs=np.radians(0.01))
+        T0 = poses.world_from_body[0, i]
+        assert np.arctan2(T[1, 0], T[0, 0]) == pytest.approx(np.arctan2(T0[1, 0], T0[0, 0]), abs=np.radians(0.01))
     steep = seen.world_from_body.copy()
     from scipy.spatial.transform import Rotation
 
@@ -374,6 +374,6 @@ def test_the_linkage_twin_masses_and_friction_refitted_in_pybullet():
     tip = actuation_of(st)
     fit = calibrate_push(art, jp, seen, shapes, 30.0, post, Tip(0.015, 0.06, tip.world_from_actuator[:, 0, :3, 3], 0.5))
     assert fit["kept"] == "searched" and fit["searched"]["refined"], fit
-    assert fit["rms"] < 1e-3 < 3e-3 < fit["rms_fitted"], fit
+    assert fit["rms"] < 1e-3 and fit["rms_fitted"] > 3e-3, fit
     assert set(fit["masses"]) == {"link1.mass", "link3.mass"} and fit["masses_fitted"] == {"link1.mass": 0.1,
                                                                                             "link3.mass": 0.35}
