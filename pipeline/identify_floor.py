@@ -159,7 +159,8 @@ def refine_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip,
     """The masses ``masses`` (params names ``<body>.mass``; the anchored root's stays) and the floor and tip
     friction of the PyBullet twin of ``post`` that reproduce the tracked frames 0 .. T-1 best (``forecast.pose_residual``
     from the tracked start, as ``calibrate_push``): trust-region least squares over log masses (within
-    ``post.limits``) and both friction coefficients (within ``PUSH_TIP_GRID``'s range), from the grid's best friction
+    ``post.limits``) and both friction coefficients (within ``PUSH_TIP_GRID``'s range, the floor's also within
+    ``post.limits["floor.friction"]``: a release profile's interval), from the grid's best friction
     ``start`` {"friction", "tip_friction"} with the fitted masses and with the masses at one density (the build
     masses scaled to the anchor), ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept.
     -> {"friction", "tip_friction", "rms", "masses" {name: kg}, "masses_fitted" {name: kg}, "refined": true} or {}
@@ -186,8 +187,9 @@ def refine_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip,
     links = [-1 if b == twin.root else twin.link_index[b] for b in bodies]
     info = [twin.pb.getDynamicsInfo(twin.rid, i, physicsClientId=twin.cid) for i in links]
     m0, I0 = np.array([i[0] for i in info]), np.array([i[2] for i in info])
-    lo = np.concatenate([np.log([post.limits[n][0] for n in masses]), [PUSH_TIP_GRID[0]] * 2])
-    hi = np.concatenate([np.log([post.limits[n][1] for n in masses]), [PUSH_TIP_GRID[-1]] * 2])
+    floor_lo, floor_hi = post.limits.get("floor.friction", (PUSH_TIP_GRID[0], PUSH_TIP_GRID[-1]))   # a release's interval
+    lo = np.concatenate([np.log([post.limits[n][0] for n in masses]), [max(floor_lo, PUSH_TIP_GRID[0]), PUSH_TIP_GRID[0]]])
+    hi = np.concatenate([np.log([post.limits[n][1] for n in masses]), [min(floor_hi, PUSH_TIP_GRID[-1]), PUSH_TIP_GRID[-1]]])
     try:
         restart = forecast.Restart(twin, list(art.bodies), list(jp.names), jp.q[:PUSH_START_FRAMES],
                                    jp.root_pose[:PUSH_START_FRAMES], 0, fps)
