@@ -32,7 +32,11 @@ a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact
 ``floor.damping`` half critical for the lightest part: with one and the same fit, the
 pushed linkage's twin ended 115 mm / 52 deg off after 1 s on a rigid PyBullet floor and
 39 mm / 16 deg on this one).
-It does not model the pusher's own dynamics, rolling resistance, or part-part contact.
+export places the parts that lie on the floor under a planar root flat on forecast's floor
+(``resting_placements``): the twin's contacts then carry each part as the penalty floor's common
+depth does, whatever sub-millimetre tilt the tracks give it.
+It does not model the pusher's own dynamics, rolling resistance, or part-part contact (nor the
+stops that stand for it, such as ``pushed``'s hinges at +-1 rad).
 """
 from __future__ import annotations
 
