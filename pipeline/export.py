@@ -17,7 +17,11 @@ at frame 0 (docs/formats.md §2):
   body beside world-attached trees gets a URDF ``floating`` joint.
 * A planar root joint (a body sliding on a floor) makes a floating base like a free
   one: its plane is kept by the floor contact, which also carries its weight so that
-  floor friction acts (a joint-held body presses on nothing). Any other planar joint
+  floor friction acts (a joint-held body presses on nothing). Its bodies that lie on
+  the floor (``identify_push.resting_placements``) get their geometry and inertia placed
+  level, their lowest point on forecast's floor z = 0: tracked poses tilt by up to half a
+  degree and stray 0.1 mm in height, which on a compliant floor decides which edge of a
+  link carries it. Their link frames stay the tracked ones. Any other planar joint
   (normal ``axis``) becomes three URDF joints through two tiny dummy links:
   ``<joint>_x``, ``<joint>_y`` (prismatic, in-plane directions chosen from the normal
   by ``vid2sim.models.geometry.plane_basis``) and ``<joint>_theta`` (revolute about the normal), since PyBullet
@@ -428,9 +432,12 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         ET.SubElement(mat, "color", rgba=_fmt((*colors[i % len(colors)], 1.0)))
     if not floating:
         ET.SubElement(robot, "link", name="world")
+    from vid2sim.pipeline.identify_push import resting_placements
+
+    rest = resting_placements(art, poses, shapes)   # parts lying on the floor (z = 0, forecast's): placed flat on it
     for b in art.bodies:
         shape = shapes[poses.shape_names[idx[b]]]
-        T_link_body = geometry.inv(frames[b]) @ poses.world_from_body[0, idx[b]]
+        T_link_body = geometry.inv(frames[b]) @ rest.get(b, poses.world_from_body[0, idx[b]])
         bi = body_inertial(b, shape, estimate, cfg.density)
         link = ET.SubElement(robot, "link", name=b)
         R_lb = T_link_body[:3, :3]

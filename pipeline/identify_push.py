@@ -32,7 +32,11 @@ a compliant floor (``floor.stiffness`` = the penalty floor's 1e4 N/m per contact
 ``floor.damping`` half critical for the lightest part: with one and the same fit, the
 pushed linkage's twin ended 115 mm / 52 deg off after 1 s on a rigid PyBullet floor and
 39 mm / 16 deg on this one).
-It does not model the pusher's own dynamics, rolling resistance, or part-part contact.
+export places the parts that lie on the floor under a planar root flat on forecast's floor
+(``resting_placements``): the twin's contacts then carry each part as the penalty floor's common
+depth does, whatever sub-millimetre tilt the tracks give it.
+It does not model the pusher's own dynamics, rolling resistance, or part-part contact (nor the
+stops that stand for it, such as ``pushed``'s hinges at +-1 rad).
 """
 from __future__ import annotations
 
@@ -60,6 +64,8 @@ RELEASE_PART_SPEED = 0.3     # the part moved at this fraction of the tip's spee
 RELEASE_MIN_FRAMES = 4       # frames of a release window at least (the stop frame included)
 RELEASE_GRID = np.round(np.arange(0.05, 1.501, 0.05), 3)   # floor mu profiled over the release windows
 UNSEEN_SIGMA = 1e3       # rad, the noise std given to a yaw no frame shows (an upright puck's spin): out of the fit
+REST_TILT_DEG = 3.0      # deg: a body under a planar root tilted by at most this at frame 0 lies flat on the floor
+                         # (``resting_placements``); more is a pose the tracks show, not their error
 PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
                          # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
 
@@ -142,6 +148,61 @@ def planar_root(art, jp, poses, rec, shapes: dict[str, Shape], tolerance: float 
     log.info("articulate: %s (%s to the world) made planar: pushed by a known actuator on a floor (%s)",
              j.name, j.type, floor.reason)
     return new, JointPositions(q, names, export.root_poses(new, poses))
+
+
+def level_rotation(R: np.ndarray) -> np.ndarray:
+    """The smallest rotation (3, 3, world) that turns the axis of R (3, 3) nearest the world vertical
+    (a column, either sign) onto it."""
+    k = int(np.argmax(np.abs(R[2])))
+    a = R[:, k] * math.copysign(1.0, R[2, k])
+    v = np.cross(a, [0.0, 0.0, 1.0])
+    s = float(np.linalg.norm(v))
+    if s < 1e-15:
+        return np.eye(3)
+    K = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]]) / s
+    return np.eye(3) + s * K + (1.0 - float(a[2])) * K @ K
+
+
+def resting_placements(art, poses, shapes: dict[str, Shape], height: float = 0.0,
+                       tolerance: float = 0.005) -> dict[str, np.ndarray]:
+    """{body: (4, 4) world pose at frame 0} of the bodies that lie on a floor under a planar root
+    about the vertical (within 10 deg): each body whose lowest point (``identify_roots.surface_points``)
+    is within ``tolerance`` m of the tracks' floor (``identify_roots.floor_plane``) and whose axis
+    nearest the vertical is off it by at most ``REST_TILT_DEG``, turned about its centre by
+    ``level_rotation`` and moved vertically so that its lowest point is at z = ``height`` (m); {}
+    otherwise (another root, no floor in the tracks or one farther than ``tolerance`` from z =
+    ``height``, a mesh). A planar root's parts slide flat on
+    the floor; tracked on depth in whole millimetres their frame-0 poses tilt by up to half a degree
+    and sit 0.1 mm apart in height, while a compliant floor sinks 0.03 mm under a link: placed as
+    tracked, the twin rests each link on one edge or lifts it clear, and which one changes with
+    every sub-millimetre change of the tracks."""
+    from vid2sim.pipeline.identify_roots import floor_plane, lowest_points, surface_points
+
+    roots = [j for j in art.joints if j.parent == "world"]
+    if len(roots) != 1 or roots[0].type != "planar" or \
+            abs(float(np.asarray(roots[0].axis) @ [0, 0, 1.0])) < math.cos(math.radians(10)):
+        return {}
+    shape_of = dict(zip(poses.body_names, poses.shape_names))
+    try:
+        pts = {b: surface_points(shapes[shape_of[b]]) for b in art.bodies}
+    except (KeyError, ValueError):   # a body without a library shape or contact points (a mesh)
+        return {}
+    W = poses.world_from_body[:, [poses.body_names.index(b) for b in art.bodies]]
+    floor = floor_plane(lowest_points(W, list(pts.values())), poses.fps, tolerance)
+    if not floor.seen or abs(floor.height - height) > tolerance:   # no floor, or not the one at z = height
+        return {}
+    out = {}
+    for i, b in enumerate(art.bodies):
+        T = W[0, i].copy()
+        L = level_rotation(T[:3, :3])
+        low = float((pts[b] @ T[:3, :3].T)[:, 2].min()) + T[2, 3]
+        if abs(low - floor.height) > tolerance or np.degrees(np.arccos(np.clip(np.trace(L) / 2 - 0.5, -1, 1))) > \
+                REST_TILT_DEG:
+            continue
+        T[:3, :3] = L @ T[:3, :3]
+        T[2, 3] = height - float((pts[b] @ T[:3, :3].T)[:, 2].min())
+        out[b] = T
+    return out
 
 
 def _upright(j):
