@@ -100,8 +100,7 @@ class IdentifyVideo:
 class IdentifyBounds:
     """The prior box: mass limits from shape volumes x densities, damping and friction limits."""
 
-    density_min: float = 30.0      # kg/m^3, lower end of plausible part densities (of the shape's solid
-                                   # volume: hollow parts such as drawers and boxes weigh 30-80)
+    density_min: float = 100.0     # kg/m^3, lower end of plausible part densities
     density_max: float = 3000.0    # kg/m^3, upper end
     density_anchor: float = 500.0  # kg/m^3: without `masses`, the anchor body's mass (the scale, not observable
                                    # from free motion; the first moving body, or a floating root) = volume x this
@@ -113,7 +112,7 @@ class IdentifyBounds:
                                    # anchor); two or more are held within +-0.1 % during it, the damping/friction
                                    # limits scaled by the first one / (its volume x density_anchor)
     damping_max_revolute: float = 0.05   # N m s/rad
-    damping_max_prismatic: float = 2.0   # N s/m
+    damping_max_prismatic: float = 5.0   # N s/m (a 0.8-kg hollow drawer at 1 N s/m needs > 2: see decisions.md)
     estimate_friction: bool = False      # also estimate smoothed Coulomb friction per 1-dof joint
     friction_max_revolute: float = 0.05  # N m
     friction_max_prismatic: float = 1.0  # N

@@ -101,8 +101,8 @@ UNGROUPED_IDENTIFY = {
     "method": "csvgd", "particles": 16, "iterations": 200, "windows": 4, "polish": 0.7, "precondition": "gauss-newton",
     "cmaes_polish": 0.1, "seed": 0, "observation": "joints", "sigma": 0.0, "sigma_floor": 1e-4, "pixel_sigma": 0.02,
     "pixels": 1000, "pixel_margin": 6, "render_dtype": "float32", "frames": 0, "refit": True, "substeps": 0,
-    "density_min": 30.0, "density_max": 3000.0, "density_anchor": 500.0, "floor": "auto", "floor_tolerance": 0.005,
-    "floor_height": None, "masses": {}, "damping_max_revolute": 0.05, "damping_max_prismatic": 2.0,
+    "density_min": 100.0, "density_max": 3000.0, "density_anchor": 500.0, "floor": "auto", "floor_tolerance": 0.005,
+    "floor_height": None, "masses": {}, "damping_max_revolute": 0.05, "damping_max_prismatic": 5.0,
     "estimate_friction": False, "friction_max_revolute": 0.05, "friction_max_prismatic": 1.0, "lr": 0.05,
     "plots": True, "augment": False, "augment_window": 10, "augment_holdout": 0.25, "augment_iterations": 200,
     "augment_lr": 0.02, "augment_lasso": 0.2, "augment_hidden": 5, "push_iterations": 15, "compile": "auto",
@@ -162,4 +162,4 @@ def test_identify_options_reach_the_grouped_settings(monkeypatch, tmp_path):
     cfg = seen["identify"]
     assert (cfg.inference.method, cfg.bounds.masses, cfg.compile, cfg.augmentation.augment, cfg.contact.floor_height) \
         == ("cmaes", {"cart": 1.0}, False, True, 0.1)
-    assert cfg.inference.iterations == 200 and cfg.bounds.density_min == 30.0
+    assert cfg.inference.iterations == 200 and cfg.bounds.density_min == 100.0

@@ -34,7 +34,6 @@ def test_parameter_set_and_limits_from_shapes(inputs):
     v1, v2 = shapes["link1"].volume(), shapes["link2"].volume()
     assert sim.anchor["body"] == "link1" and not sim.anchor["known"]
     assert sim.anchor["mass"] == pytest.approx(500.0 * v1)
-    assert cfg.bounds.density_min == 30.0
     assert sim.lower[0] == pytest.approx(cfg.bounds.density_min * v1) and sim.upper[0] == pytest.approx(3000.0 * v1)
     assert sim.lower[1] == pytest.approx(cfg.bounds.density_min * v2) and sim.upper[1] == pytest.approx(3000.0 * v2)
     assert sim.upper[2] == cfg.bounds.damping_max_revolute
