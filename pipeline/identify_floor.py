@@ -78,70 +78,91 @@ PUSH_KEEP_GAIN = 0.5    # the searched coefficients replace the fitted ones only
 PUSH_START_FRAMES = 5   # tracked frames whose quadratic fit gives a pushed clip's start state (at rest)
 
 
+class _PushTwin:
+    """The PyBullet twin of ``post`` (``export.build_urdf`` on ``forecast.default_floor``, the pusher
+    ``tip`` replayed with the fitted tip mu) restarted from the tracked start (``forecast.Restart``
+    over the first ``PUSH_START_FRAMES`` frames), and the tracked frames 0 .. T-1 it is compared
+    with: ``W`` (T, M, 4, 4) in ``art.bodies`` order, ``kinds`` their shape types. ``close()`` ends it."""
+
+    def __init__(self, art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip):
+        from dataclasses import replace
+
+        from vid2sim.models.bullet import BulletTwin
+        from vid2sim.pipeline import export, forecast
+
+        self.T = T = min(poses.num_frames, jp.q.shape[0])
+        order = [poses.body_names.index(b) for b in art.bodies]
+        self.kinds = [shapes[poses.shape_names[i]].type for i in order]
+        self.W = poses.world_from_body[:T, order]
+        self.floor = forecast.default_floor(art, post)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "twin.urdf"
+            path.write_text(export.build_urdf(export.ExportConfig(), art, post, shapes, poses))
+            self.twin = BulletTwin(str(path), forecast.link_body_offsets(art, poses), True, self.floor,
+                                   tip=replace(tip, friction=float(post.estimate["tip.friction"])))
+        try:
+            self.restart = forecast.Restart(self.twin, list(art.bodies), list(jp.names), jp.q[:PUSH_START_FRAMES],
+                                            jp.root_pose[:PUSH_START_FRAMES], 0, fps)
+        except Exception:
+            self.twin.close()
+            raise
+
+    def residual(self, mu: float, mu_tip: float) -> np.ndarray:
+        """``forecast.pose_residual`` of the twin over the T frames at floor mu ``mu``, tip mu ``mu_tip``."""
+        from vid2sim.pipeline import forecast
+
+        self.twin.set_contact(mu, self.floor.restitution)
+        self.twin.pb.changeDynamics(self.twin.tid, -1, lateralFriction=mu_tip / mu, physicsClientId=self.twin.cid)
+        return forecast.pose_residual(self.restart.simulate(self.restart.x0, self.T), self.W, self.kinds)
+
+    def close(self) -> None:
+        self.twin.close()
+
+
 def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip) -> dict | None:
-    """The floor and tip friction that make the PyBullet twin of ``post`` (``forecast.default_floor``,
-    the pusher ``tip``, a ``models.bullet.Tip``, replayed) reproduce the tracked frames 0 .. T-1 of
-    ``jp`` from the tracked start (the quadratic fit of the first ``PUSH_START_FRAMES`` frames,
-    ``forecast.Restart``): mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
+    """The floor and tip friction that make the PyBullet twin of ``post`` (``_PushTwin``: the pusher
+    ``tip``, a ``models.bullet.Tip``, replayed) reproduce the tracked frames 0 .. T-1 of ``jp`` from the
+    tracked start: mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
     over the grid of the tip mu ``PUSH_TIP_GRID`` x the floor mu ``FRICTION_GRID`` and the fitted one within
     ``post.limits["floor.friction"]`` (a release profile's interval), jointly: the two
     coefficients trade off along a valley; with parts below the root, then ``refine_push`` over their masses
-    and both coefficients from the grid's best; kept where its rms is under ``PUSH_KEEP_GAIN``
-    x the fitted coefficients', else the fitted ones stay.
+    and both coefficients from the grid's best, on the same twin; kept where its rms is under
+    ``PUSH_KEEP_GAIN`` x the fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
     "tip_friction", "rms", "floor_profile" [[floor mu, rms (m)] at the grid's best tip mu], and where
     ``refine_push`` bettered the grid "masses", "masses_fitted", "refined"}} ("masses" also at the top
     level where kept), or None
     without a root pose, a fitted floor and tip friction, or ``PUSH_START_FRAMES`` + 2 frames."""
-    from dataclasses import replace
-
-    from vid2sim.models.bullet import BulletTwin
-    from vid2sim.pipeline import export, forecast
-
     T = min(poses.num_frames, jp.q.shape[0])
     if jp.root_pose is None or T < PUSH_START_FRAMES + 2 or not {"floor.friction", "tip.friction"} <= set(post.estimate):
         return None
-    order = [poses.body_names.index(b) for b in art.bodies]
-    kinds = [shapes[poses.shape_names[i]].type for i in order]
-    W = poses.world_from_body[:T, order]
-    floor = forecast.default_floor(art, post)
     est = post.estimate
     lo, hi = post.limits.get("floor.friction", (FRICTION_GRID[0], FRICTION_GRID[-1]))
     floors = sorted({float(m) for m in FRICTION_GRID if lo <= m <= hi} | {float(est["floor.friction"]), float(lo),
                                                                           float(hi)} - {0.0})
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "twin.urdf"
-        path.write_text(export.build_urdf(export.ExportConfig(), art, post, shapes, poses))
-        twin = BulletTwin(str(path), forecast.link_body_offsets(art, poses), True, floor,
-                          tip=replace(tip, friction=float(est["tip.friction"])))
+    roots = {j.child for j in art.joints if j.parent == "world"}   # the anchor: the mass scale is not observable
+    masses = [n for n in post.names if n.endswith(".mass") and n[:-len(".mass")] in set(art.bodies) - roots]
+    pt = _PushTwin(art, jp, poses, shapes, fps, post, tip)
     try:
-        restart = forecast.Restart(twin, list(art.bodies), list(jp.names), jp.q[:PUSH_START_FRAMES],
-                                   jp.root_pose[:PUSH_START_FRAMES], 0, fps)
-
         def cost(mu: float, mu_tip: float) -> float:
-            twin.set_contact(mu, floor.restitution)
-            twin.pb.changeDynamics(twin.tid, -1, lateralFriction=mu_tip / mu, physicsClientId=twin.cid)
-            r = forecast.pose_residual(restart.simulate(restart.x0, T), W, kinds)
+            r = pt.residual(mu, mu_tip)
             return float(np.mean(r * r))
 
         fitted = cost(float(est["floor.friction"]), float(est["tip.friction"]))
         grid = np.array([[cost(m, float(t)) for t in PUSH_TIP_GRID] for m in floors])   # (floors, tips)
         i, j = np.unravel_index(np.argmin(grid), grid.shape)
         best = (float(grid[i, j]), floors[i], float(PUSH_TIP_GRID[j]))
-        profile = [(float(c), m, best[2]) for c, m in zip(grid[:, j], floors)]
+        searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0])),
+                    "floor_profile": [[round(m, 4), round(float(np.sqrt(c)), 6)] for c, m in zip(grid[:, j], floors)]}
+        if masses:   # several parts: their mass ratios steer the linkage as much as the friction does
+            searched.update(refine_push(pt, art, poses, shapes, post, masses, searched))
     finally:
-        twin.close()
-    searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0])),
-                "floor_profile": [[round(m, 4), round(float(np.sqrt(c)), 6)] for c, m, _ in profile]}
-    roots = {j.child for j in art.joints if j.parent == "world"}   # the anchor: the mass scale is not observable
-    masses = [n for n in post.names if n.endswith(".mass") and n[:-len(".mass")] in set(art.bodies) - roots]
-    if masses:   # several parts: their mass ratios steer the linkage as much as the friction does
-        searched.update(refine_push(art, jp, poses, shapes, fps, post, tip, masses, searched))
+        pt.close()
     keep = searched["rms"] < PUSH_KEEP_GAIN * np.sqrt(fitted)
     chosen = searched if keep else {"friction": float(est["floor.friction"]), "tip_friction": float(est["tip.friction"]),
                                     "rms": float(np.sqrt(fitted))}
-    out = dict(chosen, restitution=float(floor.restitution), rms_fitted=float(np.sqrt(fitted)), frames=[0, T - 1],
+    out = dict(chosen, restitution=float(pt.floor.restitution), rms_fitted=float(np.sqrt(fitted)), frames=[0, T - 1],
                kept="searched" if keep else "fitted", searched=searched)
     log.info("identify: floor and tip friction searched in PyBullet over frames 0-%d: floor %.3f, tip %.3f (pose "
              "residual rms %.1f mm; %.1f mm at the fitted %.3f / %.3f): the twin takes the %s ones", T - 1,
@@ -154,35 +175,19 @@ PUSH_REFINE_EVALS = 60   # PyBullet rollouts of the fitted frames per least-squa
 PUSH_REFINE_STEP = 0.02  # relative finite-difference step of its Jacobian (log masses, friction coefficients)
 
 
-def refine_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip, masses: list[str],
-                start: dict) -> dict:
+def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masses: list[str], start: dict) -> dict:
     """The masses ``masses`` (params names ``<body>.mass``; the anchored root's stays) and the floor and tip
-    friction of the PyBullet twin of ``post`` that reproduce the tracked frames 0 .. T-1 best (``forecast.pose_residual``
-    from the tracked start, as ``calibrate_push``): trust-region least squares over log masses (within
-    ``post.limits``) and both friction coefficients (within ``PUSH_TIP_GRID``'s range, the floor's also within
-    ``post.limits["floor.friction"]``: a release profile's interval), from the grid's best friction
-    ``start`` {"friction", "tip_friction"} with the fitted masses and with the masses at one density (the build
-    masses scaled to the anchor), ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept.
+    friction of the PyBullet twin ``pt`` that reproduce its tracked frames best (``_PushTwin.residual``):
+    trust-region least squares over log masses (within ``post.limits``) and both friction coefficients
+    (within ``PUSH_TIP_GRID``'s range, the floor's also within ``post.limits["floor.friction"]``: a release
+    profile's interval), from the grid's best friction ``start`` {"friction", "tip_friction", "rms"} with the
+    fitted masses and with the masses at one density (the build masses scaled to the anchor),
+    ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept. The twin's masses are left changed.
     -> {"friction", "tip_friction", "rms", "masses" {name: kg}, "masses_fitted" {name: kg}, "refined": true} or {}
     where no start improves on ``start["rms"]``."""
-    from dataclasses import replace
-
     from scipy.optimize import least_squares
 
-    from vid2sim.models.bullet import BulletTwin
-    from vid2sim.pipeline import export, forecast
-
-    T = min(poses.num_frames, jp.q.shape[0])
-    order = [poses.body_names.index(b) for b in art.bodies]
-    kinds = [shapes[poses.shape_names[i]].type for i in order]
-    W = poses.world_from_body[:T, order]
-    est = post.estimate
-    floor = forecast.default_floor(art, post)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "twin.urdf"
-        path.write_text(export.build_urdf(export.ExportConfig(), art, post, shapes, poses))
-        twin = BulletTwin(str(path), forecast.link_body_offsets(art, poses), True, floor,
-                          tip=replace(tip, friction=float(est["tip.friction"])))
+    est, twin = post.estimate, pt.twin
     bodies = [n[:-len(".mass")] for n in masses]
     links = [-1 if b == twin.root else twin.link_index[b] for b in bodies]
     info = [twin.pb.getDynamicsInfo(twin.rid, i, physicsClientId=twin.cid) for i in links]
@@ -190,39 +195,31 @@ def refine_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, tip,
     floor_lo, floor_hi = post.limits.get("floor.friction", (PUSH_TIP_GRID[0], PUSH_TIP_GRID[-1]))   # a release's interval
     lo = np.concatenate([np.log([post.limits[n][0] for n in masses]), [max(floor_lo, PUSH_TIP_GRID[0]), PUSH_TIP_GRID[0]]])
     hi = np.concatenate([np.log([post.limits[n][1] for n in masses]), [min(floor_hi, PUSH_TIP_GRID[-1]), PUSH_TIP_GRID[-1]]])
-    try:
-        restart = forecast.Restart(twin, list(art.bodies), list(jp.names), jp.q[:PUSH_START_FRAMES],
-                                   jp.root_pose[:PUSH_START_FRAMES], 0, fps)
+    k = len(masses)
 
-        def residual(z: np.ndarray) -> np.ndarray:
-            k = len(masses)
-            for i, m, mass, inertia in zip(links, np.exp(z[:k]), m0, I0):
-                twin.pb.changeDynamics(twin.rid, i, mass=float(m), localInertiaDiagonal=list(np.asarray(inertia) * m / mass),
-                                       physicsClientId=twin.cid)
-            twin.set_contact(float(z[k]), floor.restitution)
-            twin.pb.changeDynamics(twin.tid, -1, lateralFriction=float(z[k + 1] / z[k]), physicsClientId=twin.cid)
-            return forecast.pose_residual(restart.simulate(restart.x0, T), W, kinds)
+    def residual(z: np.ndarray) -> np.ndarray:
+        for i, m, mass, inertia in zip(links, np.exp(z[:k]), m0, I0):
+            twin.pb.changeDynamics(twin.rid, i, mass=float(m), localInertiaDiagonal=list(np.asarray(inertia) * m / mass),
+                                   physicsClientId=twin.cid)
+        return pt.residual(float(z[k]), float(z[k + 1]))
 
-        root = next(j.child for j in art.joints if j.parent == "world")
-        volume = {b: shapes[poses.shape_names[poses.body_names.index(b)]].volume() for b in art.bodies}
-        starts = [[float(est[n]) for n in masses]]
-        if f"{root}.mass" in est:   # one density for every part, the anchor's: the prior's centre
-            starts.append([est[f"{root}.mass"] / volume[root] * volume[b] for b in bodies])
-        best = None
-        for ms in starts:
-            z0 = np.clip(np.concatenate([np.log(ms), [start["friction"], start["tip_friction"]]]), lo, hi)
-            r = least_squares(residual, z0, bounds=(lo, hi), method="trf", diff_step=PUSH_REFINE_STEP,
-                              max_nfev=PUSH_REFINE_EVALS // (len(z0) + 1))
-            rms = float(np.sqrt(np.mean(residual(r.x) ** 2)))
-            log.info("identify: PyBullet refit of %s from %s: rms %.2f mm", ", ".join(masses + ["floor", "tip"]),
-                     np.round(ms, 4).tolist(), 1e3 * rms)
-            if best is None or rms < best[0]:
-                best = (rms, r.x)
-    finally:
-        twin.close()
+    root = next(j.child for j in art.joints if j.parent == "world")
+    volume = {b: shapes[poses.shape_names[poses.body_names.index(b)]].volume() for b in art.bodies}
+    starts = [[float(est[n]) for n in masses]]
+    if f"{root}.mass" in est:   # one density for every part, the anchor's: the prior's centre
+        starts.append([est[f"{root}.mass"] / volume[root] * volume[b] for b in bodies])
+    best = None
+    for ms in starts:
+        z0 = np.clip(np.concatenate([np.log(ms), [start["friction"], start["tip_friction"]]]), lo, hi)
+        r = least_squares(residual, z0, bounds=(lo, hi), method="trf", diff_step=PUSH_REFINE_STEP,
+                          max_nfev=PUSH_REFINE_EVALS // (len(z0) + 1))
+        rms = float(np.sqrt(np.mean(residual(r.x) ** 2)))
+        log.info("identify: PyBullet refit of %s from %s: rms %.2f mm", ", ".join(masses + ["floor", "tip"]),
+                 np.round(ms, 4).tolist(), 1e3 * rms)
+        if best is None or rms < best[0]:
+            best = (rms, r.x)
     if best is None or best[0] >= start["rms"]:
         return {}
-    k = len(masses)
     return {"friction": round(float(best[1][k]), 4), "tip_friction": round(float(best[1][k + 1]), 4), "rms": best[0],
             "masses": {n: float(v) for n, v in zip(masses, np.exp(best[1][:k]))},
             "masses_fitted": {n: float(est[n]) for n in masses}, "refined": True}

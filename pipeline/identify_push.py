@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models import geometry
 
 log = logging.getLogger(__name__)
 SIDE_SPACING_M = 0.003   # contact points along a part's outline: a 15-mm tip pressing 0.3 mm into a flat face
@@ -157,10 +158,7 @@ def level_rotation(R: np.ndarray) -> np.ndarray:
     a = R[:, k] * math.copysign(1.0, R[2, k])
     v = np.cross(a, [0.0, 0.0, 1.0])
     s = float(np.linalg.norm(v))
-    if s < 1e-15:
-        return np.eye(3)
-    K = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]]) / s
-    return np.eye(3) + s * K + (1.0 - float(a[2])) * K @ K
+    return np.eye(3) if s < 1e-15 else geometry.exp_so3(v / s * math.atan2(s, float(a[2])))
 
 
 def resting_placements(art, poses, shapes: dict[str, Shape], height: float = 0.0,
@@ -196,8 +194,7 @@ def resting_placements(art, poses, shapes: dict[str, Shape], height: float = 0.0
         T = W[0, i].copy()
         L = level_rotation(T[:3, :3])
         low = float((pts[b] @ T[:3, :3].T)[:, 2].min()) + T[2, 3]
-        if abs(low - floor.height) > tolerance or np.degrees(np.arccos(np.clip(np.trace(L) / 2 - 0.5, -1, 1))) > \
-                REST_TILT_DEG:
+        if abs(low - floor.height) > tolerance or np.degrees(geometry.rotation_angle(L)) > REST_TILT_DEG:
             continue
         T[:3, :3] = L @ T[:3, :3]
         T[2, 3] = height - float((pts[b] @ T[:3, :3].T)[:, 2].min())

@@ -307,34 +307,40 @@ def test_resting_placements_lay_the_parts_flat_on_the_floor():
     assert identify_push.resting_placements(art, replace(seen, world_from_body=raised), shapes) == {}
 
 
-def test_the_pushed_linkage_twin_ignores_sub_millimetre_track_errors(tmp_path):
+def _tilted_pushed():
+    """``pushed`` (seed 0, 90 frames) with its true inputs (``bench_forecast.truth_inputs``) and the true
+    poses as ``_tilted``: (simulation, articulation, true poses, true posterior, shapes, tilted poses,
+    joint positions of the tilted poses)."""
+    from bench_forecast import truth_inputs
+    from vid2sim.datasets.synthetic import recording_shapes, simulate
+    from vid2sim.pipeline import export
+    from vid2sim.pipeline.artifacts import JointPositions
+
+    st = simulate("pushed", seed=0, frames=90)
+    art, poses, _, post = truth_inputs(st, 30.0)
+    seen = _tilted(poses)
+    names, q = export.joint_coordinates(art, seen)
+    return st, art, poses, post, recording_shapes(st), seen, JointPositions(q, names, export.root_poses(art, seen))
+
+
+def test_the_pushed_linkage_twin_ignores_sub_millimetre_track_errors(tmp_path, monkeypatch):
     """The true model of ``pushed`` exported from poses with a tracker's errors (``_tilted``: 0.3-0.5 deg,
     0.08 mm) and restarted from its first frames follows the true push over frames 5-89 within 2 mm
     (measured 0.2 mm); placed as tracked instead of resting flat, the same twin strays 71 mm
     (measured): the compliant floor sinks 0.03 mm under a link, so such errors decide which edge
     of which link carries its weight."""
-    from bench_forecast import truth_inputs
-    from vid2sim.datasets.synthetic import actuation_of, recording_shapes, simulate
+    from vid2sim.datasets.synthetic import actuation_of
     from vid2sim.pipeline import export, forecast
-    from vid2sim.pipeline.artifacts import JointPositions
 
-    st = simulate("pushed", seed=0, frames=90)
-    art, poses, _, post = truth_inputs(st, 30.0)
-    shapes = recording_shapes(st)
-    seen = _tilted(poses)
-    names, q = export.joint_coordinates(art, seen)
-    jp = JointPositions(q, names, export.root_poses(art, seen))
+    st, art, poses, post, shapes, seen, jp = _tilted_pushed()
     tip = forecast.Tip.from_truth(st)
     true = st.world_from_body[5:90]
 
     def end_error(rest: bool) -> float:
-        saved = identify_push.resting_placements
-        if not rest:
-            identify_push.resting_placements = lambda *a, **k: {}
-        try:
+        with monkeypatch.context() as mp:
+            if not rest:
+                mp.setattr(identify_push, "resting_placements", lambda *a, **k: {})
             urdf = export.run(export.ExportConfig(mjcf=False), art, post, shapes, seen, tmp_path / str(rest))
-        finally:
-            identify_push.resting_placements = saved
         W = forecast.simulate_twin(urdf, art, seen.head(5), 4, 85, 30.0, floor=forecast.default_floor(art, post),
                                    tip=tip, jp=jp, shapes=shapes, shoot=False)   # at rest: the start needs no shooting
         idx = [poses.body_names.index(b) for b in art.bodies]
@@ -353,19 +359,11 @@ def test_the_linkage_twin_masses_and_friction_refitted_in_pybullet():
     tip 0.58: several mm rms off over the clip): ``refine_push`` refits the two end links' masses with
     both coefficients, and the twin then follows the tracks to under 1 mm rms; the masses come back
     in the estimate's place (``extra["floor_bullet"]["masses"]``, kept)."""
-    from bench_forecast import truth_inputs
-    from vid2sim.datasets.synthetic import actuation_of, recording_shapes, simulate
+    from vid2sim.datasets.synthetic import actuation_of
     from vid2sim.models.bullet import Tip
-    from vid2sim.pipeline import export
-    from vid2sim.pipeline.artifacts import JointPositions
     from vid2sim.pipeline.identify_floor import calibrate_push
 
-    st = simulate("pushed", seed=0, frames=90)
-    art, poses, _, true_post = truth_inputs(st, 30.0)
-    shapes = recording_shapes(st)
-    seen = _tilted(poses)
-    names, q = export.joint_coordinates(art, seen)
-    jp = JointPositions(q, names, export.root_poses(art, seen))
+    st, art, poses, true_post, shapes, seen, jp = _tilted_pushed()
     est = dict(true_post.estimate, **{"link1.mass": 0.1, "link3.mass": 0.35, "floor.friction": 1.48, "tip.friction": 0.58})
     fitted = ["link1.mass", "link3.mass", "floor.friction", "tip.friction"]
     post = replace(true_post, names=fitted, estimate=est, limits={"link1.mass": (0.04, 1.2), "link3.mass": (0.04, 1.2),

@@ -96,6 +96,8 @@ class FastPrep:
     # body order; None: every body. A body welded to the world (fixed joints up to it) has a zero
     # row in ``anc``, so its force adds nothing to H or the bias: ``accel_fast`` skips it.
     active: list | None = None
+    dof_active: list | None = None      # each dof's child body as a place in ``active`` (None with it)
+    contact_active: list | None = None  # each contact point's body as a place in ``active`` (None with it)
 
 
 def fast_prepare(model: Model) -> FastPrep:
@@ -127,10 +129,14 @@ def fast_prepare(model: Model) -> FastPrep:
     K = skew(model.joint_axis[rev_b])
     g = model.gravity
     active = [i for i in range(n) if bool(anc[i].any()) or i in model.contact_body]
+    place = {b: k for k, b in enumerate(active)}
+    some = len(active) < n
     return FastPrep(model, anc, dof_body, S[:, :3], S[:, 3:],
                     (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
                     others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt),
-                    torch.cat([torch.zeros_like(g), g], -1), active if len(active) < n else None)
+                    torch.cat([torch.zeros_like(g), g], -1), active if some else None,
+                    [place[b] for b in dof_body] if some else None,
+                    [place[b] for b in model.contact_body] if some else None)
 
 
 def world_poses(fp: FastPrep, q: torch.Tensor):
@@ -182,11 +188,10 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
     anc, com, inertia, mass = fp.anc, m.com, m.inertia, m.mass
     if act is not None:   # welded bodies dropped: body index i -> its place in ``act``
         R, p, anc, com, inertia, mass = R[:, act], p[:, act], anc[act], com[:, act], inertia[:, act], mass[:, act]
-    pos = {b: k for k, b in enumerate(act)} if act is not None else None
     w = mv(Rk, fp.S_w)
     s = torch.cat([w, mv(Rk, fp.S_v) + torch.cross(pk, w, dim=-1)], -1)   # (B, nv, 6) world axes
     V = mm(anc, s * qd[..., None])                                    # (B, N, 6) body velocities, world frame
-    sdot = cross_motion(V[:, fp.dof_body if pos is None else [pos[b] for b in fp.dof_body]], s)
+    sdot = cross_motion(V[:, fp.dof_body if act is None else fp.dof_active], s)
     a = mm(anc, sdot * qd[..., None]) - fp.a_grav[:, None, :]         # velocity-product accel minus gravity
     # forces f = I a + v x* I v with I the spatial inertia about the world origin, formed from
     # the COM c and the rotational inertia Ic about it (Featherstone Eq. 2.63) without 6x6 products
@@ -197,7 +202,7 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
     # generalized forces
     tau = generalized_force(m, q, qd, control, fp.spring_index, fp.spring_mask)
     if has_contact(m, control):
-        idx = list(m.contact_body) if pos is None else [pos[b] for b in m.contact_body]
+        idx = list(m.contact_body) if act is None else fp.contact_active
         x = p[:, idx] + mv(R[:, idx], m.contact_points)
         Vp = V[:, idx]
         xdot = Vp[..., 3:] + torch.cross(Vp[..., :3], x, dim=-1)
