@@ -17,10 +17,12 @@ than the shape can look); a surplus part only ever repeats a name, as two distin
 parts of one shape get their own names (``match_shapes``).
 
 When the network finds only one of the pieces, ``complete_pieces`` adds the other from the
-depth: a connected region of pixels that no detection holds, on the piece's plane, touching
-the piece or a nearer part beside it, that makes the piece at least ``GROWN`` x longer while
-it still fits its library shape (a half cart matches the cart's end face as well as the whole
-cart matches its front, so a better fit cannot be required).
+depth: a connected region of pixels that no detection holds and no depth discontinuity
+crosses, wholly within the shape's longest side of the piece (in the image and in depth),
+touching the piece or a part beside it (``NEAR_PX``, across the depth edge between them),
+that makes the piece at least ``GROWN`` x longer while it still fits its library shape and
+is at most ``GROWN_MAX`` x its longest side (a half cart matches the cart's end face as well
+as the whole cart matches its front, so a better fit cannot be required).
 """
 from __future__ import annotations
 
@@ -79,8 +81,8 @@ def join_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple
 def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
                     depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, shapes: dict[str, Shape],
                     metric: bool, tol: float) -> tuple[list[Detection], list[tuple[float, float]]]:
-    """``dets`` with each named detection grown by the unclaimed depth regions on its plane
-    that lengthen it within its library shape's size (module docstring), and their seen extents (m).
+    """``dets`` with each named detection grown by the unclaimed depth regions beside it that
+    lengthen it within its library shape's size (module docstring), and their seen extents (m).
     depth: (H, W) m, K (3, 3), smoothed its ``smooth_depth``. Without metric depth, unchanged."""
     if not metric:
         return dets, seen
