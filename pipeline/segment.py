@@ -54,7 +54,7 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
-from vid2sim.pipeline.segment_pieces import join_pieces
+from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 
@@ -476,7 +476,10 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
             n = len(dets)
             dets, matched, seen_i = join_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
                                                 cfg.size_tolerance)
-            if len(dets) < n:
+            grown = seen_i
+            dets, seen_i = complete_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
+                                           cfg.size_tolerance)
+            if len(dets) < n or seen_i != grown:
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
                 total = sum(d.score for d in dets)
         fit = {n for n, e in zip(matched, seen_i)

@@ -15,6 +15,14 @@ the same library shape when
 Two distinct parts of one shape side by side fail the second test (their union is larger
 than the shape can look); a surplus part only ever repeats a name, as two distinct library
 parts of one shape get their own names (``match_shapes``).
+
+When the network finds only one of the pieces, ``complete_pieces`` adds the other from the
+depth: a connected region of pixels that no detection holds and no depth discontinuity
+crosses, wholly within the shape's longest side of the piece (in the image and in depth),
+touching the piece or a part beside it (``NEAR_PX``, across the depth edge between them),
+that makes the piece at least ``GROWN`` x longer while it still fits its library shape and
+is at most ``GROWN_MAX`` x its longest side (a half cart matches the cart's end face as well
+as the whole cart matches its front, so a better fit cannot be required).
 """
 from __future__ import annotations
 
@@ -23,9 +31,14 @@ import numpy as np
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.models.segmenter.normals import JUMP_FRACTION, discontinuities
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 
 BEHIND_SHARE = 0.5  # pieces with at least this share of the gap's depth pixels behind their plane stay apart
+COMPLETE_SIZE_COST = 1.0  # a piece grown by a region must still fit its shape this well (segment's SURPLUS_SIZE_COST)
+GROWN = 1.2  # ... and be at least this many times longer than the piece alone
+GROWN_MAX = 1.2  # ... and at most this many times longer than its shape's longest side
+NEAR_PX = 5  # px: a region this close to the piece or a part beside it touches them (across the depth edge between them)
 BEHIND_MARGIN_M = 0.01  # m: least distance behind the pieces' plane that counts as behind (3 sigma if more)
 
 
@@ -63,6 +76,65 @@ def join_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple
             if merged:
                 break
     return dets, names, seen
+
+
+def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
+                    depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, shapes: dict[str, Shape],
+                    metric: bool, tol: float) -> tuple[list[Detection], list[tuple[float, float]]]:
+    """``dets`` with each named detection grown by the unclaimed depth regions beside it that
+    lengthen it within its library shape's size (module docstring), and their seen extents (m).
+    depth: (H, W) m, K (3, 3), smoothed its ``smooth_depth``. Without metric depth, unchanged."""
+    if not metric:
+        return dets, seen
+    dets, seen = list(dets), list(seen)
+    for a, name in enumerate(names):
+        if name is None:
+            continue
+        others = np.zeros(depth.shape, bool)
+        for b, d in enumerate(dets):
+            if b != a:
+                others |= d.mask
+        found = _continuation(dets[a].mask, others, depth, smoothed, K, max(shapes[name].extents()))
+        if found is None:
+            continue
+        region, close = found
+        _, lab, stats, _ = cv2.connectedComponentsWithStats(region.astype(np.uint8), connectivity=8)
+        near = cv2.dilate((dets[a].mask | others).astype(np.uint8), np.ones((2 * NEAR_PX + 1,) * 2, np.uint8)) > 0
+        touching = [k for k in np.unique(lab[near]) if k > 0 and stats[k, cv2.CC_STAT_AREA] >= 10]
+        longest = max(shapes[name].extents())
+        for k in sorted(touching, key=lambda k: -stats[k, cv2.CC_STAT_AREA]):
+            comp = lab == k
+            if (comp & ~close).any():  # reaching beyond the shape's size from the piece: something else
+                continue
+            # with the depth-edge pixels along it that are as near as it (its outline)
+            z = float(np.median(smoothed[comp]))
+            ring = (cv2.dilate(comp.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0) & ~comp & ~dets[a].mask & ~others
+            comp |= ring & (np.abs(smoothed - z) < JUMP_FRACTION * z)
+            union = dets[a].mask | comp
+            e = measure_extents(union, depth, K, smoothed)
+            if GROWN * seen[a][0] < e[0] <= GROWN_MAX * longest and size_cost(e, shapes[name], metric, tol) <= COMPLETE_SIZE_COST:
+                d = dets[a]
+                dets[a] = Detection(union, d.label, d.score, d.class_scores)
+                seen[a] = e
+    return dets, seen
+
+
+def _continuation(mask: np.ndarray, others: np.ndarray, depth: np.ndarray, smoothed: np.ndarray,
+                  K: np.ndarray, reach_m: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """((H, W) bool, (H, W) bool): depth pixels outside ``mask`` and ``others`` that no depth
+    discontinuity of ``smoothed`` (``discontinuities``) crosses, within ``reach_m`` of the mask's
+    median depth; and the pixels within ``reach_m`` of its centroid across the image
+    (back-projected at that depth). None when the mask has too few depth pixels."""
+    v, u = np.nonzero(mask & (depth > 0))
+    if len(u) < 10:
+        return None
+    z0 = float(np.median(depth[v, u]))
+    H, W = depth.shape
+    vv, uu = np.mgrid[0:H, 0:W]
+    reach_px = reach_m * float(K[0, 0]) / z0
+    close = (uu - u.mean()) ** 2 + (vv - v.mean()) ** 2 <= reach_px ** 2
+    region = (np.abs(smoothed - z0) < reach_m) & (smoothed > 0) & ~discontinuities(smoothed) & ~mask & ~others
+    return region, close
 
 
 def _seen_through(m1: np.ndarray, m2: np.ndarray, depth: np.ndarray) -> bool:

@@ -52,7 +52,7 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
-from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
+from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays, render_hits
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
@@ -93,10 +93,14 @@ class _Scene:
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
         self.corners = [signs * h for h in half]
 
-    def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None) -> None:
-        """Static background (depth; colour) from the segmentation frame outside (dilated) part masks,
-        and each body's chromaticity (the mean inside its mask) for colour silhouettes."""
-        fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
+    def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None,
+                       cover: np.ndarray | None = None) -> None:
+        """Static background (depth; colour) from the segmentation frame outside (dilated) part masks
+        and outside ``cover`` ((H, W) bool, e.g. the parts rendered at their start poses: a mask that
+        misses part of its body must not make that body's pixels background), and each body's
+        chromaticity (the mean inside its mask) for colour silhouettes."""
+        fg = masks.any(0) if cover is None else masks.any(0) | cover
+        fg = cv2.dilate(fg.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
         if depth is not None:
             self.background = np.where(fg, 0.0, depth).astype(np.float32)
         self.body_chroma = None
@@ -116,6 +120,16 @@ class _Scene:
         label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
         label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
         return label
+
+    def silhouettes(self, T: torch.Tensor) -> np.ndarray:
+        """(H, W) bool: the pixels some body covers at poses T (M, 4, 4), within their ``roi``."""
+        roi = self.roi(T)
+        flat = np.flatnonzero(roi)
+        out = np.zeros(roi.size, bool)
+        if flat.size:
+            hits = render_hits(self.prims, T, self.origin, self.dirs[flat])
+            out[flat] = torch.isfinite(hits).any(0).numpy()
+        return out.reshape(roi.shape)
 
     def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
         """(H, W) bool: image boxes of the bodies' posed bounding boxes, plus padding."""
@@ -506,6 +520,11 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     scene.hidden = scene.hidden_of(seg.frame)
     tracker = _Tracker(cfg, scene, planar)
     T_init = _start_poses(tracker, rec, seg)
+    # the background excludes the parts as fitted, not only as masked; the start is aligned again on it
+    scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
+                         rec.color(seg.frame) if rec.has_color else None, cover=scene.silhouettes(T_init))
+    rgb0 = rec.color(seg.frame) if rec.has_color and cfg.noise.w_color > 0 else None
+    T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False, rgb=rgb0)[0]
     Tn, M = rec.num_frames, len(prims)
     poses = np.zeros((Tn, M, 4, 4))
     lost = np.zeros((Tn, M), bool)

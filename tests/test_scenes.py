@@ -261,6 +261,26 @@ def test_bench_scores_joints_at_rest_as_fixed(clips):
     assert want["joints"] == s.truth["joints"]
 
 
+def test_bench_accepts_a_still_joint_reported_as_its_true_type(clips):
+    """The pushed linkage at rest: articulate makes its root planar by the known pusher (and the
+    hinges fixed, since nothing shows them). That run is right; a root reported as a hinge to
+    the world, which is neither still (fixed) nor the truth's planar joint, is not."""
+    from vid2sim.models.joints.evaluate import compare
+
+    bench = _bench()
+    s = clips["pushed"]
+    truth = dict(s.truth, scene={"distance_m": 1.5})
+    want = bench.observable_truth(truth, bench.joint_motion_m(s.truth, s.world_from_body, s.shapes))
+    root = next(j for j in truth["joints"] if j["parent"] == "world")
+    assert root["type"] == "planar"
+    run = [dict(j, type="fixed") if j is not root else j for j in truth["joints"]]
+    c = compare(SimpleNamespace(joints=run), bench.with_true_types(want, truth, run))
+    assert c["tree_ok"] and c["types_ok"]
+    hinge = [dict(j, type="revolute") if j is root else j for j in run]
+    c = compare(SimpleNamespace(joints=hinge), bench.with_true_types(want, truth, hinge))
+    assert not (c["tree_ok"] and c["types_ok"])
+
+
 def test_bench_names_parts_of_the_same_shape_by_where_they_are(tmp_path):
     """double_pendulum's two links have the same geometry (library shapes 'link1' and 'link2'): a run that calls link1 'link2' and link2
     'link1' but hangs them right (world -> the upper link -> the lower one) has the right tree;

@@ -342,3 +342,35 @@ def test_a_rod_a_few_pixels_across_keeps_its_width(across_px):
     depth[50:50 + across_px, 70:90] = 5.0
     length, width = measure_extents(depth > 0, depth, K)
     assert abs(width - (across_px - 1) * 0.025) < 0.008 and abs(length - 19 * 0.025) < 0.02, (length, width)
+
+
+@pytest.mark.parametrize("gap_depth, width_m, grown", [(1.9, 0.3, True), (3.0, 0.3, False), (1.9, 0.6, False)])
+def test_a_part_found_only_on_one_side_of_a_nearer_rod_is_completed(gap_depth, width_m, grown):
+    """As above, but the network finds only the left piece (named cart) and the rod in front
+    (named pole): the right piece, unclaimed, on the far side of the rod and continuous in depth,
+    is added to the cart, whose union then measures the whole face. Seen through to a wall 1 m
+    behind (no rod), or where the union would be twice the cart's length, nothing is added."""
+    from vid2sim.datasets.shapes import Shape
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment_pieces import complete_pieces
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)),
+              "pole": Shape("pole", "capsule", radius=0.025, length=0.6)}
+    depth, K, (left, right) = _cut_cart(gap_depth, width_m)
+    strip = (depth > 0) & ~left.mask & ~right.mask
+    rod = gap_depth is not None and gap_depth < 2.0
+    dets = [left, Detection(strip, 1, 0.6, None)] if rod else [left]   # a wall behind is no detection
+    sm = smooth_depth(depth)
+    seen = [measure_extents(d.mask, depth, K, sm) for d in dets]
+    out, seen_out = complete_pieces(dets, ["cart", "pole"][:len(dets)], seen, depth, K, sm, shapes, True, 1.6)
+    if rod:
+        assert (out[1].mask == strip).all() and seen_out[1] == seen[1]   # the rod gains nothing
+    if grown:
+        whole = left.mask | right.mask
+        assert not (out[0].mask & ~whole).any() and (out[0].mask & whole).sum() >= 0.98 * whole.sum()
+        both = measure_extents(whole, depth, K, sm)
+        assert seen_out[0][0] > 1.5 * seen[0][0] and np.allclose(seen_out[0], both, atol=0.005), (seen, seen_out, both)
+    else:
+        assert (out[0].mask == left.mask).all() and seen_out[0] == seen[0]
