@@ -38,6 +38,7 @@ BEHIND_SHARE = 0.5  # pieces with at least this share of the gap's depth pixels 
 COMPLETE_SIZE_COST = 1.0  # a piece grown by a region must still fit its shape this well (segment's SURPLUS_SIZE_COST)
 GROWN = 1.2  # ... and be at least this many times longer than the piece alone
 GROWN_MAX = 1.2  # ... and at most this many times longer than its shape's longest side
+MIN_SHARE = 0.1  # ... by a region of at least this share of the piece's pixels
 NEAR_PX = 5  # px: a region this close to the piece or a part beside it touches them (across the depth edge between them)
 BEHIND_MARGIN_M = 0.01  # m: least distance behind the pieces' plane that counts as behind (3 sigma if more)
 
@@ -100,7 +101,8 @@ def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[t
         region, close = found
         _, lab, stats, _ = cv2.connectedComponentsWithStats(region.astype(np.uint8), connectivity=8)
         near = cv2.dilate((dets[a].mask | others).astype(np.uint8), np.ones((2 * NEAR_PX + 1,) * 2, np.uint8)) > 0
-        touching = [k for k in np.unique(lab[near]) if k > 0 and stats[k, cv2.CC_STAT_AREA] >= 10]
+        least = max(10, MIN_SHARE * int(dets[a].mask.sum()))   # smaller regions cannot lengthen it 1.2x
+        touching = [k for k in np.unique(lab[near]) if k > 0 and stats[k, cv2.CC_STAT_AREA] >= least]
         longest = max(shapes[name].extents())
         for k in sorted(touching, key=lambda k: -stats[k, cv2.CC_STAT_AREA]):
             comp = lab == k

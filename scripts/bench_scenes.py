@@ -167,12 +167,23 @@ def observable_truth(truth: dict, motion: dict[str, float]) -> dict:
 
 def with_true_types(want: dict, truth: dict, found: list[dict]) -> dict:
     """``want`` (``observable_truth``) with each joint it turned fixed given back its true type
-    where the run's joint between the same parent and child (``found``: articulation.json's
-    joints, truth names) has that type: a still joint reported as what it is is right too
-    (the pushed linkage's root is planar by its known pusher before it moves)."""
-    run_type = {(j["parent"], j["child"]): j["type"] for j in found}
+    where the run (``found``: articulation.json's joints, truth names) has a joint of that type
+    between the same rigid groups (bodies welded by the run's fixed joints): a still joint
+    reported as what it is is right too (the pushed linkage's root is planar by its known
+    pusher before it moves, and may hang from any of the welded links)."""
+    group: dict[str, str] = {}
+
+    def root(b: str) -> str:
+        while group.get(b, b) != b:
+            b = group[b]
+        return b
+
+    for j in found:
+        if j["type"] == "fixed" and j["parent"] != "world":
+            group[root(j["child"])] = root(j["parent"])
+    run_type = {(root(j["parent"]), root(j["child"])): j["type"] for j in found}
     return dict(want, joints=[dict(w, type=t["type"]) if w["type"] != t["type"]
-                              and run_type.get((t["parent"], t["child"])) == t["type"] else w
+                              and run_type.get((root(t["parent"]), root(t["child"]))) == t["type"] else w
                               for w, t in zip(want["joints"], truth["joints"])])
 
 

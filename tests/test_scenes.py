@@ -276,6 +276,11 @@ def test_bench_accepts_a_still_joint_reported_as_its_true_type(clips):
     run = [dict(j, type="fixed") if j is not root else j for j in truth["joints"]]
     c = compare(SimpleNamespace(joints=run), bench.with_true_types(want, truth, run))
     assert c["tree_ok"] and c["types_ok"]
+    other = next(j["child"] for j in truth["joints"] if j["parent"] != "world")   # the root hung from another link
+    moved = [dict(j, child=other) if j is root else dict(j, type="fixed", parent=root["child"], child=j["child"])
+             if j["child"] == other else j for j in run]
+    c = compare(SimpleNamespace(joints=moved), bench.with_true_types(want, truth, moved))
+    assert c["tree_ok"] and c["types_ok"], moved
     hinge = [dict(j, type="revolute") if j is root else j for j in run]
     c = compare(SimpleNamespace(joints=hinge), bench.with_true_types(want, truth, hinge))
     assert not (c["tree_ok"] and c["types_ok"])
