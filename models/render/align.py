@@ -31,7 +31,7 @@ from functools import partial
 import torch
 
 from vid2sim.models.geometry_torch import perturb
-from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad
+from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad, sdf_value
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -88,7 +88,7 @@ def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, rea
         else:
             margin = ray_margin(Primitive("sphere", radius=prim.bounding_radius), o_b, d_b)
         keep |= margin > -reach
-        keep |= fg & (sdf_and_grad(prim, (pts - t) @ R)[0].abs() < reach)
+        keep |= fg & (sdf_value(prim, (pts - t) @ R).abs() < reach)
     return keep
 
 
@@ -138,8 +138,14 @@ def point_residuals(prim: Primitive, T: torch.Tensor, p: torch.Tensor) -> tuple[
     """p: (N, 3) world points -> sdf (N,), Jacobian (N, 6) w.r.t. the world twist (v, w) of T."""
     R, t = T[:3, :3], T[:3, 3]
     d, g = sdf_and_grad(prim, (p - t) @ R)
+    return d, _twist_jacobian(g, R, p - t)
+
+
+def _twist_jacobian(g: torch.Tensor, R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(K, 6) d sdf / d (v, w) of points with body-frame SDF gradients g (K, 3), the body's
+    rotation R (3, 3) and their offsets x (K, 3) from its origin (world frame)."""
     n = g @ R.T
-    return d, torch.cat([-n, -torch.cross(p - t, n, dim=-1)], -1)
+    return torch.cat([-n, -torch.cross(x, n, dim=-1)], -1)
 
 
 def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
@@ -230,12 +236,18 @@ class _Assignment:
     idx: torch.Tensor  # (P,) indices of the foreground rays: the observed points
     sig: torch.Tensor  # (P,) depth noise std (m) of each point
     sd: torch.Tensor  # (M, P) signed distance of each point to each body
-    jac: list  # per body, (P, 6) Jacobians of sd w.r.t. its world twist
+    local: list  # per body, (P, 3) the points in its frame (``jac``)
     best: object  # (values, indices) of the smallest |sd| per point, None without bodies
     assigned: torch.Tensor  # (N,) body each point was assigned to (within the gate), -1 none
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
+
+    def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
+        """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel`` (P,) bool, K true)
+        w.r.t. its world twist (v, w) at its pose T_m (4, 4), as ``point_residuals`` gives them."""
+        g = sdf_and_grad(prim, self.local[m][sel])[1]
+        return _twist_jacobian(g, T_m[:3, :3], self.pts[self.idx[sel]] - T_m[:3, 3])
 
     def selected(self, m: int, gate: torch.Tensor) -> torch.Tensor:
         """(P,) bool points nearest to body m and within its gate (or GATE_SIGMAS of their noise)."""
@@ -290,49 +302,44 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     return out
 
 
-def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, pts_idx: torch.Tensor,
-               jacobians: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation,
+               pts_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Body m at pose T_m (4, 4) against ``obs``: first-hit depth along every ray (N,) (inf: a miss),
-    signed distance of the points ``pts_idx`` (P, 3) and, with ``jacobians``, their Jacobians (P, 6)
-    (else None). Kept on ``obs`` (``_static`` resets it) for the body's latest pose: a body that did
-    not move between two steps of a frame (frozen, or converged) is not rendered again."""
+    signed distance of the points ``pts_idx`` (P, 3) and those points in the body frame (P, 3)
+    (for ``_Assignment.jac``). Kept on ``obs`` (``_static`` resets it) for the body's latest pose:
+    a body that did not move between two steps of a frame (frozen, or converged) is not rendered again."""
     cache = obs.__dict__.setdefault("_body_cache", {})
     key = T_m.detach().numpy().tobytes()
     kept = cache.get(m)
-    if kept is not None and kept[0] == key and (kept[3] is not None or not jacobians):
+    if kept is not None and kept[0] == key:
         return kept[1], kept[2], kept[3]
     R, t = T_m[:3, :3], T_m[:3, 3]
     with torch.no_grad():
         hit = ray_hit(prim, ((obs.origin - t) @ R).expand_as(obs.dirs), obs.dirs @ R)
-    if jacobians:
-        d, J = point_residuals(prim, T_m, pts_idx)
-    else:
-        d, J = sdf_and_grad(prim, (pts_idx - t) @ R)[0], None
-    cache[m] = (key, hit, d, J)
-    return hit, d, J
+    q = (pts_idx - t) @ R
+    d = sdf_value(prim, q)
+    cache[m] = (key, hit, d, q)
+    return hit, d, q
 
 
 def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
-            freespace_tol: float, jacobians: bool = True) -> _Assignment:
-    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays;
-    ``jacobians`` off: no point Jacobians (``_Assignment.jac`` empty), for a cost or a final render."""
+            freespace_tol: float) -> _Assignment:
+    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
     valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
-    views = [_body_view(prim, T[m], m, obs, pts_idx, jacobians) for m, prim in enumerate(prims)]
+    views = [_body_view(prim, T[m], m, obs, pts_idx) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
-    sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
-    jac = [v[2] for v in views] if jacobians else []
-    for m, v in enumerate(views):
-        sd[m] = v[1]
+    sd = torch.stack([v[1] for v in views]) if M else torch.zeros(0, idx.numel(), dtype=T.dtype)
     best = sd.abs().min(0) if M else None
     assigned, point_res = _gate_points(visible, idx, best, sig, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
-    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, jac, best, assigned, point_res, freespace, obs.weight)
+    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
+                       freespace, obs.weight)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -360,7 +367,7 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
     on_d = on_i[keep_d]
     r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
-    J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
+    J1 = torch.cat([Jd[keep_d], a.jac(prim, T_m, m, sel), Jg[ok_g]])
     s1 = torch.cat([ray_sig[on_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
     if obs.weight is None:
         return r1, J1, s1, torch.ones_like(r1)
@@ -437,7 +444,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
-    a = _assign(prims, T, obs, gate, scale, freespace_tol, jacobians=active is None or bool(active.any()))
+    a = _assign(prims, T, obs, gate, scale, freespace_tol)
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     unsolved = torch.zeros(M, dtype=T.dtype)   # inf: a body not solved for too few points
     normal = {}

@@ -129,6 +129,22 @@ def sdf_and_grad(prim: Primitive, q: torch.Tensor) -> tuple[torch.Tensor, torch.
     raise ValueError(f"unknown primitive kind {prim.kind!r}")
 
 
+def sdf_value(prim: Primitive, q: torch.Tensor) -> torch.Tensor:
+    """q: (..., 3) -> ``sdf_and_grad(prim, q)[0]`` (...), the same operations without the gradient's, no graph."""
+    q = q.detach()
+    if prim.kind == "sphere":
+        return _norm(q) - prim.radius
+    if prim.kind == "capsule":
+        v = q.clone()
+        v[..., 2] = q[..., 2] - q[..., 2].clamp(-prim.half_length, prim.half_length)
+        return _norm(v) - prim.radius
+    if prim.kind == "box":
+        dq = q.abs() - q.new_tensor(prim.half_size)
+        inside_d = dq.max(-1).values
+        return torch.where(inside_d > 0, _norm(dq.clamp(min=0)), inside_d)
+    return sdf_and_grad(prim, q)[0]
+
+
 def ray_hit(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """o, d: (..., 3) body-frame ray origins/directions -> (...) first hit parameter, inf on a miss.
 
