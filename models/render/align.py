@@ -31,7 +31,8 @@ from functools import partial
 import torch
 
 from vid2sim.models.geometry_torch import perturb
-from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad, sdf_value
+from vid2sim.models.render.primitives import (Primitive, argmin_along_rays, ray_hit, ray_margin, ray_margin_and_grad,
+                                              sdf_and_grad, sdf_value)
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -155,13 +156,28 @@ def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
     With o_b = R^T (c - t), d_b = R^T d and the left twist R <- exp(w) R, t <- t + v:
     dm = -G_o.v + w.(G_o x (c - t) + G_d x d), G = R dm/d(o_b, d_b) (world vectors).
     """
-    if dirs.shape[0] == 0:
-        return dirs.new_zeros(0), dirs.new_zeros(0, 6)
-    R, t = T[:3, :3], T[:3, 3]
-    m, g_o, g_d = ray_margin_and_grad(prim, ((origin - t) @ R).expand_as(dirs), dirs @ R)
-    G_o, G_d = g_o @ R.T, g_d @ R.T
-    c = (origin - t).expand_as(dirs)
-    return m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, dirs, dim=-1)], -1)
+    return margin_residuals_of([prim], [T], origin, [dirs])[0]
+
+
+def margin_residuals_of(prims: list[Primitive], Ts: list[torch.Tensor], origin: torch.Tensor,
+                        dirs: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``margin_residuals`` of several bodies (pose Ts[i] (4, 4), rays dirs[i] (N_i, 3)), with the
+    golden-section line searches of all of them run as one (``primitives.argmin_along_rays``)."""
+    frames = [(T[:3, :3], T[:3, 3]) for T in Ts]
+    o_b = [((origin - t) @ R).expand_as(d) for (R, t), d in zip(frames, dirs)]
+    d_b = [d @ R for (R, _), d in zip(frames, dirs)]
+    search = [i for i, (p, d) in enumerate(zip(prims, dirs)) if p.kind in ("box", "cylinder") and d.shape[0]]
+    s_star = dict(zip(search, argmin_along_rays([(prims[i], o_b[i].detach(), d_b[i].detach()) for i in search])))
+    out = []
+    for i, ((R, t), d) in enumerate(zip(frames, dirs)):
+        if d.shape[0] == 0:
+            out.append((d.new_zeros(0), d.new_zeros(0, 6)))
+            continue
+        m, g_o, g_d = ray_margin_and_grad(prims[i], o_b[i], d_b[i], s_star.get(i))
+        G_o, G_d = g_o @ R.T, g_d @ R.T
+        c = (origin - t).expand_as(d)
+        out.append((m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, d, dim=-1)], -1)))
+    return out
 
 
 def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor,
@@ -375,28 +391,35 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     return r1, J1, s1, k1
 
 
-def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, scale: float,
-                      max_silhouette: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Body m's silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,) and ray
-    weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with colour labels the coverage of
-    rays labelled m that the render does not show as m."""
-    rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
-    if obs.label is None:
-        r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
-    else:  # the free-space and coverage rays in one call: one line search
-        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
-        r_all, J_all = margin_residuals(prim, T_m, obs.origin, obs.dirs[torch.cat([rays[0], cover[0]])])
+def _silhouette_terms(prims: list[Primitive], T: torch.Tensor, bodies: list[int], obs: Observation, a: _Assignment,
+                      scale: float, max_silhouette: int) -> dict[int, tuple[torch.Tensor, ...]]:
+    """Each body m of ``bodies``: its silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,)
+    and ray weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with
+    colour labels the coverage of rays labelled m that the render does not show as m. One line
+    search for all of them (``margin_residuals_of``)."""
+    picks = {}
+    for m in bodies:
+        rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
+        cover = None if obs.label is None else \
+            _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
+        picks[m] = (rays, cover, obs.dirs[rays[0] if cover is None else torch.cat([rays[0], cover[0]])])
+    margins = margin_residuals_of([prims[m] for m in bodies], [T[m] for m in bodies], obs.origin,
+                                  [picks[m][2] for m in bodies])
+    out = {}
+    for m, (r_all, J_all) in zip(bodies, margins):
+        rays, cover, _ = picks[m]
         n2 = rays[0].numel()
         r2, J2, r3, J3 = r_all[:n2], J_all[:n2], r_all[n2:], J_all[n2:]
-    s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
-    k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
-    if obs.label is not None:
-        r3 = r3.clamp(max=0)
-        s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
-                             else scale)
-        r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
-        k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
-    return r2, J2, s2.clamp(min=MIN_SIGMA_M), k2
+        s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+        k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
+        if cover is not None:
+            r3 = r3.clamp(max=0)
+            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
+                                 else scale)
+            r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
+            k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
+        out[m] = (r2, J2, s2.clamp(min=MIN_SIGMA_M), k2)
+    return out
 
 
 def _prior_terms(T_m: torch.Tensor, T_prior_m: torch.Tensor, prior_sigma: tuple[float, float],
@@ -448,16 +471,21 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     unsolved = torch.zeros(M, dtype=T.dtype)   # inf: a body not solved for too few points
     normal = {}
-    for m, prim in enumerate(prims):
+    selected = {}
+    for m in range(M):
         if active is not None and not bool(active[m]):
             continue
         sel = a.selected(m, gate[m])
         if int(sel.sum()) < len(dofs) and (obs.label is None or bool(a.valid.any())):
             unsolved[m] = float("inf")  # not solved: too few points within its gate
             continue
+        selected[m] = sel
+    silhouette = _silhouette_terms(prims, T, list(selected), obs, a, scale, max_silhouette)
+    for m, sel in selected.items():
+        prim = prims[m]
         r1, J1, s1, k1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
         w1 = w_depth * k1 * huber_weights(r1 / s1, HUBER_K) / s1**2
-        r2, J2, s2, k2 = _silhouette_terms(prim, T[m], m, obs, a, scale, max_silhouette)
+        r2, J2, s2, k2 = silhouette[m]
         w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
         r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
         if r.numel() < len(dofs):

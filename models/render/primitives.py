@@ -210,12 +210,14 @@ def pierce_margin(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int 
 BOX_CLOSED_FORM = False
 
 
-def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor,
+                        s_star: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """o, d: (..., 3) -> margin (...), d margin/d o (..., 3), d margin/d d (..., 3); no graph.
 
     Envelope theorem: margin = -sdf(x*), x* = o + s* d, so the derivatives are
     -n and -s* n with n the SDF gradient at x*. s* is the closest approach to the centre
-    (sphere) or the segment (capsule) in closed form, else the golden-section minimiser.
+    (sphere) or the segment (capsule) in closed form, else the golden-section minimiser
+    (``_argmin_along_ray``; ``s_star`` (...): that minimiser, already found by ``argmin_along_rays``).
     """
     o, d = o.detach(), d.detach()
     if prim.kind == "mesh":
@@ -234,13 +236,13 @@ def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tu
         pierce = s_in < s_out
         if bool(pierce.all()):
             return _box_pierce_margin_and_grad(prim, o, d)
-        s_star = _argmin_along_ray(prim, o, d)
+        s_star = _argmin_along_ray(prim, o, d) if s_star is None else s_star
         if bool(pierce.any()):
             f, n = sdf_and_grad(prim, o + s_star.unsqueeze(-1) * d)
             m, g_o, g_d = -f, -n, -s_star.unsqueeze(-1) * n
             m[pierce], g_o[pierce], g_d[pierce] = _box_pierce_margin_and_grad(prim, o[pierce], d[pierce])
             return m, g_o, g_d
-    else:
+    elif s_star is None:
         s_star = _argmin_along_ray(prim, o, d)
     f, n = sdf_and_grad(prim, o + s_star.unsqueeze(-1) * d)
     return -f, -n, -s_star.unsqueeze(-1) * n
@@ -364,34 +366,71 @@ def _line_segment_dist(o, d, h):
     return _line_point_dist(o - p, d)
 
 
+def _bracket(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) (...) of ``_argmin_along_ray``'s search: the bounding sphere's chord, a box's own chord on piercing rays."""
+    dd = _dot(d, d)
+    s_c = -_dot(o, d) / dd
+    half = prim.bounding_radius / dd.sqrt()
+    lo, hi = s_c - half, s_c + half
+    if prim.kind == "box":  # a piercing ray's minimum lies inside its chord: a far tighter bracket
+        s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
+        pierce = s_in < s_out
+        lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
+    return lo, hi
+
+
 def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 14) -> torch.Tensor:
     """Golden-section search of min_s sdf(o + s d) (convex in s), bracketed by the bounding sphere."""
     with torch.no_grad():
-        dd = _dot(d, d)
-        s_c = -_dot(o, d) / dd
-        half = prim.bounding_radius / dd.sqrt()
-        lo, hi = s_c - half, s_c + half
-        if prim.kind == "box":  # a piercing ray's minimum lies inside its chord: a far tighter bracket
-            s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
-            pierce = s_in < s_out
-            lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
+        lo, hi = _bracket(prim, o, d)
         if o.dtype == torch.float64 and prim.kind in ("box", "cylinder"):   # NumPy: the same values, cheaper
-            lo, hi = golden_section(_line_sdf_np(prim, o, d), lo.numpy(), hi.numpy(), iters)
+            if o.shape != d.shape:
+                o, d = torch.broadcast_tensors(o, d)
+            O, D = np.moveaxis(o.numpy(), -1, 0).copy(), np.moveaxis(d.numpy(), -1, 0).copy()   # (3, ...)
+            lo, hi = golden_section(_line_sdf_np(prim.kind, O, D, _np_shape(prim, o.ndim - 1)), lo.numpy(), hi.numpy(),
+                                    iters)
             return torch.from_numpy(0.5 * (lo + hi))
         lo, hi = golden_section(lambda s: sdf(prim, o + s.unsqueeze(-1) * d), lo, hi, iters)
         return 0.5 * (lo + hi)
 
 
-def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
+def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor]], iters: int = 14) -> list[torch.Tensor]:
+    """``_argmin_along_ray`` of each (prim, o (K, 3), d (K, 3)) problem, a (K,) tensor each. The float64
+    boxes' and cylinders' searches run as one golden-section search per kind over all their rays
+    (elementwise the same operations, so the same values), instead of one search per problem."""
+    out: list[torch.Tensor | None] = [None] * len(problems)
+    for kind in ("box", "cylinder"):
+        group = [i for i, (p, o, _) in enumerate(problems)
+                 if p.kind == kind and o.dtype == torch.float64 and o.ndim == 2 and len(o)]
+        if not group:
+            continue
+        with torch.no_grad():
+            brackets = [_bracket(*problems[i]) for i in group]
+        sizes = [len(problems[i][1]) for i in group]
+        O = np.concatenate([np.broadcast_to(problems[i][1].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
+        D = np.concatenate([np.broadcast_to(problems[i][2].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
+        shape = np.concatenate([np.broadcast_to(_np_shape(problems[i][0], 1), (_np_shape(problems[i][0], 1).shape[0], k))
+                                for i, k in zip(group, sizes)], 1)
+        lo, hi = golden_section(_line_sdf_np(kind, O, D, shape), np.concatenate([b[0].numpy() for b in brackets]),
+                                np.concatenate([b[1].numpy() for b in brackets]), iters)
+        for i, s in zip(group, np.split(0.5 * (lo + hi), np.cumsum(sizes)[:-1])):
+            out[i] = torch.from_numpy(s)
+    return [s if s is not None else _argmin_along_ray(p, o, d, iters) for s, (p, o, d) in zip(out, problems)]
+
+
+def _np_shape(prim: Primitive, ndim: int) -> np.ndarray:
+    """A box's half sizes (3, 1, ...) or a cylinder's radius and half length (2, 1, ...) for
+    ``_line_sdf_np`` on rays of ``ndim`` batch dimensions."""
+    v = prim.half_size if prim.kind == "box" else (prim.radius, prim.half_length)
+    return np.asarray(v, dtype=np.float64).reshape((len(v),) + (1,) * ndim)
+
+
+def _line_sdf_np(kind: str, O: np.ndarray, D: np.ndarray, shape: np.ndarray):
     """s (...) -> ``sdf(prim, o + s d)`` (...) of a box or cylinder in NumPy, with ``sdf``'s
-    float64 operations in its order (so the same values)."""
-    if o.shape != d.shape:
-        o, d = torch.broadcast_tensors(o, d)
-    shape = o.shape
-    O = np.moveaxis(o.numpy(), -1, 0).copy()   # (3, ...)
-    D = np.moveaxis(d.numpy(), -1, 0).copy()
-    if prim.kind == "box":
-        H = np.asarray(prim.half_size, dtype=np.float64).reshape((3,) + (1,) * (len(shape) - 1))
+    float64 operations in its order (so the same values); O, D: (3, ...) ray origins and
+    directions, ``shape``: ``_np_shape``'s, broadcast against them (one shape per ray, or one for all)."""
+    if kind == "box":
+        H = shape
 
         def f(s):
             a = np.abs(O + s * D) - H
@@ -399,7 +438,7 @@ def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
             p *= p
             return np.sqrt(p[0] + p[1] + p[2] + _TINY) + np.minimum(np.maximum(np.maximum(a[0], a[1]), a[2]), 0.0)
         return f
-    r, h = prim.radius, prim.half_length
+    r, h = shape[0], shape[1]
 
     def f(s):
         q = O + s * D
@@ -408,4 +447,3 @@ def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
         a, b = np.maximum(dr, 0.0), np.maximum(dz, 0.0)
         return np.sqrt(a * a + b * b + _TINY) + np.minimum(np.maximum(dr, dz), 0.0)
     return f
-
