@@ -187,13 +187,19 @@ def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs
     Implicit function theorem on sdf(x(s), T) = 0: ds/dθ = -(d sdf/dθ) / (n . dir). Rays
     meeting the surface at a grazing angle (|cos| < ``min_cos``) get s = nan (unusable).
     """
-    x = origin + s.unsqueeze(-1) * dirs
-    _, J = point_residuals(prim, T, x)
-    n = -J[:, :3]
-    cos = (n * dirs).sum(-1) / dirs.norm(dim=-1)
-    ok = cos.abs() >= min_cos
-    den = torch.where(ok, (n * dirs).sum(-1), torch.ones_like(cos))
-    return torch.where(ok, s, torch.full_like(s, float("nan"))), -J / den.unsqueeze(-1)
+    return _depth_residuals(prim, T, origin, dirs, s, dirs.norm(dim=-1), min_cos)
+
+
+def _depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor, s: torch.Tensor,
+                     dir_norm: torch.Tensor, min_cos: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``depth_residuals`` with the rays' lengths ``dir_norm`` (N,) given."""
+    R, t = T[:3, :3], T[:3, 3]
+    x = origin + s.unsqueeze(-1) * dirs - t
+    n = sdf_and_grad(prim, x @ R)[1] @ R.T
+    n_dir = (n * dirs).sum(-1)
+    ok = (n_dir / dir_norm).abs() >= min_cos
+    den = torch.where(ok, n_dir, torch.ones_like(n_dir))
+    return torch.where(ok, s, torch.full_like(s, float("nan"))), torch.cat([n, torch.cross(x, n, dim=-1)], -1) / den.unsqueeze(-1)
 
 
 def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
@@ -258,6 +264,10 @@ class _Assignment:
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
+    ray_sig: torch.Tensor | None = None  # (N,) depth noise std (m) of each ray (``scale`` without ``Observation.sigma``)
+    ray_floor: torch.Tensor | None = None  # (N,) GATE_SIGMAS * ray_sig: no gate is tighter on a ray
+    dir_norm: torch.Tensor | None = None  # (N,) length of each ray's direction
+    gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
 
     def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
         """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel`` (P,) bool, K true)
@@ -298,7 +308,8 @@ def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tens
 def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
     per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
-    (P, 3) and the free-space tolerance (N,) or float. Recomputed if a field was replaced."""
+    (P, 3), the free-space tolerance (N,) or float and (``_Assignment``'s ray_sig, ray_floor,
+    dir_norm). Recomputed if a field was replaced."""
     key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
     cached = getattr(obs, "_static_cache", None)
     if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
@@ -312,7 +323,8 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     sig = torch.full((idx.numel(),), scale, dtype=obs.dirs.dtype) if obs.sigma is None \
         else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
     tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
-    out = (valid, pts, fg, idx, sig, pts[idx], tol)
+    ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
+    out = (valid, pts, fg, idx, sig, pts[idx], tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)))
     obs._static_cache = (key, out)
     obs._body_cache = {}
     return out
@@ -342,7 +354,7 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
             freespace_tol: float) -> _Assignment:
     """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
-    valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
+    valid, pts, fg, idx, sig, pts_idx, tol, rays = _static(obs, scale, freespace_tol)
     views = [_body_view(prim, T[m], m, obs, pts_idx) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
@@ -355,7 +367,7 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
     return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
-                       freespace, obs.weight)
+                       freespace, obs.weight, *rays, (near - obs.depth).abs())
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -365,10 +377,10 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     the rays its render covers, point-to-surface for its points (``sel``) the render does not
     cover yet, and point-to-surface for covered rays meeting it at a grazing angle."""
     # Depth along the ray where the render shows this body (linear in the sensor noise).
-    ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
-    on = a.fg & (a.visible == m) & ((a.near - obs.depth).abs() < torch.maximum(gate, GATE_SIGMAS * ray_sig))
+    ray_sig = a.ray_sig
+    on = a.fg & (a.visible == m) & (a.gap < torch.maximum(gate, a.ray_floor))
     on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
-    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i])
+    rd, Jd = _depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i], a.dir_norm[on_i])
     keep_d = torch.isfinite(rd)
     sel = sel & ~on[a.idx]
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
@@ -379,7 +391,7 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     graze = graze[a.assigned[graze] == m]   # and whose point is nearest to this body (not a part in front)
     rg, Jg = point_residuals(prim, T_m, a.pts[graze])
     d_g = obs.dirs[graze]
-    sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
+    sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(a.dir_norm[graze]).clamp(min=GRAZING_COS_FLOOR)
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
     on_d = on_i[keep_d]
     r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
@@ -487,12 +499,14 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
         w1 = w_depth * k1 * huber_weights(r1 / s1, HUBER_K) / s1**2
         r2, J2, s2, k2 = silhouette[m]
         w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
-        r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
+        r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2]), torch.cat([w1, w2])
+        J = J[:, dofs] if planar else J
         if r.numel() < len(dofs):
             unsolved[m] = float("inf")
             continue
-        H = (J * w.unsqueeze(-1)).T @ J
-        g = (J * w.unsqueeze(-1)).T @ r
+        Jw = J * w.unsqueeze(-1)
+        H = Jw.T @ J
+        g = Jw.T @ r
         if T_prior is not None:
             e, wp = _prior_terms(T[m], T_prior[m], prior_sigma, dofs)
             H = H + torch.diag(wp)
