@@ -268,6 +268,7 @@ class _Assignment:
     ray_floor: torch.Tensor | None = None  # (N,) GATE_SIGMAS * ray_sig: no gate is tighter on a ray
     dir_norm: torch.Tensor | None = None  # (N,) length of each ray's direction
     gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
+    sig_floor: torch.Tensor | None = None  # (P,) GATE_SIGMAS * sig: no gate is tighter on a point
 
     def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
         """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel`` (P,) bool, K true)
@@ -279,7 +280,7 @@ class _Assignment:
         """(P,) bool points nearest to body m and within its gate (or GATE_SIGMAS of their noise)."""
         if not self.idx.numel():
             return torch.zeros(0, dtype=torch.bool)
-        return (self.best.indices == m) & (self.best.values < torch.maximum(gate, GATE_SIGMAS * self.sig))
+        return (self.best.indices == m) & (self.best.values < torch.maximum(gate, self.sig_floor))
 
     def cost(self) -> float:
         """Truncated cost of the rendered poses (``StepResult.cost``)."""
@@ -291,15 +292,15 @@ class _Assignment:
         return cost + GATE_SIGMAS ** 2 * float(self.weight[self.freespace].sum())
 
 
-def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tensor,
+def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig_floor: torch.Tensor,
                  gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each point (rays ``idx``) assigned to its nearest body (``best``: values, indices (P,)) where
-    nearer than that body's gate (``gate`` (M,)) or GATE_SIGMAS of its noise ``sig`` (P,): the
-    assigned body (N,) (-1 none) and its distance (N,) (inf where unassigned)."""
+    nearer than that body's gate (``gate`` (M,)) or ``sig_floor`` (P,), GATE_SIGMAS of its noise:
+    the assigned body (N,) (-1 none) and its distance (N,) (inf where unassigned)."""
     assigned = torch.full_like(visible, -1)
-    point_res = torch.full(visible.shape, float("inf"), dtype=sig.dtype)
+    point_res = torch.full(visible.shape, float("inf"), dtype=sig_floor.dtype)
     if idx.numel():
-        ok = best.values < torch.maximum(gate[best.indices], GATE_SIGMAS * sig)
+        ok = best.values < torch.maximum(gate[best.indices], sig_floor)
         assigned[idx[ok]] = best.indices[ok]
         point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
     return assigned, point_res
@@ -308,8 +309,8 @@ def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tens
 def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
     per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
-    (P, 3), the free-space tolerance (N,) or float and (``_Assignment``'s ray_sig, ray_floor,
-    dir_norm). Recomputed if a field was replaced."""
+    (P, 3), the free-space tolerance (N,) or float, (``_Assignment``'s ray_sig, ray_floor,
+    dir_norm) and its sig_floor. Recomputed if a field was replaced."""
     key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
     cached = getattr(obs, "_static_cache", None)
     if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
@@ -324,7 +325,8 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
         else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
     tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
     ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
-    out = (valid, pts, fg, idx, sig, pts[idx], tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)))
+    out = (valid, pts, fg, idx, sig, pts[idx], tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)),
+           GATE_SIGMAS * sig)
     obs._static_cache = (key, out)
     obs._body_cache = {}
     return out
@@ -354,20 +356,20 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
             freespace_tol: float) -> _Assignment:
     """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
-    valid, pts, fg, idx, sig, pts_idx, tol, rays = _static(obs, scale, freespace_tol)
+    valid, pts, fg, idx, sig, pts_idx, tol, rays, sig_floor = _static(obs, scale, freespace_tol)
     views = [_body_view(prim, T[m], m, obs, pts_idx) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
     sd = torch.stack([v[1] for v in views]) if M else torch.zeros(0, idx.numel(), dtype=T.dtype)
     best = sd.abs().min(0) if M else None
-    assigned, point_res = _gate_points(visible, idx, best, sig, gate)
+    assigned, point_res = _gate_points(visible, idx, best, sig_floor, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
     return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
-                       freespace, obs.weight, *rays, (near - obs.depth).abs())
+                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -516,7 +518,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     # A fixed, truncated objective of the input poses, comparable across steps (the residual
     # sets above change with the pose, so the caller keeps the best pose it has seen).
     return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost(),
-                      partial(_gate_points, a.visible, a.idx, a.best, a.sig),
+                      partial(_gate_points, a.visible, a.idx, a.best, a.sig_floor),
                       partial(_steps, prims, T, normal, unsolved, dofs, step_scale=step_scale))
 
 

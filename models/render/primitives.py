@@ -396,26 +396,42 @@ def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: 
 
 def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor]], iters: int = 14) -> list[torch.Tensor]:
     """``_argmin_along_ray`` of each (prim, o (K, 3), d (K, 3)) problem, a (K,) tensor each. The float64
-    boxes' and cylinders' searches run as one golden-section search per kind over all their rays
-    (elementwise the same operations, so the same values), instead of one search per problem."""
+    boxes' and cylinders' searches (and their brackets) run in NumPy as one per kind over all their
+    rays, elementwise the same operations as one problem's (so the same values)."""
     out: list[torch.Tensor | None] = [None] * len(problems)
     for kind in ("box", "cylinder"):
         group = [i for i, (p, o, _) in enumerate(problems)
                  if p.kind == kind and o.dtype == torch.float64 and o.ndim == 2 and len(o)]
         if not group:
             continue
-        with torch.no_grad():
-            brackets = [_bracket(*problems[i]) for i in group]
         sizes = [len(problems[i][1]) for i in group]
         O = np.concatenate([np.broadcast_to(problems[i][1].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
         D = np.concatenate([np.broadcast_to(problems[i][2].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
         shape = np.concatenate([np.broadcast_to(_np_shape(problems[i][0], 1), (_np_shape(problems[i][0], 1).shape[0], k))
                                 for i, k in zip(group, sizes)], 1)
-        lo, hi = golden_section(_line_sdf_np(kind, O, D, shape), np.concatenate([b[0].numpy() for b in brackets]),
-                                np.concatenate([b[1].numpy() for b in brackets]), iters)
+        radius = np.concatenate([np.full(k, problems[i][0].bounding_radius) for i, k in zip(group, sizes)])
+        lo, hi = golden_section(_line_sdf_np(kind, O, D, shape), *_bracket_np(kind, O, D, radius, shape), iters)
         for i, s in zip(group, np.split(0.5 * (lo + hi), np.cumsum(sizes)[:-1])):
             out[i] = torch.from_numpy(s)
     return [s if s is not None else _argmin_along_ray(p, o, d, iters) for s, (p, o, d) in zip(out, problems)]
+
+
+def _bracket_np(kind: str, O: np.ndarray, D: np.ndarray, radius: np.ndarray,
+                shape: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_bracket`` in NumPy of rays O, D (3, K) with bounding radii ``radius`` (K,) and ``_np_shape``'s
+    ``shape`` per ray: torch's operations in their order (``x / t`` of a number x being torch's
+    ``t.reciprocal() * x``; the square root torch's), so the same values."""
+    dd = D[0] * D[0] + D[1] * D[1] + D[2] * D[2]
+    s_c = -(O[0] * D[0] + O[1] * D[1] + O[2] * D[2]) / dd
+    half = (1.0 / torch.from_numpy(dd).sqrt().numpy()) * radius   # torch's sqrt: NumPy's rounds differently
+    lo, hi = s_c - half, s_c + half
+    if kind == "box":
+        inv = 1.0 / np.where(np.abs(D) < _TINY, _TINY, D)
+        t1, t2 = (-shape - O) * inv, (shape - O) * inv
+        s_in, s_out = np.minimum(t1, t2).max(0), np.maximum(t1, t2).min(0)
+        pierce = s_in < s_out
+        lo, hi = np.where(pierce, s_in, lo), np.where(pierce, s_out, hi)
+    return lo, hi
 
 
 def _np_shape(prim: Primitive, ndim: int) -> np.ndarray:
