@@ -269,10 +269,12 @@ class _Assignment:
     dir_norm: torch.Tensor | None = None  # (N,) length of each ray's direction
     gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
     sig_floor: torch.Tensor | None = None  # (P,) GATE_SIGMAS * sig: no gate is tighter on a point
+    point_of: torch.Tensor | None = None  # (N,) each ray's point index (position in idx), -1: none
 
     def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
-        """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel`` (P,) bool, K true)
-        w.r.t. its world twist (v, w) at its pose T_m (4, 4), as ``point_residuals`` gives them."""
+        """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel``: (P,) bool with K true,
+        or K point indices) w.r.t. its world twist (v, w) at its pose T_m (4, 4), as ``point_residuals``
+        gives them."""
         g = sdf_and_grad(prim, self.local[m][sel])[1]
         return _twist_jacobian(g, T_m[:3, :3], self.pts[self.idx[sel]] - T_m[:3, 3])
 
@@ -310,7 +312,7 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
     per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
     (P, 3), the free-space tolerance (N,) or float, (``_Assignment``'s ray_sig, ray_floor,
-    dir_norm) and its sig_floor. Recomputed if a field was replaced."""
+    dir_norm) and (its sig_floor, point_of). Recomputed if a field was replaced."""
     key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
     cached = getattr(obs, "_static_cache", None)
     if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
@@ -325,8 +327,10 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
         else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
     tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
     ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
+    point_of = torch.full_like(valid, -1, dtype=torch.long)
+    point_of[idx] = torch.arange(idx.numel())
     out = (valid, pts, fg, idx, sig, pts[idx], tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)),
-           GATE_SIGMAS * sig)
+           (GATE_SIGMAS * sig, point_of))
     obs._static_cache = (key, out)
     obs._body_cache = {}
     return out
@@ -344,8 +348,9 @@ def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation,
     if kept is not None and kept[0] == key:
         return kept[1], kept[2], kept[3]
     R, t = T_m[:3, :3], T_m[:3, 3]
+    o_b = (obs.origin - t) @ R   # one origin for every ray: broadcast, not expanded (a mesh's casting takes (N, 3))
     with torch.no_grad():
-        hit = ray_hit(prim, ((obs.origin - t) @ R).expand_as(obs.dirs), obs.dirs @ R)
+        hit = ray_hit(prim, o_b.expand_as(obs.dirs) if prim.kind == "mesh" else o_b, obs.dirs @ R)
     q = (pts_idx - t) @ R
     d = sdf_value(prim, q)
     cache[m] = (key, hit, d, q)
@@ -356,7 +361,7 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
             freespace_tol: float) -> _Assignment:
     """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
-    valid, pts, fg, idx, sig, pts_idx, tol, rays, sig_floor = _static(obs, scale, freespace_tol)
+    valid, pts, fg, idx, sig, pts_idx, tol, rays, (sig_floor, point_of) = _static(obs, scale, freespace_tol)
     views = [_body_view(prim, T[m], m, obs, pts_idx) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
@@ -369,7 +374,7 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
     return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
-                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor)
+                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -384,20 +389,23 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
     rd, Jd = _depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i], a.dir_norm[on_i])
     keep_d = torch.isfinite(rd)
-    sel = sel & ~on[a.idx]
+    sel = (sel & ~on[a.idx]).nonzero().squeeze(-1)
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
     # depth along the ray is too nonlinear there, so their points enter point-to-surface,
     # whitened by the noise across the surface, sigma |cos| (noise is along the ray); the pose
     # directions only such a face pins down (a cart's tilt about its long axis) need them.
     graze = on_i[~keep_d] if grazing else on_i[:0]
     graze = graze[a.assigned[graze] == m]   # and whose point is nearest to this body (not a part in front)
-    rg, Jg = point_residuals(prim, T_m, a.pts[graze])
+    graze_p = a.point_of[graze]
+    J_both = a.jac(prim, T_m, m, torch.cat([sel, graze_p]))   # the uncovered points' and the grazing ones'
+    J_sel, Jg = J_both[:sel.numel()], J_both[sel.numel():]
+    rg = a.sd[m][graze_p]
     d_g = obs.dirs[graze]
     sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(a.dir_norm[graze]).clamp(min=GRAZING_COS_FLOOR)
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
     on_d = on_i[keep_d]
     r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
-    J1 = torch.cat([Jd[keep_d], a.jac(prim, T_m, m, sel), Jg[ok_g]])
+    J1 = torch.cat([Jd[keep_d], J_sel, Jg[ok_g]])
     s1 = torch.cat([ray_sig[on_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
     if obs.weight is None:
         return r1, J1, s1, torch.ones_like(r1)

@@ -140,7 +140,7 @@ def sdf_value(prim: Primitive, q: torch.Tensor) -> torch.Tensor:
         return _norm(v) - prim.radius
     if prim.kind == "box":
         dq = q.abs() - q.new_tensor(prim.half_size)
-        inside_d = dq.max(-1).values
+        inside_d = _max3(dq)
         return torch.where(inside_d > 0, _norm(dq.clamp(min=0)), inside_d)
     return sdf_and_grad(prim, q)[0]
 
@@ -299,12 +299,21 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _safe(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(x.abs() < _TINY, torch.full_like(x, _TINY), x)
+    return torch.where(x.abs() < _TINY, _TINY, x)
 
 
 def _interval_hit(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     hit = (s_in <= s_out) & (s_in > 0)
-    return torch.where(hit, s_in, torch.full_like(s_in, float("inf")))
+    return torch.where(hit, s_in, float("inf"))
+
+
+def _max3(v: torch.Tensor) -> torch.Tensor:
+    """(..., 3) -> (...) largest component (explicit components: a reduction over a size-3 axis costs more)."""
+    return torch.maximum(torch.maximum(v[..., 0], v[..., 1]), v[..., 2])
+
+
+def _min3(v: torch.Tensor) -> torch.Tensor:
+    return torch.minimum(torch.minimum(v[..., 0], v[..., 1]), v[..., 2])
 
 
 def _sphere_interval(o, d, r):
@@ -326,7 +335,7 @@ def _slab(o, d, half):
     inv = 1.0 / _safe(d)
     t1 = (-half - o) * inv
     t2 = (half - o) * inv
-    return torch.minimum(t1, t2).max(-1).values, torch.maximum(t1, t2).min(-1).values
+    return _max3(torch.minimum(t1, t2)), _min3(torch.maximum(t1, t2))
 
 
 def _cylinder_hit(o, d, r, h):
