@@ -30,7 +30,7 @@ from functools import partial
 
 import torch
 
-from vid2sim.models.geometry_torch import perturb
+from vid2sim.models.geometry_torch import so3_exp
 from vid2sim.models.render.primitives import (Primitive, argmin_along_rays, ray_hit, ray_margin, ray_margin_and_grad,
                                               sdf_and_grad, sdf_value)
 
@@ -461,6 +461,9 @@ def _solve(prim: Primitive, T_m: torch.Tensor, H: torch.Tensor, g: torch.Tensor,
     """The damped step (len(dofs),) of normal equations H, g, restricted to the directions the
     shape can show (``free_basis``: a capsule's spin about its axis, any rotation of a sphere
     stay put instead of drifting with the damping and the prior)."""
+    if prim.kind in ("box", "mesh"):   # free_basis is the identity: every direction shows
+        H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
+        return -step_scale * torch.linalg.solve(H, g)
     B = free_basis(prim, T_m, dofs)
     Hr, gr = B.T @ H @ B, B.T @ g
     Hr = Hr + damping * torch.diag(torch.diag(Hr)) + 1e-9 * torch.eye(B.shape[1], dtype=H.dtype) * w.sum()
@@ -539,9 +542,14 @@ def _steps(prims: list[Primitive], T: torch.Tensor, normal: dict, unsolved: torc
     body_step = unsolved.clone()
     for m, (H, g, w) in normal.items():
         delta = _solve(prims[m], T[m], H, g, w, dofs, damping, step_scale)
-        xi = torch.zeros(6, dtype=T.dtype)
-        xi[dofs] = delta
-        T_new[m] = perturb(T[m], xi)
+        if len(dofs) == 6:
+            xi = delta
+        else:
+            xi = torch.zeros(6, dtype=T.dtype)
+            xi[dofs] = delta
+        # geometry_torch.perturb(T[m], xi) written into T_new (its last row stays (0, 0, 0, 1))
+        T_new[m, :3, :3] = so3_exp(xi[3:]) @ T[m, :3, :3]
+        T_new[m, :3, 3] = T[m, :3, 3] + xi[:3]
         body_step[m] = float(delta.abs().max())
         step_norm = max(step_norm, float(body_step[m]))
     return T_new, step_norm, body_step
