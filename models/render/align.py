@@ -312,7 +312,8 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
     per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
     (P, 3), the free-space tolerance (N,) or float, (``_Assignment``'s ray_sig, ray_floor,
-    dir_norm) and (its sig_floor, point_of). Recomputed if a field was replaced."""
+    dir_norm) and (its sig_floor, point_of, the rays' directions (3, N) and the points at idx (3, P)).
+    Recomputed if a field was replaced."""
     key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
     cached = getattr(obs, "_static_cache", None)
     if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
@@ -329,18 +330,20 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
     point_of = torch.full_like(valid, -1, dtype=torch.long)
     point_of[idx] = torch.arange(idx.numel())
-    out = (valid, pts, fg, idx, sig, pts[idx], tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)),
-           (GATE_SIGMAS * sig, point_of))
+    pts_idx = pts[idx]
+    out = (valid, pts, fg, idx, sig, pts_idx, tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)),
+           (GATE_SIGMAS * sig, point_of, obs.dirs.T.contiguous(), pts_idx.T.contiguous()))
     obs._static_cache = (key, out)
     obs._body_cache = {}
     return out
 
 
-def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation,
-               pts_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, dirs_t: torch.Tensor,
+               pts_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Body m at pose T_m (4, 4) against ``obs``: first-hit depth along every ray (N,) (inf: a miss),
-    signed distance of the points ``pts_idx`` (P, 3) and those points in the body frame (P, 3)
-    (for ``_Assignment.jac``). Kept on ``obs`` (``_static`` resets it) for the body's latest pose:
+    signed distance of the points ``pts_t`` (3, P) and those points in the body frame (P, 3)
+    (for ``_Assignment.jac``); ``dirs_t``: ``obs.dirs`` as (3, N). Rotated as R^T X of the (3, K)
+    layouts: the values of X^T R, at a quarter of its cost for K in the thousands. Kept on ``obs`` (``_static`` resets it) for the body's latest pose:
     a body that did not move between two steps of a frame (frozen, or converged) is not rendered again."""
     cache = obs.__dict__.setdefault("_body_cache", {})
     key = T_m.detach().numpy().tobytes()
@@ -350,8 +353,8 @@ def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation,
     R, t = T_m[:3, :3], T_m[:3, 3]
     o_b = (obs.origin - t) @ R   # one origin for every ray: broadcast, not expanded (a mesh's casting takes (N, 3))
     with torch.no_grad():
-        hit = ray_hit(prim, o_b.expand_as(obs.dirs) if prim.kind == "mesh" else o_b, obs.dirs @ R)
-    q = (pts_idx - t) @ R
+        hit = ray_hit(prim, o_b.expand_as(obs.dirs) if prim.kind == "mesh" else o_b, (R.T @ dirs_t).T)
+    q = (R.T @ (pts_t - t.unsqueeze(-1))).T
     d = sdf_value(prim, q)
     cache[m] = (key, hit, d, q)
     return hit, d, q
@@ -361,8 +364,9 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
             freespace_tol: float) -> _Assignment:
     """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
-    valid, pts, fg, idx, sig, pts_idx, tol, rays, (sig_floor, point_of) = _static(obs, scale, freespace_tol)
-    views = [_body_view(prim, T[m], m, obs, pts_idx) for m, prim in enumerate(prims)]
+    valid, pts, fg, idx, sig, pts_idx, tol, rays, (sig_floor, point_of, dirs_t, pts_t) = _static(obs, scale,
+                                                                                                 freespace_tol)
+    views = [_body_view(prim, T[m], m, obs, dirs_t, pts_t) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
