@@ -144,12 +144,14 @@ def surface_fit(prim: Primitive, T: torch.Tensor, pts: torch.Tensor, scale: floa
     P = torch.as_tensor(pts, dtype=FLOAT)
     if len(P) < 6:
         return T
+    P_t = P.T.contiguous()   # (3, N): rotated as R^T X, X^T R's values at a fraction of its cost
 
     def terms(T: torch.Tensor):
         R, t = T[0, :3, :3], T[0, :3, 3]
-        x = P - t
-        d, g = sdf_and_grad(prim, x @ R)
-        n = g @ R.T                                             # world normals
+        x_t = P_t - t.unsqueeze(-1)
+        x = x_t.T
+        d, g = sdf_and_grad(prim, (R.T @ x_t).T)
+        n = (R @ g.T.contiguous()).T                            # world normals
         J = torch.cat([-n, torch.cross(n, x, dim=-1)], 1)       # d sdf / d (v, w) of perturb's twist
         w = huber_weights(d, scale)
         cost = float(torch.where(d.abs() < scale, 0.5 * d * d, scale * (d.abs() - 0.5 * scale)).sum())

@@ -78,18 +78,19 @@ def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, rea
     the ray passes within ``reach`` of a body (bounding sphere; exact for capsules).
     """
     keep = torch.zeros(obs.dirs.shape[0], dtype=torch.bool)
-    pts = obs.points
+    pts_t = obs.points.T.contiguous()   # (3, N): rotated as R^T X (``_body_view``)
+    dirs_t = obs.dirs.T.contiguous()
     fg = obs.foreground & (obs.depth > 0)
     for m, prim in enumerate(prims):
         R, t = T[m, :3, :3], T[m, :3, 3]
         o_b = ((obs.origin - t) @ R).expand_as(obs.dirs)
-        d_b = obs.dirs @ R
+        d_b = (R.T @ dirs_t).T
         if prim.kind in ("sphere", "capsule"):
             margin = ray_margin(prim, o_b, d_b)
         else:
             margin = ray_margin(Primitive("sphere", radius=prim.bounding_radius), o_b, d_b)
         keep |= margin > -reach
-        keep |= fg & (sdf_value(prim, (pts - t) @ R).abs() < reach)
+        keep |= fg & (sdf_value(prim, (R.T @ (pts_t - t.unsqueeze(-1))).T).abs() < reach)
     return keep
 
 
@@ -187,16 +188,18 @@ def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs
     Implicit function theorem on sdf(x(s), T) = 0: ds/dθ = -(d sdf/dθ) / (n . dir). Rays
     meeting the surface at a grazing angle (|cos| < ``min_cos``) get s = nan (unusable).
     """
-    return _depth_residuals(prim, T, origin, dirs, s, dirs.norm(dim=-1), min_cos)
+    return _depth_residuals(prim, T, origin, dirs.T.contiguous(), s, dirs.norm(dim=-1), min_cos)
 
 
-def _depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor, s: torch.Tensor,
+def _depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs_t: torch.Tensor, s: torch.Tensor,
                      dir_norm: torch.Tensor, min_cos: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
-    """``depth_residuals`` with the rays' lengths ``dir_norm`` (N,) given."""
+    """``depth_residuals`` of the rays ``dirs_t`` (3, N) with their lengths ``dir_norm`` (N,) given
+    (rotated as R^T X, ``_body_view``)."""
     R, t = T[:3, :3], T[:3, 3]
-    x = origin + s.unsqueeze(-1) * dirs - t
-    n = sdf_and_grad(prim, x @ R)[1] @ R.T
-    n_dir = (n * dirs).sum(-1)
+    x_t = origin.unsqueeze(-1) + s * dirs_t - t.unsqueeze(-1)
+    n_t = R @ sdf_and_grad(prim, (R.T @ x_t).T)[1].T.contiguous()   # (3, N) world normals
+    n_dir = n_t[0] * dirs_t[0] + n_t[1] * dirs_t[1] + n_t[2] * dirs_t[2]
+    n, x = n_t.T, x_t.T
     ok = (n_dir / dir_norm).abs() >= min_cos
     den = torch.where(ok, n_dir, torch.ones_like(n_dir))
     return torch.where(ok, s, torch.full_like(s, float("nan"))), torch.cat([n, torch.cross(x, n, dim=-1)], -1) / den.unsqueeze(-1)
@@ -270,6 +273,7 @@ class _Assignment:
     gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
     sig_floor: torch.Tensor | None = None  # (P,) GATE_SIGMAS * sig: no gate is tighter on a point
     point_of: torch.Tensor | None = None  # (N,) each ray's point index (position in idx), -1: none
+    dirs_t: torch.Tensor | None = None  # (3, N) the rays' directions
 
     def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
         """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel``: (P,) bool with K true,
@@ -378,7 +382,7 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
     return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
-                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of)
+                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of, dirs_t)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -391,7 +395,7 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     ray_sig = a.ray_sig
     on = a.fg & (a.visible == m) & (a.gap < torch.maximum(gate, a.ray_floor))
     on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
-    rd, Jd = _depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i], a.dir_norm[on_i])
+    rd, Jd = _depth_residuals(prim, T_m, obs.origin, a.dirs_t[:, on_i], a.near[on_i], a.dir_norm[on_i])
     keep_d = torch.isfinite(rd)
     sel = (sel & ~on[a.idx]).nonzero().squeeze(-1)
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
