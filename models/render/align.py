@@ -31,8 +31,9 @@ from functools import partial
 import torch
 
 from vid2sim.models.geometry_torch import so3_exp
-from vid2sim.models.render.primitives import (Primitive, argmin_along_rays, ray_hit, ray_margin, ray_margin_and_grad,
-                                              sdf_and_grad, sdf_value)
+from vid2sim.models.render import primitives
+from vid2sim.models.render.primitives import (Primitive, argmin_along_rays, box_sdf_and_grad, ray_hit, ray_margin,
+                                              ray_margin_and_grad, sdf_and_grad, sdf_value)
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -169,16 +170,33 @@ def margin_residuals_of(prims: list[Primitive], Ts: list[torch.Tensor], origin: 
     d_b = [d @ R for (R, _), d in zip(frames, dirs)]
     search = [i for i, (p, d) in enumerate(zip(prims, dirs)) if p.kind in ("box", "cylinder") and d.shape[0]]
     s_star = dict(zip(search, argmin_along_rays([(prims[i], o_b[i].detach(), d_b[i].detach()) for i in search])))
+    boxes = [i for i in search if prims[i].kind == "box"] if not primitives.BOX_CLOSED_FORM else []
+    kept = _box_margins(prims, o_b, d_b, s_star, boxes) if len(boxes) > 1 else {}
     out = []
     for i, ((R, t), d) in enumerate(zip(frames, dirs)):
         if d.shape[0] == 0:
             out.append((d.new_zeros(0), d.new_zeros(0, 6)))
             continue
-        m, g_o, g_d = ray_margin_and_grad(prims[i], o_b[i], d_b[i], s_star.get(i))
+        m, g_o, g_d = kept[i] if i in kept else ray_margin_and_grad(prims[i], o_b[i], d_b[i], s_star.get(i))
         G_o, G_d = g_o @ R.T, g_d @ R.T
         c = (origin - t).expand_as(d)
         out.append((m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, d, dim=-1)], -1)))
     return out
+
+
+def _box_margins(prims: list[Primitive], o_b: list[torch.Tensor], d_b: list[torch.Tensor], s_star: dict,
+                 boxes: list[int]) -> dict[int, tuple[torch.Tensor, ...]]:
+    """``ray_margin_and_grad`` of the boxes ``boxes`` (body-frame rays o_b[i], d_b[i] (K_i, 3) and their
+    line searches' minimisers s_star[i] (K_i,)) in one set of operations: the same elementwise
+    operations on all their rays, each with its box's half sizes (so the same values)."""
+    sizes = [d_b[i].shape[0] for i in boxes]
+    O = torch.cat([o_b[i] for i in boxes]).detach()
+    D = torch.cat([d_b[i] for i in boxes]).detach()
+    S = torch.cat([s_star[i] for i in boxes]).unsqueeze(-1)
+    half = torch.cat([O.new_tensor(prims[i].half_size).expand(k, 3) for i, k in zip(boxes, sizes)])
+    f, n = box_sdf_and_grad(O + S * D, half)
+    parts = zip(torch.split(-f, sizes), torch.split(-n, sizes), torch.split(-S * n, sizes))
+    return dict(zip(boxes, parts))
 
 
 def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor,

@@ -116,17 +116,22 @@ def sdf_and_grad(prim: Primitive, q: torch.Tensor) -> tuple[torch.Tensor, torch.
                         torch.where((dr > dz).unsqueeze(-1), er, ez))
         return out * (dr > 0) * (dz > 0) + torch.where(corner, 0.0, torch.maximum(dr, dz)).to(q.dtype), g
     if prim.kind == "box":
-        sgn = torch.where(q >= 0, 1.0, -1.0).to(q.dtype)
-        dq = q.abs() - q.new_tensor(prim.half_size)
-        pos = dq.clamp(min=0)
-        out = _norm(pos)
-        inside_d, inside_i = dq.max(-1)
-        outside = inside_d > 0
-        g_in = torch.nn.functional.one_hot(inside_i, 3).to(q.dtype) * sgn
-        # A point on a face is "outside" by rounding only: its normal is the face's, not pos/|pos|.
-        g = torch.where((outside & (out > 1e-9)).unsqueeze(-1), sgn * pos / out.unsqueeze(-1), g_in)
-        return torch.where(outside, out, inside_d), g
+        return box_sdf_and_grad(q, q.new_tensor(prim.half_size))
     raise ValueError(f"unknown primitive kind {prim.kind!r}")
+
+
+def box_sdf_and_grad(q: torch.Tensor, half: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sdf_and_grad`` of a box of half sizes ``half`` (3,), or of one box per point (..., 3)."""
+    sgn = torch.where(q >= 0, 1.0, -1.0).to(q.dtype)
+    dq = q.abs() - half
+    pos = dq.clamp(min=0)
+    out = _norm(pos)
+    inside_d, inside_i = dq.max(-1)
+    outside = inside_d > 0
+    g_in = torch.nn.functional.one_hot(inside_i, 3).to(q.dtype) * sgn
+    # A point on a face is "outside" by rounding only: its normal is the face's, not pos/|pos|.
+    g = torch.where((outside & (out > 1e-9)).unsqueeze(-1), sgn * pos / out.unsqueeze(-1), g_in)
+    return torch.where(outside, out, inside_d), g
 
 
 def sdf_value(prim: Primitive, q: torch.Tensor) -> torch.Tensor:
