@@ -220,7 +220,8 @@ def _depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dir
     n, x = n_t.T, x_t.T
     ok = (n_dir / dir_norm).abs() >= min_cos
     den = torch.where(ok, n_dir, torch.ones_like(n_dir))
-    return torch.where(ok, s, torch.full_like(s, float("nan"))), torch.cat([n, torch.cross(x, n, dim=-1)], -1) / den.unsqueeze(-1)
+    J = torch.cat([n, torch.cross(x, n, dim=-1)], -1) / den.unsqueeze(-1)
+    return torch.where(ok, s, torch.full_like(s, float("nan"))), J
 
 
 def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
@@ -285,7 +286,7 @@ class _Assignment:
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
-    ray_sig: torch.Tensor | None = None  # (N,) depth noise std (m) of each ray (``scale`` without ``Observation.sigma``)
+    ray_sig: torch.Tensor | None = None  # (N,) depth noise std (m) of each ray (``scale`` without obs.sigma)
     ray_floor: torch.Tensor | None = None  # (N,) GATE_SIGMAS * ray_sig: no gate is tighter on a ray
     dir_norm: torch.Tensor | None = None  # (N,) length of each ray's direction
     gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
@@ -365,8 +366,9 @@ def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, dir
     """Body m at pose T_m (4, 4) against ``obs``: first-hit depth along every ray (N,) (inf: a miss),
     signed distance of the points ``pts_t`` (3, P) and those points in the body frame (P, 3)
     (for ``_Assignment.jac``); ``dirs_t``: ``obs.dirs`` as (3, N). Rotated as R^T X of the (3, K)
-    layouts: the values of X^T R, at a quarter of its cost for K in the thousands. Kept on ``obs`` (``_static`` resets it) for the body's latest pose:
-    a body that did not move between two steps of a frame (frozen, or converged) is not rendered again."""
+    layouts: the values of X^T R, at a quarter of its cost for K in the thousands. Kept on ``obs``
+    (``_static`` resets it) for the body's latest pose: a body that did not move between two steps
+    of a frame (frozen, or converged) is not rendered again."""
     cache = obs.__dict__.setdefault("_body_cache", {})
     key = T_m.detach().numpy().tobytes()
     kept = cache.get(m)

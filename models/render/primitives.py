@@ -381,7 +381,8 @@ def _line_segment_dist(o, d, h):
 
 
 def _bracket(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lo, hi) (...) of ``_argmin_along_ray``'s search: the bounding sphere's chord, a box's own chord on piercing rays."""
+    """(lo, hi) (...) of ``_argmin_along_ray``'s search: the bounding sphere's chord, a box's own
+    chord on piercing rays."""
     dd = _dot(d, d)
     s_c = -_dot(o, d) / dd
     half = prim.bounding_radius / dd.sqrt()
@@ -408,7 +409,8 @@ def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: 
         return 0.5 * (lo + hi)
 
 
-def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor]], iters: int = 14) -> list[torch.Tensor]:
+def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor]],
+                      iters: int = 14) -> list[torch.Tensor]:
     """``_argmin_along_ray`` of each (prim, o (K, 3), d (K, 3)) problem, a (K,) tensor each. The float64
     boxes' and cylinders' searches (and their brackets) run in NumPy as one per kind over all their
     rays, elementwise the same operations as one problem's (so the same values)."""
@@ -421,8 +423,8 @@ def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor
         sizes = [len(problems[i][1]) for i in group]
         O = np.concatenate([np.broadcast_to(problems[i][1].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
         D = np.concatenate([np.broadcast_to(problems[i][2].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
-        shape = np.concatenate([np.broadcast_to(_np_shape(problems[i][0], 1), (_np_shape(problems[i][0], 1).shape[0], k))
-                                for i, k in zip(group, sizes)], 1)
+        shapes = [_np_shape(problems[i][0], 1) for i in group]
+        shape = np.concatenate([np.broadcast_to(h, (h.shape[0], k)) for h, k in zip(shapes, sizes)], 1)
         radius = np.concatenate([np.full(k, problems[i][0].bounding_radius) for i, k in zip(group, sizes)])
         lo, hi = golden_section(_line_sdf_np(kind, O, D, shape), *_bracket_np(kind, O, D, radius, shape), iters)
         for i, s in zip(group, np.split(0.5 * (lo + hi), np.cumsum(sizes)[:-1])):
