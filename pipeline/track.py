@@ -489,13 +489,19 @@ def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> Tr
 
 def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
                     out_dir: Path) -> None:
-    """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``."""
+    """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``;
+    ``render_cache`` {frame: (flat, visible, rgb or None)} is emptied as the frames are written."""
     M = lost.shape[1]
     colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
                        [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
-    frames = [overlay_frame(rec, i, None if rec.has_color else rec.depth(i), *render_cache[i], lost[i], names, colors)
-              for i in sorted(render_cache)]
-    write_overlay(frames, rec.fps, out_dir)
+
+    def frames():
+        for i in sorted(render_cache):
+            flat, visible, rgb = render_cache.pop(i)
+            yield overlay_frame(rec, i, None if rec.has_color else rec.depth(i), flat, visible, lost[i], names, colors,
+                                rgb=rgb)
+
+    write_overlay(frames(), rec.fps, out_dir)
 
 
 def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
@@ -561,7 +567,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
-                    render_cache[i] = vis
+                    render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
                 if not first:  # no velocity across the seed frame (its pose is not a motion)

@@ -144,26 +144,34 @@ def surface_fit(prim: Primitive, T: torch.Tensor, pts: torch.Tensor, scale: floa
     P = torch.as_tensor(pts, dtype=FLOAT)
     if len(P) < 6:
         return T
+    P_t = P.T.contiguous()   # (3, N): rotated as R^T X, X^T R's values at a fraction of its cost
 
-    def terms(T: torch.Tensor):
+    def evaluate(T: torch.Tensor):
+        """Signed distances (N,) at pose T, their Huber cost and what ``normal`` needs."""
         R, t = T[0, :3, :3], T[0, :3, 3]
-        x = P - t
-        d, g = sdf_and_grad(prim, x @ R)
-        n = g @ R.T                                             # world normals
-        J = torch.cat([-n, torch.cross(n, x, dim=-1)], 1)       # d sdf / d (v, w) of perturb's twist
-        w = huber_weights(d, scale)
+        x_t = P_t - t.unsqueeze(-1)
+        d, g = sdf_and_grad(prim, (R.T @ x_t).T)
         cost = float(torch.where(d.abs() < scale, 0.5 * d * d, scale * (d.abs() - 0.5 * scale)).sum())
-        return d, J, w, cost
+        return d, cost, (R, x_t, g)
+
+    def normal(d: torch.Tensor, R: torch.Tensor, x_t: torch.Tensor, g: torch.Tensor):
+        """The IRLS normal equations (H (6, 6), g (6,)) at a kept pose (a rejected step needs none)."""
+        n = (R @ g.T.contiguous()).T                            # world normals
+        J = torch.cat([-n, torch.cross(n, x_t.T, dim=-1)], 1)   # d sdf / d (v, w) of perturb's twist
+        Jw = J * huber_weights(d, scale)[:, None]
+        return Jw.T @ J, Jw.T @ d
 
     lam = 1e-3
-    d, J, w, c = terms(T)
-    for _ in range(iterations):
-        H, g = (J * w[:, None]).T @ J, (J * w[:, None]).T @ d
+    d, c, geo = evaluate(T)
+    H, g = normal(d, *geo)
+    for it in range(iterations):
         step = -torch.linalg.solve(H + lam * torch.diag(torch.diag(H)) + 1e-12 * torch.eye(6, dtype=FLOAT), g)
         Tn = perturb(T[0], step)[None]
-        d2, J2, w2, c2 = terms(Tn)
+        d2, c2, geo2 = evaluate(Tn)
         if c2 <= c:
-            T, d, J, w, c, lam = Tn, d2, J2, w2, c2, max(lam / 3.0, 1e-6)
+            T, d, c, lam = Tn, d2, c2, max(lam / 3.0, 1e-6)
+            if it < iterations - 1:
+                H, g = normal(d, *geo2)
         else:
             lam *= 10.0
     return T

@@ -1,7 +1,9 @@
 """Track's overlay video: each frame beside the same frame with the tracked parts drawn in."""
 from __future__ import annotations
 
+import itertools
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import cv2
@@ -15,11 +17,12 @@ OVERLAY_FILE = "track_overlay.mp4"
 
 
 def overlay_frame(rec: Recording, i: int, depth: np.ndarray | None, flat: np.ndarray, visible: np.ndarray,
-                  lost: np.ndarray, names: list[str], colors: np.ndarray) -> np.ndarray:
+                  lost: np.ndarray, names: list[str], colors: np.ndarray, rgb: np.ndarray | None = None) -> np.ndarray:
     """Frame i (colour, or depth in false colour) beside itself with the rendered parts
-    blended in (``visible``: part index per ray ``flat``, -1 none) and lost parts named."""
+    blended in (``visible``: part index per ray ``flat``, -1 none) and lost parts named;
+    ``rgb``: frame i's colour (H, W, 3) if already read, else it is read from ``rec``."""
     if rec.has_color:
-        img = rec.color(i)
+        img = rec.color(i) if rgb is None else rgb
     else:
         d = np.clip(depth / max(float(depth.max()), 1e-6) * 255, 0, 255).astype(np.uint8)
         img = cv2.cvtColor(cv2.applyColorMap(d, cv2.COLORMAP_VIRIDIS), cv2.COLOR_BGR2RGB)
@@ -39,15 +42,18 @@ class _NoVideoCodec(RuntimeError):
     pass
 
 
-def write_overlay(frames: list[np.ndarray], fps: float, out_dir: Path) -> Path:
-    """mp4 through cv2.VideoWriter; a PNG strip of up to 8 frames if no mp4 codec is available."""
-    h, w = frames[0].shape[:2]
+def write_overlay(frames: Iterable[np.ndarray], fps: float, out_dir: Path) -> Path:
+    """mp4 through cv2.VideoWriter; a PNG strip of up to 8 frames if no mp4 codec is available.
+    ``frames`` (each (H, W, 3) RGB) may be a generator: each is encoded as it comes."""
+    frames = iter(frames)
+    first = next(frames)
+    h, w = first.shape[:2]
     path = out_dir / OVERLAY_FILE
     try:
         with atomic_path(path) as tmp:
             vw = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
             ok = vw.isOpened()
-            for f in frames if ok else []:
+            for f in itertools.chain([first], frames) if ok else []:
                 vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
             vw.release()
             if not ok or tmp.stat().st_size == 0:
@@ -56,6 +62,7 @@ def write_overlay(frames: list[np.ndarray], fps: float, out_dir: Path) -> Path:
     except _NoVideoCodec:
         log.warning("track: no mp4 codec in OpenCV; writing a PNG strip instead of %s", OVERLAY_FILE)
     path = out_dir / "track_overlay.png"
+    frames = [first, *frames]
     picks = frames[:: max(1, len(frames) // 8)][:8]
     _, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
     write_bytes(path, buf.tobytes())

@@ -1,5 +1,7 @@
-"""The tracker's shortcuts against the computations they replace: the NumPy line search, the
-re-gated final render, the start fits' duplicate test and the constant-acceleration prediction."""
+"""The tracker's shortcuts against the computations they replace: the NumPy line search (and
+several bodies' in one), the re-gated final render, the start fits' duplicate test, the
+constant-acceleration prediction, the distances without gradients, the Jacobians of the used
+points only and the overlay video written as it is made."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +10,11 @@ import torch
 
 from vid2sim.models.geometry_torch import perturb, so3_exp
 from vid2sim.models.render import Primitive
-from vid2sim.models.render.align import Observation, gauss_newton_step, render_hits
+from vid2sim.models.render.align import (Observation, _assign, gauss_newton_step, margin_residuals, margin_residuals_of,
+                                         point_residuals, render_hits)
 from vid2sim.models.render.golden import golden_section
-from vid2sim.models.render.primitives import _argmin_along_ray, _dot, _slab, sdf
+from vid2sim.models.render.primitives import (_argmin_along_ray, _dot, _slab, argmin_along_rays, sdf, sdf_and_grad,
+                                              sdf_value)
 from vid2sim.pipeline.track_fit import same_placement
 from vid2sim.pipeline.track_motion import Motion
 
@@ -142,3 +146,71 @@ def test_constant_acceleration_prediction_is_exact_for_uniform_acceleration():
             assert torch.allclose(P, pose(5), atol=1e-12)
     motion.stop(torch.ones(1, dtype=torch.bool))   # a stopped body is predicted where it is
     assert torch.allclose(motion.predict(pose(4)), pose(4), atol=1e-15)
+
+
+@pytest.mark.parametrize("prim", [BOX, CYL, Primitive("capsule", radius=0.03, half_length=0.1),
+                                  Primitive("sphere", radius=0.07)], ids=["box", "cylinder", "capsule", "sphere"])
+def test_sdf_value_is_the_value_of_sdf_and_grad_bit_for_bit(prim):
+    """``sdf_value`` (the distances of every point to every body, each step) is ``sdf_and_grad``'s
+    value without its gradient, to the last bit, inside, outside and on the surface; and it is the SDF."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(3000, 3, generator=g, dtype=DT) * 0.12
+    on_face = q.clone()
+    on_face[:, 0] = prim.half_size[0] if prim.kind == "box" else 0.0
+    for pts in (q, on_face):
+        v = sdf_value(prim, pts)
+        assert torch.equal(v, sdf_and_grad(prim, pts)[0])
+        assert torch.allclose(v, sdf(prim, pts), atol=1e-9)
+    assert bool((sdf_value(prim, q) < 0).any()) and bool((sdf_value(prim, q) > 0).any())
+
+
+def test_the_line_searches_of_several_bodies_in_one_are_each_bodys_own():
+    """``argmin_along_rays`` (one golden-section search for all bodies' silhouette rays, brackets in
+    NumPy) returns each problem's ``_argmin_along_ray`` to the last bit; ``margin_residuals_of``
+    each body's ``margin_residuals``."""
+    g = torch.Generator().manual_seed(4)
+    prims = [BOX, CYL, Primitive("box", half_size=(0.3, 0.2, 0.01)), Primitive("capsule", radius=0.03, half_length=0.2),
+             Primitive("cylinder", radius=0.1, half_length=0.02), BOX]
+    problems = []
+    for k, p in enumerate(prims):
+        n = 40 + 15 * k if k < 5 else 0   # the last one has no rays
+        o = (torch.randn(3, generator=g, dtype=DT) * 0.5).expand(n, 3)   # one camera centre, as the tracker's
+        d = torch.randn(n, 3, generator=g, dtype=DT) * 0.2 + torch.tensor([0.0, 0.0, 1.0], dtype=DT)
+        problems.append((p, o, d))
+    together = argmin_along_rays(problems)
+    for (p, o, d), s in zip(problems, together):
+        assert torch.equal(s, _argmin_along_ray(p, o, d))
+    origin = torch.tensor([0.02, -0.01, 0.0], dtype=DT)
+    Ts = [perturb(torch.eye(4, dtype=DT), torch.tensor([0.01 * k, -0.02, 0.9, 0.1 * k, 0.2, -0.1], dtype=DT))
+          for k in range(len(prims))]
+    dirs = [d for _, _, d in problems]
+    for (m, J), p, T, d in zip(margin_residuals_of(prims, Ts, origin, dirs), prims, Ts, dirs):
+        m1, J1 = margin_residuals(p, T, origin, d)
+        assert torch.equal(m, m1) and torch.equal(J, J1)
+
+
+def test_a_steps_point_jacobians_are_point_residuals_ones():
+    """The Jacobians a step forms for only the points it uses (``_Assignment.jac``, from the points
+    kept in the body's frame) equal ``point_residuals``' on those points."""
+    prim, T, obs = _scene()
+    T0 = perturb(T, torch.tensor([0.01, -0.01, 0.01, 0.03, -0.02, 0.02], dtype=DT))[None]
+    a = _assign([prim], T0, obs, torch.full((1,), 0.05, dtype=DT), 0.004, 0.02)
+    sel = a.selected(0, torch.tensor(0.05, dtype=DT)) & (torch.arange(a.idx.numel()) % 3 > 0)   # a subset
+    assert 100 < int(sel.sum()) < sel.numel()
+    d, J = point_residuals(prim, T0[0], a.pts[a.idx[sel]])
+    assert torch.allclose(a.jac(prim, T0[0], 0, sel), J, rtol=0, atol=1e-15)
+    assert torch.allclose(a.jac(prim, T0[0], 0, sel.nonzero().squeeze(-1)), J, rtol=0, atol=1e-15)
+    assert torch.allclose(a.sd[0][sel], d, rtol=0, atol=1e-15)
+
+
+def test_the_overlay_video_from_a_generator_is_the_one_from_a_list(tmp_path):
+    """``write_overlay`` encodes frames as they come: a generator gives the file a list gives."""
+    from vid2sim.pipeline.track_overlay import write_overlay
+
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(12)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pa = write_overlay(frames, 30.0, tmp_path / "a")
+    pb = write_overlay((f for f in frames), 30.0, tmp_path / "b")
+    assert pa.name == pb.name and pa.read_bytes() == pb.read_bytes() and pa.stat().st_size > 0

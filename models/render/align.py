@@ -30,8 +30,10 @@ from functools import partial
 
 import torch
 
-from vid2sim.models.geometry_torch import perturb
-from vid2sim.models.render.primitives import Primitive, ray_hit, ray_margin, ray_margin_and_grad, sdf_and_grad
+from vid2sim.models.geometry_torch import so3_exp
+from vid2sim.models.render import primitives
+from vid2sim.models.render.primitives import (Primitive, argmin_along_rays, box_sdf_and_grad, ray_hit, ray_margin,
+                                              ray_margin_and_grad, sdf_and_grad, sdf_value)
 
 PLANAR_DOFS = (0, 2, 4)  # world x, world z translation and rotation about world y
 
@@ -77,18 +79,19 @@ def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, rea
     the ray passes within ``reach`` of a body (bounding sphere; exact for capsules).
     """
     keep = torch.zeros(obs.dirs.shape[0], dtype=torch.bool)
-    pts = obs.points
+    pts_t = obs.points.T.contiguous()   # (3, N): rotated as R^T X (``_body_view``)
+    dirs_t = obs.dirs.T.contiguous()
     fg = obs.foreground & (obs.depth > 0)
     for m, prim in enumerate(prims):
         R, t = T[m, :3, :3], T[m, :3, 3]
         o_b = ((obs.origin - t) @ R).expand_as(obs.dirs)
-        d_b = obs.dirs @ R
+        d_b = (R.T @ dirs_t).T
         if prim.kind in ("sphere", "capsule"):
             margin = ray_margin(prim, o_b, d_b)
         else:
             margin = ray_margin(Primitive("sphere", radius=prim.bounding_radius), o_b, d_b)
         keep |= margin > -reach
-        keep |= fg & (sdf_and_grad(prim, (pts - t) @ R)[0].abs() < reach)
+        keep |= fg & (sdf_value(prim, (R.T @ (pts_t - t.unsqueeze(-1))).T).abs() < reach)
     return keep
 
 
@@ -138,8 +141,14 @@ def point_residuals(prim: Primitive, T: torch.Tensor, p: torch.Tensor) -> tuple[
     """p: (N, 3) world points -> sdf (N,), Jacobian (N, 6) w.r.t. the world twist (v, w) of T."""
     R, t = T[:3, :3], T[:3, 3]
     d, g = sdf_and_grad(prim, (p - t) @ R)
+    return d, _twist_jacobian(g, R, p - t)
+
+
+def _twist_jacobian(g: torch.Tensor, R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(K, 6) d sdf / d (v, w) of points with body-frame SDF gradients g (K, 3), the body's
+    rotation R (3, 3) and their offsets x (K, 3) from its origin (world frame)."""
     n = g @ R.T
-    return d, torch.cat([-n, -torch.cross(p - t, n, dim=-1)], -1)
+    return torch.cat([-n, -torch.cross(x, n, dim=-1)], -1)
 
 
 def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
@@ -149,13 +158,45 @@ def margin_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor,
     With o_b = R^T (c - t), d_b = R^T d and the left twist R <- exp(w) R, t <- t + v:
     dm = -G_o.v + w.(G_o x (c - t) + G_d x d), G = R dm/d(o_b, d_b) (world vectors).
     """
-    if dirs.shape[0] == 0:
-        return dirs.new_zeros(0), dirs.new_zeros(0, 6)
-    R, t = T[:3, :3], T[:3, 3]
-    m, g_o, g_d = ray_margin_and_grad(prim, ((origin - t) @ R).expand_as(dirs), dirs @ R)
-    G_o, G_d = g_o @ R.T, g_d @ R.T
-    c = (origin - t).expand_as(dirs)
-    return m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, dirs, dim=-1)], -1)
+    return margin_residuals_of([prim], [T], origin, [dirs])[0]
+
+
+def margin_residuals_of(prims: list[Primitive], Ts: list[torch.Tensor], origin: torch.Tensor,
+                        dirs: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``margin_residuals`` of several bodies (pose Ts[i] (4, 4), rays dirs[i] (N_i, 3)), with the
+    golden-section line searches of all of them run as one (``primitives.argmin_along_rays``)."""
+    frames = [(T[:3, :3], T[:3, 3]) for T in Ts]
+    o_b = [((origin - t) @ R).expand_as(d) for (R, t), d in zip(frames, dirs)]
+    d_b = [d @ R for (R, _), d in zip(frames, dirs)]
+    search = [i for i, (p, d) in enumerate(zip(prims, dirs)) if p.kind in ("box", "cylinder") and d.shape[0]]
+    s_star = dict(zip(search, argmin_along_rays([(prims[i], o_b[i].detach(), d_b[i].detach()) for i in search])))
+    boxes = [i for i in search if prims[i].kind == "box"] if not primitives.BOX_CLOSED_FORM else []
+    kept = _box_margins(prims, o_b, d_b, s_star, boxes) if len(boxes) > 1 else {}
+    out = []
+    for i, ((R, t), d) in enumerate(zip(frames, dirs)):
+        if d.shape[0] == 0:
+            out.append((d.new_zeros(0), d.new_zeros(0, 6)))
+            continue
+        m, g_o, g_d = kept[i] if i in kept else ray_margin_and_grad(prims[i], o_b[i], d_b[i], s_star.get(i))
+        G_o, G_d = g_o @ R.T, g_d @ R.T
+        c = (origin - t).expand_as(d)
+        out.append((m, torch.cat([-G_o, torch.cross(G_o, c, dim=-1) + torch.cross(G_d, d, dim=-1)], -1)))
+    return out
+
+
+def _box_margins(prims: list[Primitive], o_b: list[torch.Tensor], d_b: list[torch.Tensor], s_star: dict,
+                 boxes: list[int]) -> dict[int, tuple[torch.Tensor, ...]]:
+    """``ray_margin_and_grad`` of the boxes ``boxes`` (body-frame rays o_b[i], d_b[i] (K_i, 3) and their
+    line searches' minimisers s_star[i] (K_i,)) in one set of operations: the same elementwise
+    operations on all their rays, each with its box's half sizes (so the same values)."""
+    sizes = [d_b[i].shape[0] for i in boxes]
+    O = torch.cat([o_b[i] for i in boxes]).detach()
+    D = torch.cat([d_b[i] for i in boxes]).detach()
+    S = torch.cat([s_star[i] for i in boxes]).unsqueeze(-1)
+    half = torch.cat([O.new_tensor(prims[i].half_size).expand(k, 3) for i, k in zip(boxes, sizes)])
+    f, n = box_sdf_and_grad(O + S * D, half)
+    parts = zip(torch.split(-f, sizes), torch.split(-n, sizes), torch.split(-S * n, sizes))
+    return dict(zip(boxes, parts))
 
 
 def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor,
@@ -165,13 +206,22 @@ def depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs
     Implicit function theorem on sdf(x(s), T) = 0: ds/dθ = -(d sdf/dθ) / (n . dir). Rays
     meeting the surface at a grazing angle (|cos| < ``min_cos``) get s = nan (unusable).
     """
-    x = origin + s.unsqueeze(-1) * dirs
-    _, J = point_residuals(prim, T, x)
-    n = -J[:, :3]
-    cos = (n * dirs).sum(-1) / dirs.norm(dim=-1)
-    ok = cos.abs() >= min_cos
-    den = torch.where(ok, (n * dirs).sum(-1), torch.ones_like(cos))
-    return torch.where(ok, s, torch.full_like(s, float("nan"))), -J / den.unsqueeze(-1)
+    return _depth_residuals(prim, T, origin, dirs.T.contiguous(), s, dirs.norm(dim=-1), min_cos)
+
+
+def _depth_residuals(prim: Primitive, T: torch.Tensor, origin: torch.Tensor, dirs_t: torch.Tensor, s: torch.Tensor,
+                     dir_norm: torch.Tensor, min_cos: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``depth_residuals`` of the rays ``dirs_t`` (3, N) with their lengths ``dir_norm`` (N,) given
+    (rotated as R^T X, ``_body_view``)."""
+    R, t = T[:3, :3], T[:3, 3]
+    x_t = origin.unsqueeze(-1) + s * dirs_t - t.unsqueeze(-1)
+    n_t = R @ sdf_and_grad(prim, (R.T @ x_t).T)[1].T.contiguous()   # (3, N) world normals
+    n_dir = n_t[0] * dirs_t[0] + n_t[1] * dirs_t[1] + n_t[2] * dirs_t[2]
+    n, x = n_t.T, x_t.T
+    ok = (n_dir / dir_norm).abs() >= min_cos
+    den = torch.where(ok, n_dir, torch.ones_like(n_dir))
+    J = torch.cat([n, torch.cross(x, n, dim=-1)], -1) / den.unsqueeze(-1)
+    return torch.where(ok, s, torch.full_like(s, float("nan"))), J
 
 
 def render_hits(prims: list[Primitive], T: torch.Tensor, origin: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
@@ -230,18 +280,32 @@ class _Assignment:
     idx: torch.Tensor  # (P,) indices of the foreground rays: the observed points
     sig: torch.Tensor  # (P,) depth noise std (m) of each point
     sd: torch.Tensor  # (M, P) signed distance of each point to each body
-    jac: list  # per body, (P, 6) Jacobians of sd w.r.t. its world twist
+    local: list  # per body, (P, 3) the points in its frame (``jac``)
     best: object  # (values, indices) of the smallest |sd| per point, None without bodies
     assigned: torch.Tensor  # (N,) body each point was assigned to (within the gate), -1 none
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
     weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
+    ray_sig: torch.Tensor | None = None  # (N,) depth noise std (m) of each ray (``scale`` without obs.sigma)
+    ray_floor: torch.Tensor | None = None  # (N,) GATE_SIGMAS * ray_sig: no gate is tighter on a ray
+    dir_norm: torch.Tensor | None = None  # (N,) length of each ray's direction
+    gap: torch.Tensor | None = None  # (N,) |rendered - observed depth| of each ray
+    sig_floor: torch.Tensor | None = None  # (P,) GATE_SIGMAS * sig: no gate is tighter on a point
+    point_of: torch.Tensor | None = None  # (N,) each ray's point index (position in idx), -1: none
+    dirs_t: torch.Tensor | None = None  # (3, N) the rays' directions
+
+    def jac(self, prim: Primitive, T_m: torch.Tensor, m: int, sel: torch.Tensor) -> torch.Tensor:
+        """(K, 6) Jacobians of body m's signed distances ``sd[m][sel]`` (``sel``: (P,) bool with K true,
+        or K point indices) w.r.t. its world twist (v, w) at its pose T_m (4, 4), as ``point_residuals``
+        gives them."""
+        g = sdf_and_grad(prim, self.local[m][sel])[1]
+        return _twist_jacobian(g, T_m[:3, :3], self.pts[self.idx[sel]] - T_m[:3, 3])
 
     def selected(self, m: int, gate: torch.Tensor) -> torch.Tensor:
         """(P,) bool points nearest to body m and within its gate (or GATE_SIGMAS of their noise)."""
         if not self.idx.numel():
             return torch.zeros(0, dtype=torch.bool)
-        return (self.best.indices == m) & (self.best.values < torch.maximum(gate, GATE_SIGMAS * self.sig))
+        return (self.best.indices == m) & (self.best.values < torch.maximum(gate, self.sig_floor))
 
     def cost(self) -> float:
         """Truncated cost of the rendered poses (``StepResult.cost``)."""
@@ -253,15 +317,15 @@ class _Assignment:
         return cost + GATE_SIGMAS ** 2 * float(self.weight[self.freespace].sum())
 
 
-def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tensor,
+def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig_floor: torch.Tensor,
                  gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each point (rays ``idx``) assigned to its nearest body (``best``: values, indices (P,)) where
-    nearer than that body's gate (``gate`` (M,)) or GATE_SIGMAS of its noise ``sig`` (P,): the
-    assigned body (N,) (-1 none) and its distance (N,) (inf where unassigned)."""
+    nearer than that body's gate (``gate`` (M,)) or ``sig_floor`` (P,), GATE_SIGMAS of its noise:
+    the assigned body (N,) (-1 none) and its distance (N,) (inf where unassigned)."""
     assigned = torch.full_like(visible, -1)
-    point_res = torch.full(visible.shape, float("inf"), dtype=sig.dtype)
+    point_res = torch.full(visible.shape, float("inf"), dtype=sig_floor.dtype)
     if idx.numel():
-        ok = best.values < torch.maximum(gate[best.indices], GATE_SIGMAS * sig)
+        ok = best.values < torch.maximum(gate[best.indices], sig_floor)
         assigned[idx[ok]] = best.indices[ok]
         point_res[idx] = torch.where(ok, best.values, torch.full_like(best.values, float("inf")))
     return assigned, point_res
@@ -270,7 +334,9 @@ def _gate_points(visible: torch.Tensor, idx: torch.Tensor, best, sig: torch.Tens
 def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     """What every step of a frame computes alike from ``obs`` (not from the poses), computed once
     per observation: valid (N,), points (N, 3), fg (N,), idx (P,), sig (P,), the points at idx
-    (P, 3) and the free-space tolerance (N,) or float. Recomputed if a field was replaced."""
+    (P, 3), the free-space tolerance (N,) or float, (``_Assignment``'s ray_sig, ray_floor,
+    dir_norm) and (its sig_floor, point_of, the rays' directions (3, N) and the points at idx (3, P)).
+    Recomputed if a field was replaced."""
     key = (obs.depth, obs.dirs, obs.foreground, obs.sigma, scale, freespace_tol)
     cached = getattr(obs, "_static_cache", None)
     if cached is not None and all(a is b or (not torch.is_tensor(a) and a == b) for a, b in zip(cached[0], key)):
@@ -284,55 +350,59 @@ def _static(obs: Observation, scale: float, freespace_tol: float) -> tuple:
     sig = torch.full((idx.numel(),), scale, dtype=obs.dirs.dtype) if obs.sigma is None \
         else obs.sigma[idx].clamp(min=MIN_SIGMA_M)
     tol = freespace_tol if obs.sigma is None else obs.sigma.mul(GATE_SIGMAS).clamp(min=freespace_tol)
-    out = (valid, pts, fg, idx, sig, pts[idx], tol)
+    ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
+    point_of = torch.full_like(valid, -1, dtype=torch.long)
+    point_of[idx] = torch.arange(idx.numel())
+    pts_idx = pts[idx]
+    out = (valid, pts, fg, idx, sig, pts_idx, tol, (ray_sig, GATE_SIGMAS * ray_sig, obs.dirs.norm(dim=-1)),
+           (GATE_SIGMAS * sig, point_of, obs.dirs.T.contiguous(), pts_idx.T.contiguous()))
     obs._static_cache = (key, out)
     obs._body_cache = {}
     return out
 
 
-def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, pts_idx: torch.Tensor,
-               jacobians: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _body_view(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, dirs_t: torch.Tensor,
+               pts_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Body m at pose T_m (4, 4) against ``obs``: first-hit depth along every ray (N,) (inf: a miss),
-    signed distance of the points ``pts_idx`` (P, 3) and, with ``jacobians``, their Jacobians (P, 6)
-    (else None). Kept on ``obs`` (``_static`` resets it) for the body's latest pose: a body that did
-    not move between two steps of a frame (frozen, or converged) is not rendered again."""
+    signed distance of the points ``pts_t`` (3, P) and those points in the body frame (P, 3)
+    (for ``_Assignment.jac``); ``dirs_t``: ``obs.dirs`` as (3, N). Rotated as R^T X of the (3, K)
+    layouts: the values of X^T R, at a quarter of its cost for K in the thousands. Kept on ``obs``
+    (``_static`` resets it) for the body's latest pose: a body that did not move between two steps
+    of a frame (frozen, or converged) is not rendered again."""
     cache = obs.__dict__.setdefault("_body_cache", {})
     key = T_m.detach().numpy().tobytes()
     kept = cache.get(m)
-    if kept is not None and kept[0] == key and (kept[3] is not None or not jacobians):
+    if kept is not None and kept[0] == key:
         return kept[1], kept[2], kept[3]
     R, t = T_m[:3, :3], T_m[:3, 3]
+    o_b = (obs.origin - t) @ R   # one origin for every ray: broadcast, not expanded (a mesh's casting takes (N, 3))
     with torch.no_grad():
-        hit = ray_hit(prim, ((obs.origin - t) @ R).expand_as(obs.dirs), obs.dirs @ R)
-    if jacobians:
-        d, J = point_residuals(prim, T_m, pts_idx)
-    else:
-        d, J = sdf_and_grad(prim, (pts_idx - t) @ R)[0], None
-    cache[m] = (key, hit, d, J)
-    return hit, d, J
+        hit = ray_hit(prim, o_b.expand_as(obs.dirs) if prim.kind == "mesh" else o_b, (R.T @ dirs_t).T)
+    q = (R.T @ (pts_t - t.unsqueeze(-1))).T
+    d = sdf_value(prim, q)
+    cache[m] = (key, hit, d, q)
+    return hit, d, q
 
 
 def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: torch.Tensor, scale: float,
-            freespace_tol: float, jacobians: bool = True) -> _Assignment:
-    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays;
-    ``jacobians`` off: no point Jacobians (``_Assignment.jac`` empty), for a cost or a final render."""
+            freespace_tol: float) -> _Assignment:
+    """Render ``T``, assign each foreground point to its nearest body, find the free-space rays."""
     M = len(prims)
-    valid, pts, fg, idx, sig, pts_idx, tol = _static(obs, scale, freespace_tol)
-    views = [_body_view(prim, T[m], m, obs, pts_idx, jacobians) for m, prim in enumerate(prims)]
+    valid, pts, fg, idx, sig, pts_idx, tol, rays, (sig_floor, point_of, dirs_t, pts_t) = _static(obs, scale,
+                                                                                                 freespace_tol)
+    views = [_body_view(prim, T[m], m, obs, dirs_t, pts_t) for m, prim in enumerate(prims)]
     hit = torch.stack([v[0] for v in views]) if M else obs.dirs.new_zeros(0, obs.dirs.shape[0])
     near, visible = hit.min(0)
     visible = torch.where(torch.isinf(near), torch.full_like(visible, -1), visible)
-    sd = torch.full((M, idx.numel()), float("inf"), dtype=T.dtype)
-    jac = [v[2] for v in views] if jacobians else []
-    for m, v in enumerate(views):
-        sd[m] = v[1]
+    sd = torch.stack([v[1] for v in views]) if M else torch.zeros(0, idx.numel(), dtype=T.dtype)
     best = sd.abs().min(0) if M else None
-    assigned, point_res = _gate_points(visible, idx, best, sig, gate)
+    assigned, point_res = _gate_points(visible, idx, best, sig_floor, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
         freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
-    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, jac, best, assigned, point_res, freespace, obs.weight)
+    return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
+                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of, dirs_t)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -342,25 +412,28 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     the rays its render covers, point-to-surface for its points (``sel``) the render does not
     cover yet, and point-to-surface for covered rays meeting it at a grazing angle."""
     # Depth along the ray where the render shows this body (linear in the sensor noise).
-    ray_sig = obs.sigma if obs.sigma is not None else torch.full_like(obs.depth, scale)
-    on = a.fg & (a.visible == m) & ((a.near - obs.depth).abs() < torch.maximum(gate, GATE_SIGMAS * ray_sig))
+    ray_sig = a.ray_sig
+    on = a.fg & (a.visible == m) & (a.gap < torch.maximum(gate, a.ray_floor))
     on_i = on.nonzero().squeeze(-1)   # indices, in ray order: cheaper to gather with than the mask
-    rd, Jd = depth_residuals(prim, T_m, obs.origin, obs.dirs[on_i], a.near[on_i])
+    rd, Jd = _depth_residuals(prim, T_m, obs.origin, a.dirs_t[:, on_i], a.near[on_i], a.dir_norm[on_i])
     keep_d = torch.isfinite(rd)
-    sel = sel & ~on[a.idx]
+    sel = (sel & ~on[a.idx]).nonzero().squeeze(-1)
     # Rays meeting the body at a grazing angle (a box's top face seen almost edge-on): the
     # depth along the ray is too nonlinear there, so their points enter point-to-surface,
     # whitened by the noise across the surface, sigma |cos| (noise is along the ray); the pose
     # directions only such a face pins down (a cart's tilt about its long axis) need them.
     graze = on_i[~keep_d] if grazing else on_i[:0]
     graze = graze[a.assigned[graze] == m]   # and whose point is nearest to this body (not a part in front)
-    rg, Jg = point_residuals(prim, T_m, a.pts[graze])
+    graze_p = a.point_of[graze]
+    J_both = a.jac(prim, T_m, m, torch.cat([sel, graze_p]))   # the uncovered points' and the grazing ones'
+    J_sel, Jg = J_both[:sel.numel()], J_both[sel.numel():]
+    rg = a.sd[m][graze_p]
     d_g = obs.dirs[graze]
-    sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(d_g.norm(dim=-1)).clamp(min=GRAZING_COS_FLOOR)
+    sg = ray_sig[graze] * ((-Jg[:, :3]) * d_g).sum(-1).abs().div(a.dir_norm[graze]).clamp(min=GRAZING_COS_FLOOR)
     ok_g = rg.abs() < torch.maximum(gate, GATE_SIGMAS * sg)
     on_d = on_i[keep_d]
     r1 = torch.cat([rd[keep_d] - obs.depth[on_d], a.sd[m][sel], rg[ok_g]])
-    J1 = torch.cat([Jd[keep_d], a.jac[m][sel], Jg[ok_g]])
+    J1 = torch.cat([Jd[keep_d], J_sel, Jg[ok_g]])
     s1 = torch.cat([ray_sig[on_d], a.sig[sel], sg[ok_g]]).clamp(min=MIN_SIGMA_M)
     if obs.weight is None:
         return r1, J1, s1, torch.ones_like(r1)
@@ -368,28 +441,35 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     return r1, J1, s1, k1
 
 
-def _silhouette_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, scale: float,
-                      max_silhouette: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Body m's silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,) and ray
-    weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with colour labels the coverage of
-    rays labelled m that the render does not show as m."""
-    rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
-    if obs.label is None:
-        r2, J2 = margin_residuals(prim, T_m, obs.origin, obs.dirs[rays[0]])
-    else:  # the free-space and coverage rays in one call: one line search
-        cover = _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
-        r_all, J_all = margin_residuals(prim, T_m, obs.origin, obs.dirs[torch.cat([rays[0], cover[0]])])
+def _silhouette_terms(prims: list[Primitive], T: torch.Tensor, bodies: list[int], obs: Observation, a: _Assignment,
+                      scale: float, max_silhouette: int) -> dict[int, tuple[torch.Tensor, ...]]:
+    """Each body m of ``bodies``: its silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,)
+    and ray weights k (K,) (``_at_most``'s times ``Observation.weight``): free-space rays, and with
+    colour labels the coverage of rays labelled m that the render does not show as m. One line
+    search for all of them (``margin_residuals_of``)."""
+    picks = {}
+    for m in bodies:
+        rays = _at_most((a.freespace & (a.visible == m)).nonzero().squeeze(-1), max_silhouette)
+        cover = None if obs.label is None else \
+            _at_most(((obs.label == m) & (a.visible != m)).nonzero().squeeze(-1), max_silhouette)
+        picks[m] = (rays, cover, obs.dirs[rays[0] if cover is None else torch.cat([rays[0], cover[0]])])
+    margins = margin_residuals_of([prims[m] for m in bodies], [T[m] for m in bodies], obs.origin,
+                                  [picks[m][2] for m in bodies])
+    out = {}
+    for m, (r_all, J_all) in zip(bodies, margins):
+        rays, cover, _ = picks[m]
         n2 = rays[0].numel()
         r2, J2, r3, J3 = r_all[:n2], J_all[:n2], r_all[n2:], J_all[n2:]
-    s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
-    k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
-    if obs.label is not None:
-        r3 = r3.clamp(max=0)
-        s3 = torch.full_like(r3, float((T_m[:3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
-                             else scale)
-        r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
-        k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
-    return r2, J2, s2.clamp(min=MIN_SIGMA_M), k2
+        s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+        k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
+        if cover is not None:
+            r3 = r3.clamp(max=0)
+            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
+                                 else scale)
+            r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
+            k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
+        out[m] = (r2, J2, s2.clamp(min=MIN_SIGMA_M), k2)
+    return out
 
 
 def _prior_terms(T_m: torch.Tensor, T_prior_m: torch.Tensor, prior_sigma: tuple[float, float],
@@ -409,6 +489,9 @@ def _solve(prim: Primitive, T_m: torch.Tensor, H: torch.Tensor, g: torch.Tensor,
     """The damped step (len(dofs),) of normal equations H, g, restricted to the directions the
     shape can show (``free_basis``: a capsule's spin about its axis, any rotation of a sphere
     stay put instead of drifting with the damping and the prior)."""
+    if prim.kind in ("box", "mesh"):   # free_basis is the identity: every direction shows
+        H = H + damping * torch.diag(torch.diag(H)) + 1e-9 * torch.eye(len(dofs), dtype=H.dtype) * w.sum()
+        return -step_scale * torch.linalg.solve(H, g)
     B = free_basis(prim, T_m, dofs)
     Hr, gr = B.T @ H @ B, B.T @ g
     Hr = Hr + damping * torch.diag(torch.diag(Hr)) + 1e-9 * torch.eye(B.shape[1], dtype=H.dtype) * w.sum()
@@ -437,27 +520,34 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     """
     M = len(prims)
     gate = torch.as_tensor(gate, dtype=T.dtype).expand(M)
-    a = _assign(prims, T, obs, gate, scale, freespace_tol, jacobians=active is None or bool(active.any()))
+    a = _assign(prims, T, obs, gate, scale, freespace_tol)
     dofs = list(PLANAR_DOFS) if planar else list(range(6))
     unsolved = torch.zeros(M, dtype=T.dtype)   # inf: a body not solved for too few points
     normal = {}
-    for m, prim in enumerate(prims):
+    selected = {}
+    for m in range(M):
         if active is not None and not bool(active[m]):
             continue
         sel = a.selected(m, gate[m])
         if int(sel.sum()) < len(dofs) and (obs.label is None or bool(a.valid.any())):
             unsolved[m] = float("inf")  # not solved: too few points within its gate
             continue
+        selected[m] = sel
+    silhouette = _silhouette_terms(prims, T, list(selected), obs, a, scale, max_silhouette)
+    for m, sel in selected.items():
+        prim = prims[m]
         r1, J1, s1, k1 = _depth_terms(prim, T[m], m, obs, a, gate[m], sel, scale, grazing)
         w1 = w_depth * k1 * huber_weights(r1 / s1, HUBER_K) / s1**2
-        r2, J2, s2, k2 = _silhouette_terms(prim, T[m], m, obs, a, scale, max_silhouette)
+        r2, J2, s2, k2 = silhouette[m]
         w2 = w_silhouette * k2 * huber_weights(r2 / s2, HUBER_K) / s2**2
-        r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2])[:, dofs], torch.cat([w1, w2])
+        r, J, w = torch.cat([r1, r2]), torch.cat([J1, J2]), torch.cat([w1, w2])
+        J = J[:, dofs] if planar else J
         if r.numel() < len(dofs):
             unsolved[m] = float("inf")
             continue
-        H = (J * w.unsqueeze(-1)).T @ J
-        g = (J * w.unsqueeze(-1)).T @ r
+        Jw = J * w.unsqueeze(-1)
+        H = Jw.T @ J
+        g = Jw.T @ r
         if T_prior is not None:
             e, wp = _prior_terms(T[m], T_prior[m], prior_sigma, dofs)
             H = H + torch.diag(wp)
@@ -467,7 +557,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     # A fixed, truncated objective of the input poses, comparable across steps (the residual
     # sets above change with the pose, so the caller keeps the best pose it has seen).
     return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost(),
-                      partial(_gate_points, a.visible, a.idx, a.best, a.sig),
+                      partial(_gate_points, a.visible, a.idx, a.best, a.sig_floor),
                       partial(_steps, prims, T, normal, unsolved, dofs, step_scale=step_scale))
 
 
@@ -480,9 +570,14 @@ def _steps(prims: list[Primitive], T: torch.Tensor, normal: dict, unsolved: torc
     body_step = unsolved.clone()
     for m, (H, g, w) in normal.items():
         delta = _solve(prims[m], T[m], H, g, w, dofs, damping, step_scale)
-        xi = torch.zeros(6, dtype=T.dtype)
-        xi[dofs] = delta
-        T_new[m] = perturb(T[m], xi)
+        if len(dofs) == 6:
+            xi = delta
+        else:
+            xi = torch.zeros(6, dtype=T.dtype)
+            xi[dofs] = delta
+        # geometry_torch.perturb(T[m], xi) written into T_new (its last row stays (0, 0, 0, 1))
+        T_new[m, :3, :3] = so3_exp(xi[3:]) @ T[m, :3, :3]
+        T_new[m, :3, 3] = T[m, :3, 3] + xi[:3]
         body_step[m] = float(delta.abs().max())
         step_norm = max(step_norm, float(body_step[m]))
     return T_new, step_norm, body_step

@@ -116,17 +116,38 @@ def sdf_and_grad(prim: Primitive, q: torch.Tensor) -> tuple[torch.Tensor, torch.
                         torch.where((dr > dz).unsqueeze(-1), er, ez))
         return out * (dr > 0) * (dz > 0) + torch.where(corner, 0.0, torch.maximum(dr, dz)).to(q.dtype), g
     if prim.kind == "box":
-        sgn = torch.where(q >= 0, 1.0, -1.0).to(q.dtype)
-        dq = q.abs() - q.new_tensor(prim.half_size)
-        pos = dq.clamp(min=0)
-        out = _norm(pos)
-        inside_d, inside_i = dq.max(-1)
-        outside = inside_d > 0
-        g_in = torch.nn.functional.one_hot(inside_i, 3).to(q.dtype) * sgn
-        # A point on a face is "outside" by rounding only: its normal is the face's, not pos/|pos|.
-        g = torch.where((outside & (out > 1e-9)).unsqueeze(-1), sgn * pos / out.unsqueeze(-1), g_in)
-        return torch.where(outside, out, inside_d), g
+        return box_sdf_and_grad(q, q.new_tensor(prim.half_size))
     raise ValueError(f"unknown primitive kind {prim.kind!r}")
+
+
+def box_sdf_and_grad(q: torch.Tensor, half: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sdf_and_grad`` of a box of half sizes ``half`` (3,), or of one box per point (..., 3)."""
+    sgn = torch.where(q >= 0, 1.0, -1.0).to(q.dtype)
+    dq = q.abs() - half
+    pos = dq.clamp(min=0)
+    out = _norm(pos)
+    inside_d, inside_i = dq.max(-1)
+    outside = inside_d > 0
+    g_in = torch.nn.functional.one_hot(inside_i, 3).to(q.dtype) * sgn
+    # A point on a face is "outside" by rounding only: its normal is the face's, not pos/|pos|.
+    g = torch.where((outside & (out > 1e-9)).unsqueeze(-1), sgn * pos / out.unsqueeze(-1), g_in)
+    return torch.where(outside, out, inside_d), g
+
+
+def sdf_value(prim: Primitive, q: torch.Tensor) -> torch.Tensor:
+    """q: (..., 3) -> ``sdf_and_grad(prim, q)[0]`` (...), the same operations without the gradient's, no graph."""
+    q = q.detach()
+    if prim.kind == "sphere":
+        return _norm(q) - prim.radius
+    if prim.kind == "capsule":
+        v = q.clone()
+        v[..., 2] = q[..., 2] - q[..., 2].clamp(-prim.half_length, prim.half_length)
+        return _norm(v) - prim.radius
+    if prim.kind == "box":
+        dq = q.abs() - q.new_tensor(prim.half_size)
+        inside_d = _max3(dq)
+        return torch.where(inside_d > 0, _norm(dq.clamp(min=0)), inside_d)
+    return sdf_and_grad(prim, q)[0]
 
 
 def ray_hit(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -194,12 +215,14 @@ def pierce_margin(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int 
 BOX_CLOSED_FORM = False
 
 
-def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor,
+                        s_star: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """o, d: (..., 3) -> margin (...), d margin/d o (..., 3), d margin/d d (..., 3); no graph.
 
     Envelope theorem: margin = -sdf(x*), x* = o + s* d, so the derivatives are
     -n and -s* n with n the SDF gradient at x*. s* is the closest approach to the centre
-    (sphere) or the segment (capsule) in closed form, else the golden-section minimiser.
+    (sphere) or the segment (capsule) in closed form, else the golden-section minimiser
+    (``_argmin_along_ray``; ``s_star`` (...): that minimiser, already found by ``argmin_along_rays``).
     """
     o, d = o.detach(), d.detach()
     if prim.kind == "mesh":
@@ -218,13 +241,13 @@ def ray_margin_and_grad(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tu
         pierce = s_in < s_out
         if bool(pierce.all()):
             return _box_pierce_margin_and_grad(prim, o, d)
-        s_star = _argmin_along_ray(prim, o, d)
+        s_star = _argmin_along_ray(prim, o, d) if s_star is None else s_star
         if bool(pierce.any()):
             f, n = sdf_and_grad(prim, o + s_star.unsqueeze(-1) * d)
             m, g_o, g_d = -f, -n, -s_star.unsqueeze(-1) * n
             m[pierce], g_o[pierce], g_d[pierce] = _box_pierce_margin_and_grad(prim, o[pierce], d[pierce])
             return m, g_o, g_d
-    else:
+    elif s_star is None:
         s_star = _argmin_along_ray(prim, o, d)
     f, n = sdf_and_grad(prim, o + s_star.unsqueeze(-1) * d)
     return -f, -n, -s_star.unsqueeze(-1) * n
@@ -281,12 +304,21 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _safe(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(x.abs() < _TINY, torch.full_like(x, _TINY), x)
+    return torch.where(x.abs() < _TINY, _TINY, x)
 
 
 def _interval_hit(s_in: torch.Tensor, s_out: torch.Tensor) -> torch.Tensor:
     hit = (s_in <= s_out) & (s_in > 0)
-    return torch.where(hit, s_in, torch.full_like(s_in, float("inf")))
+    return torch.where(hit, s_in, float("inf"))
+
+
+def _max3(v: torch.Tensor) -> torch.Tensor:
+    """(..., 3) -> (...) largest component (explicit components: a reduction over a size-3 axis costs more)."""
+    return torch.maximum(torch.maximum(v[..., 0], v[..., 1]), v[..., 2])
+
+
+def _min3(v: torch.Tensor) -> torch.Tensor:
+    return torch.minimum(torch.minimum(v[..., 0], v[..., 1]), v[..., 2])
 
 
 def _sphere_interval(o, d, r):
@@ -308,7 +340,7 @@ def _slab(o, d, half):
     inv = 1.0 / _safe(d)
     t1 = (-half - o) * inv
     t2 = (half - o) * inv
-    return torch.minimum(t1, t2).max(-1).values, torch.maximum(t1, t2).min(-1).values
+    return _max3(torch.minimum(t1, t2)), _min3(torch.maximum(t1, t2))
 
 
 def _cylinder_hit(o, d, r, h):
@@ -348,34 +380,89 @@ def _line_segment_dist(o, d, h):
     return _line_point_dist(o - p, d)
 
 
+def _bracket(prim: Primitive, o: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) (...) of ``_argmin_along_ray``'s search: the bounding sphere's chord, a box's own
+    chord on piercing rays."""
+    dd = _dot(d, d)
+    s_c = -_dot(o, d) / dd
+    half = prim.bounding_radius / dd.sqrt()
+    lo, hi = s_c - half, s_c + half
+    if prim.kind == "box":  # a piercing ray's minimum lies inside its chord: a far tighter bracket
+        s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
+        pierce = s_in < s_out
+        lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
+    return lo, hi
+
+
 def _argmin_along_ray(prim: Primitive, o: torch.Tensor, d: torch.Tensor, iters: int = 14) -> torch.Tensor:
     """Golden-section search of min_s sdf(o + s d) (convex in s), bracketed by the bounding sphere."""
     with torch.no_grad():
-        dd = _dot(d, d)
-        s_c = -_dot(o, d) / dd
-        half = prim.bounding_radius / dd.sqrt()
-        lo, hi = s_c - half, s_c + half
-        if prim.kind == "box":  # a piercing ray's minimum lies inside its chord: a far tighter bracket
-            s_in, s_out = _slab(o, d, o.new_tensor(prim.half_size))
-            pierce = s_in < s_out
-            lo, hi = torch.where(pierce, s_in, lo), torch.where(pierce, s_out, hi)
+        lo, hi = _bracket(prim, o, d)
         if o.dtype == torch.float64 and prim.kind in ("box", "cylinder"):   # NumPy: the same values, cheaper
-            lo, hi = golden_section(_line_sdf_np(prim, o, d), lo.numpy(), hi.numpy(), iters)
+            if o.shape != d.shape:
+                o, d = torch.broadcast_tensors(o, d)
+            O, D = np.moveaxis(o.numpy(), -1, 0).copy(), np.moveaxis(d.numpy(), -1, 0).copy()   # (3, ...)
+            lo, hi = golden_section(_line_sdf_np(prim.kind, O, D, _np_shape(prim, o.ndim - 1)), lo.numpy(), hi.numpy(),
+                                    iters)
             return torch.from_numpy(0.5 * (lo + hi))
         lo, hi = golden_section(lambda s: sdf(prim, o + s.unsqueeze(-1) * d), lo, hi, iters)
         return 0.5 * (lo + hi)
 
 
-def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
+def argmin_along_rays(problems: list[tuple[Primitive, torch.Tensor, torch.Tensor]],
+                      iters: int = 14) -> list[torch.Tensor]:
+    """``_argmin_along_ray`` of each (prim, o (K, 3), d (K, 3)) problem, a (K,) tensor each. The float64
+    boxes' and cylinders' searches (and their brackets) run in NumPy as one per kind over all their
+    rays, elementwise the same operations as one problem's (so the same values)."""
+    out: list[torch.Tensor | None] = [None] * len(problems)
+    for kind in ("box", "cylinder"):
+        group = [i for i, (p, o, _) in enumerate(problems)
+                 if p.kind == kind and o.dtype == torch.float64 and o.ndim == 2 and len(o)]
+        if not group:
+            continue
+        sizes = [len(problems[i][1]) for i in group]
+        O = np.concatenate([np.broadcast_to(problems[i][1].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
+        D = np.concatenate([np.broadcast_to(problems[i][2].numpy(), (k, 3)) for i, k in zip(group, sizes)]).T.copy()
+        shapes = [_np_shape(problems[i][0], 1) for i in group]
+        shape = np.concatenate([np.broadcast_to(h, (h.shape[0], k)) for h, k in zip(shapes, sizes)], 1)
+        radius = np.concatenate([np.full(k, problems[i][0].bounding_radius) for i, k in zip(group, sizes)])
+        lo, hi = golden_section(_line_sdf_np(kind, O, D, shape), *_bracket_np(kind, O, D, radius, shape), iters)
+        for i, s in zip(group, np.split(0.5 * (lo + hi), np.cumsum(sizes)[:-1])):
+            out[i] = torch.from_numpy(s)
+    return [s if s is not None else _argmin_along_ray(p, o, d, iters) for s, (p, o, d) in zip(out, problems)]
+
+
+def _bracket_np(kind: str, O: np.ndarray, D: np.ndarray, radius: np.ndarray,
+                shape: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_bracket`` in NumPy of rays O, D (3, K) with bounding radii ``radius`` (K,) and ``_np_shape``'s
+    ``shape`` per ray: torch's operations in their order (``x / t`` of a number x being torch's
+    ``t.reciprocal() * x``; the square root torch's), so the same values."""
+    dd = D[0] * D[0] + D[1] * D[1] + D[2] * D[2]
+    s_c = -(O[0] * D[0] + O[1] * D[1] + O[2] * D[2]) / dd
+    half = (1.0 / torch.from_numpy(dd).sqrt().numpy()) * radius   # torch's sqrt: NumPy's rounds differently
+    lo, hi = s_c - half, s_c + half
+    if kind == "box":
+        inv = 1.0 / np.where(np.abs(D) < _TINY, _TINY, D)
+        t1, t2 = (-shape - O) * inv, (shape - O) * inv
+        s_in, s_out = np.minimum(t1, t2).max(0), np.maximum(t1, t2).min(0)
+        pierce = s_in < s_out
+        lo, hi = np.where(pierce, s_in, lo), np.where(pierce, s_out, hi)
+    return lo, hi
+
+
+def _np_shape(prim: Primitive, ndim: int) -> np.ndarray:
+    """A box's half sizes (3, 1, ...) or a cylinder's radius and half length (2, 1, ...) for
+    ``_line_sdf_np`` on rays of ``ndim`` batch dimensions."""
+    v = prim.half_size if prim.kind == "box" else (prim.radius, prim.half_length)
+    return np.asarray(v, dtype=np.float64).reshape((len(v),) + (1,) * ndim)
+
+
+def _line_sdf_np(kind: str, O: np.ndarray, D: np.ndarray, shape: np.ndarray):
     """s (...) -> ``sdf(prim, o + s d)`` (...) of a box or cylinder in NumPy, with ``sdf``'s
-    float64 operations in its order (so the same values)."""
-    if o.shape != d.shape:
-        o, d = torch.broadcast_tensors(o, d)
-    shape = o.shape
-    O = np.moveaxis(o.numpy(), -1, 0).copy()   # (3, ...)
-    D = np.moveaxis(d.numpy(), -1, 0).copy()
-    if prim.kind == "box":
-        H = np.asarray(prim.half_size, dtype=np.float64).reshape((3,) + (1,) * (len(shape) - 1))
+    float64 operations in its order (so the same values); O, D: (3, ...) ray origins and
+    directions, ``shape``: ``_np_shape``'s, broadcast against them (one shape per ray, or one for all)."""
+    if kind == "box":
+        H = shape
 
         def f(s):
             a = np.abs(O + s * D) - H
@@ -383,7 +470,7 @@ def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
             p *= p
             return np.sqrt(p[0] + p[1] + p[2] + _TINY) + np.minimum(np.maximum(np.maximum(a[0], a[1]), a[2]), 0.0)
         return f
-    r, h = prim.radius, prim.half_length
+    r, h = shape[0], shape[1]
 
     def f(s):
         q = O + s * D
@@ -392,4 +479,3 @@ def _line_sdf_np(prim: Primitive, o: torch.Tensor, d: torch.Tensor):
         a, b = np.maximum(dr, 0.0), np.maximum(dz, 0.0)
         return np.sqrt(a * a + b * b + _TINY) + np.minimum(np.maximum(dr, dz), 0.0)
     return f
-
