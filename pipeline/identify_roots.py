@@ -300,8 +300,8 @@ class RootProblem:
         ``extra["floor_bullet"]``: the floor friction and restitution of the PyBullet twin
         (``identify_floor.calibrate``), which forecast's floor uses; with a known pusher, the floor and
         tip friction of the PyBullet twin (``identify_floor.calibrate_push``), and the masses of the parts
-        below the root where that search refitted them in PyBullet and kept its result (they replace the
-        penalty fit's in the estimate, which export and forecast use)."""
+        below the root and the joints' damping where that search refitted them in PyBullet and kept its result
+        (they replace the penalty fit's in the estimate, which export and forecast use)."""
         from vid2sim.pipeline.artifacts import Posterior
 
         names, limits, est, X = list(post.names), dict(post.limits), dict(post.estimate), post.particles
@@ -336,8 +336,9 @@ class RootProblem:
             from vid2sim.pipeline.identify_floor import calibrate_push
 
             fit = calibrate_push(*self.inputs, out, self.pusher)
-            if fit is not None:   # the twin's masses too where PyBullet refitted them (several parts)
-                est = dict(est, **fit["masses"]) if fit["kept"] == "searched" and "masses" in fit else est
+            if fit is not None:   # the twin's masses and joint damping too where PyBullet refitted them (several parts)
+                if fit["kept"] == "searched" and "masses" in fit:
+                    est = dict(est, **fit["masses"], **fit.get("dampings", {}))
                 out = Posterior(names, limits, est, X, post.method, ll, dict(extra, floor_bullet=fit))
         return out
 
