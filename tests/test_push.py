@@ -416,22 +416,31 @@ def test_the_linkage_twin_follows_the_push_only_with_its_hinges_damping():
 
 @pytest.mark.slow
 def test_the_linkage_twin_damping_refitted_in_pybullet():
-    """``calibrate_push`` on the true tracks of ``pushed`` seed 1 from a penalty fit with 15-20x the
-    hinge damping, biased masses (link1 0.024, link3 0.72 kg; truth 0.2) and friction (floor 0.38,
-    tip 0): ``refine_push`` refits the hinge damping with the masses and both coefficients; the twin
-    then follows the tracks to under 0.5 mm rms, with the tip mu within 15 % of its 0.3."""
+    """``calibrate_push`` on the true tracks of ``pushed`` seed 1 (true masses 0.2 kg, the anchor's
+    density) from a penalty fit with 15-20x the hinge damping (0.03, 0.04 N m s: what identify fitted
+    on these tracks) and its friction (floor 0.38, tip 0): with the hinges' damping among the refitted
+    parameters the twin follows the tracks to 0.013 mm rms, floor mu 0.494, tip 0.298, damping
+    0.0017 / 0.0020 (measured); without it (damping not a fitted name) the friction makes up for the
+    damping: 0.39 mm, floor 1.5 (the search's edge), masses 0.28 / 0.30 kg (measured)."""
     from vid2sim.pipeline.identify_floor import calibrate_push
 
     st, art, poses, jp, true_post, shapes, tip, _ = _pushed_seed1()
-    est = dict(true_post.estimate, **{"link1.mass": 0.024, "link3.mass": 0.72, "hinge_1.damping": 0.03,
-                                      "hinge_3.damping": 0.04, "floor.friction": 0.38, "tip.friction": 0.0})
-    fitted = ["link1.mass", "link3.mass", "hinge_1.damping", "hinge_3.damping", "floor.friction", "tip.friction"]
+    est = dict(true_post.estimate, **{"hinge_1.damping": 0.03, "hinge_3.damping": 0.04, "floor.friction": 0.38,
+                                      "tip.friction": 0.0})
     limits = {"link1.mass": (0.024, 0.72), "link3.mass": (0.024, 0.72), "hinge_1.damping": (0.0, 0.5),
               "hinge_3.damping": (0.0, 0.5), "floor.friction": (0.0, 1.5), "tip.friction": (0.0, 1.5)}
-    post = replace(true_post, names=fitted, estimate=est, limits=limits, particles=np.array([[est[k] for k in fitted]]),
-                   extra={})
-    fit = calibrate_push(art, jp, poses, shapes, 30.0, post, tip)
-    assert fit["kept"] == "searched" and fit["searched"]["refined"], fit
-    assert set(fit["dampings"]) == {"hinge_1.damping", "hinge_3.damping"}, fit
-    assert fit["rms"] < 5e-4, fit
-    assert abs(fit["tip_friction"] - 0.3) < 0.15 * 0.3, fit
+
+    def fit(names: list[str]) -> dict:
+        post = replace(true_post, names=names, estimate=est, limits={k: limits[k] for k in names},
+                       particles=np.array([[est[k] for k in names]]), extra={})
+        out = calibrate_push(art, jp, poses, shapes, 30.0, post, tip)
+        assert out["kept"] == "searched" and out["searched"]["refined"], out
+        return out
+
+    both = fit(list(limits))
+    assert set(both["dampings"]) == {"hinge_1.damping", "hinge_3.damping"}, both
+    assert both["rms"] < 1e-4, both
+    assert abs(both["friction"] - 0.5) < 0.2 * 0.5 and abs(both["tip_friction"] - 0.3) < 0.1 * 0.3, both
+    assert all(abs(v - 0.002) < 0.5 * 0.002 for v in both["dampings"].values()), both
+    without = fit([k for k in limits if not k.endswith(".damping")])
+    assert without["dampings"] == {} and without["rms"] > 3e-4 and without["friction"] > 1.2, without
