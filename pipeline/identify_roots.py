@@ -79,11 +79,18 @@ CONTACT_HZ = 960.0               # simulator rate with floor contact (substeps=0
 
 
 def root_joint(art):
-    """The articulation's free/planar joint to the world, or None (fixed base)."""
+    """The articulation's free/planar joint to the world, or None (fixed base). Raises
+    NotImplementedError for two floating roots, or a floating root beside a moving joint to the world
+    (two trees: the world-hinged one is no part of the floating tree)."""
     roots = [j for j in art.joints if j.parent == "world" and j.type in ROOT_TYPES]
     if len(roots) > 1:
         raise NotImplementedError(f"identify: {len(roots)} floating roots ({', '.join(j.name for j in roots)}); "
                                   "only one floating tree is supported")
+    beside = [f"{j.name} ({j.type})" for j in art.joints if roots and j.parent == "world" and j is not roots[0]
+              and j.type != "fixed"]
+    if beside:
+        raise NotImplementedError(f"identify: a {roots[0].type} root ({roots[0].name}) beside joint(s) to the world "
+                                  f"{', '.join(beside)}: two trees; only one floating tree is supported")
     return roots[0] if roots else None
 
 

@@ -444,3 +444,17 @@ def test_the_linkage_twin_damping_refitted_in_pybullet():
     assert all(abs(v - 0.002) < 0.5 * 0.002 for v in both["dampings"].values()), both
     without = fit([k for k in limits if not k.endswith(".damping")])
     assert without["dampings"] == {} and without["rms"] > 3e-4 and without["friction"] > 1.2, without
+
+
+def test_a_planar_root_beside_a_world_hinge_is_refused_by_name():
+    """pushed seed 2 with the pipeline's tracks: articulate made link3 a planar root and hinged link1 to
+    the world (two trees): identify refuses it, naming both joints, rather than failing later on a
+    missing root pose."""
+    joints = [Joint("world_to_link3", "planar", "world", "link3", (0, 0, 1), (0, 0, 0)),
+              Joint("world_to_link1", "revolute", "world", "link1", (0, 0, 1), (0, 0, 0)),
+              Joint("link1_to_link2", "revolute", "link1", "link2", (0, 0, 1), (0, 0, 0))]
+    with pytest.raises(NotImplementedError, match=r"planar root \(world_to_link3\) beside .*world_to_link1 \(revolute\)"):
+        identify_roots.root_joint(Articulation(["link1", "link2", "link3"], joints))
+    welded = [joints[0], Joint("world_to_link1", "fixed", "world", "link1", (0, 0, 1), (0, 0, 0))]
+    assert identify_roots.root_joint(Articulation(["link1", "link3"], welded)).name == "world_to_link3"
+    assert identify_roots.root_joint(Articulation(["link1", "link2"], joints[1:])) is None
