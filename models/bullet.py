@@ -124,11 +124,13 @@ class BulletTwin:
     def close(self) -> None:
         self.pb.disconnect(self.cid)
 
-    def enable_limits(self, on: bool) -> None:
-        """Switch the URDF joint limits on or off (off: +-1e4, e.g. while fitting a state)."""
+    def enable_limits(self, on: bool, keep: tuple[str, ...] = ()) -> None:
+        """Switch the URDF joint limits on or off (off: +-1e4, e.g. while fitting a state); the
+        joints named in ``keep`` keep theirs either way."""
+        kept = {self.joint_index[n] for n in keep if n in self.joint_index}
         for i, (lo, hi) in self.limits.items():
             if hi > lo:
-                lo, hi = (lo, hi) if on else (-1e4, 1e4)
+                lo, hi = (lo, hi) if on or i in kept else (-1e4, 1e4)
                 self.pb.changeDynamics(self.rid, i, jointLowerLimit=lo, jointUpperLimit=hi, physicsClientId=self.cid)
 
     def set_state(self, names, q, qd, root=None, root_v=None, root_w=None) -> None:

@@ -294,6 +294,10 @@ class Restart:
                  lo: int, fps: float):
         self.twin, self.bodies, self.names, self.lo, self.fps = twin, bodies, names, lo, fps
         q0, qd0 = fit_state(Q, 1.0 / fps, 0)
+        self.at_stop = at_stop(twin, names, Q)
+        for n in self.at_stop:   # a joint resting on its stop starts within it
+            j, (lim_lo, lim_hi) = names.index(n), twin.limits[twin.joint_index[n]]
+            q0[j] = min(max(q0[j], lim_lo), lim_hi)
         self.root0 = fit_root(R, 1.0 / fps, 0) if R is not None else None
         r = self.root0
         self.x0 = np.concatenate([q0, qd0] + ([np.zeros(3), np.zeros(3), r[1], r[2]] if r is not None else []))
@@ -322,13 +326,30 @@ class Restart:
         if len(observed) <= 2 or not self.x0.size:
             return self.x0
         # without limits: a poor first guess can drive a joint into one, where the
-        # residual stops being smooth and the fit stalls (the observed window is within them)
-        self.twin.enable_limits(False)
+        # residual stops being smooth and the fit stalls; but a joint the window shows at its
+        # stop keeps it (without it the fit would explain the pressed joint by a state that
+        # swings through the stop once the limits are back)
+        self.twin.enable_limits(False, keep=self.at_stop)
         try:
             return shoot_state(lambda x, k: pose_residual(self.simulate(x, k), observed[:k], kinds), self.x0,
                                len(observed))
         finally:
             self.twin.enable_limits(True)
+
+
+STOP_NEAR = 0.01  # rad or m: a joint observed within this of a URDF limit in the restart window is at its stop
+
+
+def at_stop(twin: BulletTwin, names: list[str], Q: np.ndarray) -> tuple[str, ...]:
+    """The joints of ``names`` whose observed coordinates Q (K, n) come within ``STOP_NEAR`` of one
+    of ``twin``'s URDF limits (export puts a limit at the observed extreme of a seen stop)."""
+    out = []
+    for j, n in enumerate(names):
+        lim = twin.limits.get(twin.joint_index.get(n, -1))
+        if lim is not None and lim[1] > lim[0] and len(Q) and (
+                Q[:, j].min() <= lim[0] + STOP_NEAR or Q[:, j].max() >= lim[1] - STOP_NEAR):
+            out.append(n)
+    return tuple(out)
 
 
 SHOOT_FIRST = 3  # frames of the first single-shooting window; each next window doubles, up to the observed ones

@@ -125,14 +125,14 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     tracked start: mean square ``forecast.pose_residual`` (a cylinder's spin left out), searched
     over the grid of the tip mu ``PUSH_TIP_GRID`` x the floor mu ``FRICTION_GRID`` and the fitted one within
     ``post.limits["floor.friction"]`` (a release profile's interval), jointly: the two
-    coefficients trade off along a valley; with parts below the root, then ``refine_push`` over their masses
-    and both coefficients from the grid's best, on the same twin; kept where its rms is under
+    coefficients trade off along a valley; with parts below the root, then ``refine_push`` over their masses,
+    the joints' damping and both coefficients from the grid's best, on the same twin; kept where its rms is under
     ``PUSH_KEEP_GAIN`` x the fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
     "tip_friction", "rms", "floor_profile" [[floor mu, rms (m)] at the grid's best tip mu], and where
-    ``refine_push`` bettered the grid "masses", "masses_fitted", "refined"}} ("masses" also at the top
-    level where kept), or None
+    ``refine_push`` bettered the grid "masses", "masses_fitted", "dampings", "dampings_fitted", "refined"}}
+    ("masses" and "dampings" also at the top level where kept), or None
     without a root pose, a fitted floor and tip friction, or ``PUSH_START_FRAMES`` + 2 frames."""
     T = min(poses.num_frames, jp.q.shape[0])
     if jp.root_pose is None or T < PUSH_START_FRAMES + 2 or not {"floor.friction", "tip.friction"} <= set(post.estimate):
@@ -172,19 +172,22 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
 
 
 PUSH_REFINE_EVALS = 60   # PyBullet rollouts of the fitted frames per least-squares start (refine_push)
-PUSH_REFINE_STEP = 0.02  # relative finite-difference step of its Jacobian (log masses, friction coefficients)
+PUSH_REFINE_STEP = 0.02  # relative finite-difference step of its Jacobian (log masses, log dampings, friction coefficients)
+PUSH_DAMPING_MIN = 1e-5  # N m s or N s/m: the least joint damping refine_push searches (its search is in log damping)
 
 
 def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masses: list[str], start: dict) -> dict:
-    """The masses ``masses`` (params names ``<body>.mass``; the anchored root's stays) and the floor and tip
+    """The masses ``masses`` (params names ``<body>.mass``; the anchored root's stays), the damping of the
+    twin's joints that ``post`` fits (``<joint>.damping``) and the floor and tip
     friction of the PyBullet twin ``pt`` that reproduce its tracked frames best (``_PushTwin.residual``):
-    trust-region least squares over log masses (within ``post.limits``) and both friction coefficients
+    trust-region least squares over log masses and log dampings (within ``post.limits``, the damping at
+    least ``PUSH_DAMPING_MIN``) and both friction coefficients
     (within ``PUSH_TIP_GRID``'s range, the floor's also within ``post.limits["floor.friction"]``: a release
     profile's interval), from the grid's best friction ``start`` {"friction", "tip_friction", "rms"} with the
     fitted masses and with the masses at one density (the build masses scaled to the anchor),
     ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept. The twin's masses are left changed.
-    -> {"friction", "tip_friction", "rms", "masses" {name: kg}, "masses_fitted" {name: kg}, "refined": true} or {}
-    where no start improves on ``start["rms"]``."""
+    -> {"friction", "tip_friction", "rms", "masses" {name: kg}, "masses_fitted" {name: kg}, "dampings" {name:
+    N m s or N s/m}, "dampings_fitted", "refined": true} or {} where no start improves on ``start["rms"]``."""
     from scipy.optimize import least_squares
 
     est, twin = post.estimate, pt.twin
@@ -192,34 +195,45 @@ def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masse
     links = [-1 if b == twin.root else twin.link_index[b] for b in bodies]
     info = [twin.pb.getDynamicsInfo(twin.rid, i, physicsClientId=twin.cid) for i in links]
     m0, I0 = np.array([i[0] for i in info]), np.array([i[2] for i in info])
+    dampings = [n for n in post.names if n.endswith(".damping") and n[:-len(".damping")] in twin.joint_index]
+    joints = [twin.joint_index[n[:-len(".damping")]] for n in dampings]
     floor_lo, floor_hi = post.limits.get("floor.friction", (PUSH_TIP_GRID[0], PUSH_TIP_GRID[-1]))   # a release's interval
-    lo = np.concatenate([np.log([post.limits[n][0] for n in masses]), [max(floor_lo, PUSH_TIP_GRID[0]), PUSH_TIP_GRID[0]]])
-    hi = np.concatenate([np.log([post.limits[n][1] for n in masses]), [min(floor_hi, PUSH_TIP_GRID[-1]), PUSH_TIP_GRID[-1]]])
-    k = len(masses)
+    lo = np.concatenate([np.log([post.limits[n][0] for n in masses]),
+                         np.log([max(post.limits[n][0], PUSH_DAMPING_MIN) for n in dampings]),
+                         [max(floor_lo, PUSH_TIP_GRID[0]), PUSH_TIP_GRID[0]]])
+    hi = np.concatenate([np.log([post.limits[n][1] for n in masses]),
+                         np.log([max(post.limits[n][1], 2 * PUSH_DAMPING_MIN) for n in dampings]),
+                         [min(floor_hi, PUSH_TIP_GRID[-1]), PUSH_TIP_GRID[-1]]])
+    k, kd = len(masses), len(masses) + len(dampings)
 
     def residual(z: np.ndarray) -> np.ndarray:
         for i, m, mass, inertia in zip(links, np.exp(z[:k]), m0, I0):
             twin.pb.changeDynamics(twin.rid, i, mass=float(m), localInertiaDiagonal=list(np.asarray(inertia) * m / mass),
                                    physicsClientId=twin.cid)
-        return pt.residual(float(z[k]), float(z[k + 1]))
+        for j, c in zip(joints, np.exp(z[k:kd])):
+            twin.pb.changeDynamics(twin.rid, j, jointDamping=float(c), physicsClientId=twin.cid)
+        return pt.residual(float(z[kd]), float(z[kd + 1]))
 
     root = next(j.child for j in art.joints if j.parent == "world")
     volume = {b: shapes[poses.shape_names[poses.body_names.index(b)]].volume() for b in art.bodies}
     starts = [[float(est[n]) for n in masses]]
     if f"{root}.mass" in est:   # one density for every part, the anchor's: the prior's centre
         starts.append([est[f"{root}.mass"] / volume[root] * volume[b] for b in bodies])
+    d0 = np.log([max(float(est[n]), PUSH_DAMPING_MIN) for n in dampings])
     best = None
     for ms in starts:
-        z0 = np.clip(np.concatenate([np.log(ms), [start["friction"], start["tip_friction"]]]), lo, hi)
+        z0 = np.clip(np.concatenate([np.log(ms), d0, [start["friction"], start["tip_friction"]]]), lo, hi)
         r = least_squares(residual, z0, bounds=(lo, hi), method="trf", diff_step=PUSH_REFINE_STEP,
                           max_nfev=PUSH_REFINE_EVALS // (len(z0) + 1))
         rms = float(np.sqrt(np.mean(residual(r.x) ** 2)))
-        log.info("identify: PyBullet refit of %s from %s: rms %.2f mm", ", ".join(masses + ["floor", "tip"]),
+        log.info("identify: PyBullet refit of %s from %s: rms %.2f mm", ", ".join(masses + dampings + ["floor", "tip"]),
                  np.round(ms, 4).tolist(), 1e3 * rms)
         if best is None or rms < best[0]:
             best = (rms, r.x)
     if best is None or best[0] >= start["rms"]:
         return {}
-    return {"friction": round(float(best[1][k]), 4), "tip_friction": round(float(best[1][k + 1]), 4), "rms": best[0],
+    return {"friction": round(float(best[1][kd]), 4), "tip_friction": round(float(best[1][kd + 1]), 4), "rms": best[0],
             "masses": {n: float(v) for n, v in zip(masses, np.exp(best[1][:k]))},
-            "masses_fitted": {n: float(est[n]) for n in masses}, "refined": True}
+            "masses_fitted": {n: float(est[n]) for n in masses},
+            "dampings": {n: float(v) for n, v in zip(dampings, np.exp(best[1][k:kd]))},
+            "dampings_fitted": {n: float(est[n]) for n in dampings}, "refined": True}

@@ -79,11 +79,18 @@ CONTACT_HZ = 960.0               # simulator rate with floor contact (substeps=0
 
 
 def root_joint(art):
-    """The articulation's free/planar joint to the world, or None (fixed base)."""
+    """The articulation's free/planar joint to the world, or None (fixed base). Raises
+    NotImplementedError for two floating roots, or a floating root beside a moving joint to the world
+    (two trees: the world-hinged one is no part of the floating tree)."""
     roots = [j for j in art.joints if j.parent == "world" and j.type in ROOT_TYPES]
     if len(roots) > 1:
         raise NotImplementedError(f"identify: {len(roots)} floating roots ({', '.join(j.name for j in roots)}); "
                                   "only one floating tree is supported")
+    beside = [f"{j.name} ({j.type})" for j in art.joints if roots and j.parent == "world" and j is not roots[0]
+              and j.type != "fixed"]
+    if beside:
+        raise NotImplementedError(f"identify: a {roots[0].type} root ({roots[0].name}) beside joint(s) to the world "
+                                  f"{', '.join(beside)}: two trees; only one floating tree is supported")
     return roots[0] if roots else None
 
 
@@ -300,8 +307,8 @@ class RootProblem:
         ``extra["floor_bullet"]``: the floor friction and restitution of the PyBullet twin
         (``identify_floor.calibrate``), which forecast's floor uses; with a known pusher, the floor and
         tip friction of the PyBullet twin (``identify_floor.calibrate_push``), and the masses of the parts
-        below the root where that search refitted them in PyBullet and kept its result (they replace the
-        penalty fit's in the estimate, which export and forecast use)."""
+        below the root and the joints' damping where that search refitted them in PyBullet and kept its result
+        (they replace the penalty fit's in the estimate, which export and forecast use)."""
         from vid2sim.pipeline.artifacts import Posterior
 
         names, limits, est, X = list(post.names), dict(post.limits), dict(post.estimate), post.particles
@@ -336,8 +343,9 @@ class RootProblem:
             from vid2sim.pipeline.identify_floor import calibrate_push
 
             fit = calibrate_push(*self.inputs, out, self.pusher)
-            if fit is not None:   # the twin's masses too where PyBullet refitted them (several parts)
-                est = dict(est, **fit["masses"]) if fit["kept"] == "searched" and "masses" in fit else est
+            if fit is not None:   # the twin's masses and joint damping too where PyBullet refitted them (several parts)
+                if fit["kept"] == "searched" and "masses" in fit:
+                    est = dict(est, **fit["masses"], **fit.get("dampings", {}))
                 out = Posterior(names, limits, est, X, post.method, ll, dict(extra, floor_bullet=fit))
         return out
 

@@ -39,7 +39,10 @@ The last stdout line is one JSON object ``{case: {"iou", "oracle_iou", "baseline
 progress goes to stderr.
 
     python scripts/bench_push.py [--cases pushed,pushed_box,pushed_cylinder] [--fit-seconds 3]
-        [--seconds 2] [--seed 0] [--out DIR] [--set identify.inference.push_iterations=15 ...]
+        [--seconds 2] [--seed 0] [--out DIR] [--tracks truth] [--set identify.inference.push_iterations=15 ...]
+
+``--tracks truth`` runs articulate, identify and export on the true poses of the seen frames
+instead of segment's and track's (what the stages after track make of error-free tracks).
 """
 from __future__ import annotations
 
@@ -171,7 +174,7 @@ def _parameter_errors(st, post: Posterior) -> dict:
     return out
 
 
-def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) -> dict:
+def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict, tracks: str = "pipeline") -> dict:
     t0 = time.time()
     frames = fit + steps
     rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, overwrite=True)
@@ -193,7 +196,10 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict) 
     run = out / "run"
     try:
         fit_rec = write_first_frames(open_recording(rec_path), out / "rec_fit", fit, overwrite=True)
-        run_pipeline(fit_rec, run, configs, stages=STAGES)
+        if tracks == "truth":   # the stages after track on the true poses of the seen frames
+            run.mkdir(parents=True, exist_ok=True)
+            PoseTracks.from_truth(st.truth, st.world_from_body[:fit], FPS).save(run / PoseTracks.FILE)
+        run_pipeline(fit_rec, run, configs, stages=STAGES if tracks == "pipeline" else STAGES[2:])
         art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
         post, jp = Posterior.load(run / Posterior.FILE), JointPositions.load(run / JointPositions.FILE)
         rec = open_recording(fit_rec)
@@ -231,6 +237,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help=f"also: {', '.join(OTHER_CASES)}")
     ap.add_argument("--fit-seconds", type=float, default=3.0, help="seconds of the clip the pipeline sees")
+    ap.add_argument("--tracks", choices=("pipeline", "truth"), default="pipeline",
+                    help="truth: articulate, identify and export run on the true poses of the seen frames (no segment, track)")
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -241,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for name in names:
         print(f"bench_push: {name} ...", file=sys.stderr)
-        results[name] = bench(name, out / name, fit, steps, args.seed, configs)
+        results[name] = bench(name, out / name, fit, steps, args.seed, configs, args.tracks)
         print(f"bench_push: {name}: {json.dumps(results[name])}", file=sys.stderr)
     print(json.dumps(results))
     return results
