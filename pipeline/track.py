@@ -92,6 +92,7 @@ class _Scene:
                 for p in prims]
         signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
         self.corners = [signs * h for h in half]
+        self.long_axes = [_long_axis(p) for p in prims]
 
     def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None,
                        cover: np.ndarray | None = None) -> None:
@@ -189,6 +190,21 @@ class _Scene:
     def sigma(self, depth: np.ndarray) -> np.ndarray:
         """Depth noise std (m) at depth (m)."""
         return np.maximum(self.cfg.noise.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.noise.depth_noise_floor_m)
+
+
+def _long_axis(prim: Primitive, elongation: float = 2.0) -> torch.Tensor | None:
+    """(3,) unit long axis in the body frame of a primitive whose longest extent is at least
+    ``elongation`` times the next; None for the others (spheres, cubes, short cylinders)."""
+    if prim.kind in ("box", "mesh"):
+        h = np.asarray(prim.half_size, float)
+        order = np.argsort(h)[::-1]
+        if h[order[0]] < elongation * h[order[1]]:
+            return None
+        return torch.as_tensor(np.eye(3)[order[0]], dtype=FLOAT)
+    if prim.kind in ("capsule", "cylinder"):
+        half = prim.half_length + (prim.radius if prim.kind == "capsule" else 0.0)
+        return torch.tensor([0.0, 0.0, 1.0], dtype=FLOAT) if half >= elongation * prim.radius else None
+    return None
 
 
 def _ray_sample(edge: np.ndarray, budget: int, edge_share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -354,6 +370,40 @@ class _Tracker:
                 gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
         return searching
 
+    def _axis_search(self, obs: Observation, T: torch.Tensor, res):
+        """Poses T (M, 4, 4) with each elongated body moved along its long axis in ``gate_final_m``
+        steps (up to ``steps.axis_search`` each way) while the frame's cost at the final gate falls,
+        and the final render there. A part slid along its own long axis has a cost nearly flat
+        there: only its end faces pin that direction, and the points past a far end lie outside
+        the final gate."""
+        cfg, scene = self.cfg, self.scene
+        M = len(scene.prims)
+        off = torch.zeros(M, dtype=torch.bool)
+
+        def render(Tx):
+            return gauss_newton_step(scene.prims, Tx, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+                                     freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
+                                     planar=self.planar, active=off)
+
+        cost = float(res.cost)
+        moved = False
+        for m, axis in enumerate(scene.long_axes):
+            if axis is None:
+                continue
+            for sign in (1.0, -1.0):
+                step = sign * cfg.gates.gate_final_m * (T[m, :3, :3] @ axis)
+                went = 0
+                while went < cfg.steps.axis_search:
+                    Tc = T.clone()
+                    Tc[m, :3, 3] += step
+                    c = float(render(Tc).cost)
+                    if not c < cost:
+                        break
+                    T, cost, went, moved = Tc, c, went + 1, True
+                if went:
+                    break
+        return (T, render(T)) if moved else (T, res)
+
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
               use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
         """Align all bodies to one depth frame from ``T0`` (also the motion prior's mean, unless
@@ -399,6 +449,8 @@ class _Tracker:
                                 active=torch.zeros(M, dtype=torch.bool))
         if cfg.steps.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
             T, res = best[1], best[2].with_gate(torch.full((M,), cfg.gates.gate_final_m, dtype=FLOAT))
+        if cfg.steps.axis_search > 0 and not self.planar:
+            T, res = self._axis_search(obs, T, res)
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
         for m in range(M):

@@ -22,6 +22,9 @@ class TrackSteps:
     # (the steps then cycle between poses near the optimum; keep_best returns the best); 0: off
     patience: int = 2
     freeze_converged: bool = True  # a body whose step falls below converged_step is not re-solved for the rest of the frame
+    # an elongated body (longest side >= 2x the next) is also tried this many gate_final_m steps along its
+    # long axis each way after a frame's steps, kept where the frame's cost falls (0: off)
+    axis_search: int = 4
 
 
 @dataclass(frozen=True)
