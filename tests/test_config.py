@@ -25,7 +25,9 @@ UNGROUPED_TRACK = {
     "distance_m": 0.0, "scale": False, "pyramid": 3, "ecc_iterations": 60, "min_features": 10, "fb_px": 0.5,
     "grow_px": 2, "key_correlation": 0.9, "lost_correlation": 0.5,
     # track speed (issue 31): the constant-acceleration prediction, stopping a frame's steps on no progress
-    "acceleration": 1.0, "patience": 2}
+    "acceleration": 1.0, "patience": 2,
+    # the search along an elongated part's long axis (issue 27)
+    "axis_search": 4}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():
