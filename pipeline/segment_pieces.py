@@ -88,6 +88,7 @@ def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[t
     if not metric:
         return dets, seen
     dets, seen = list(dets), list(seen)
+    smooth = (smoothed > 0) & ~discontinuities(smoothed)   # the frame's pixels no depth edge crosses
     for a, name in enumerate(names):
         if name is None:
             continue
@@ -95,7 +96,7 @@ def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[t
         for b, d in enumerate(dets):
             if b != a:
                 others |= d.mask
-        found = _continuation(dets[a].mask, others, depth, smoothed, K, max(shapes[name].extents()))
+        found = _continuation(dets[a].mask, others, depth, smoothed, smooth, K, max(shapes[name].extents()))
         if found is None:
             continue
         region, close = found
@@ -122,21 +123,19 @@ def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[t
 
 
 def _continuation(mask: np.ndarray, others: np.ndarray, depth: np.ndarray, smoothed: np.ndarray,
-                  K: np.ndarray, reach_m: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """((H, W) bool, (H, W) bool): depth pixels outside ``mask`` and ``others`` that no depth
-    discontinuity of ``smoothed`` (``discontinuities``) crosses, within ``reach_m`` of the mask's
-    median depth; and the pixels within ``reach_m`` of its centroid across the image
-    (back-projected at that depth). None when the mask has too few depth pixels."""
+                  smooth: np.ndarray, K: np.ndarray, reach_m: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """((H, W) bool, (H, W) bool): the ``smooth`` pixels (no depth discontinuity of ``smoothed``)
+    outside ``mask`` and ``others`` within ``reach_m`` of the mask's median depth; and the pixels
+    within ``reach_m`` of its centroid across the image (back-projected at that depth). None when
+    the mask has too few depth pixels."""
     v, u = np.nonzero(mask & (depth > 0))
     if len(u) < 10:
         return None
     z0 = float(np.median(depth[v, u]))
-    H, W = depth.shape
-    vv, uu = np.mgrid[0:H, 0:W]
-    reach_px = reach_m * float(K[0, 0]) / z0
-    close = (uu - u.mean()) ** 2 + (vv - v.mean()) ** 2 <= reach_px ** 2
-    region = (np.abs(smoothed - z0) < reach_m) & (smoothed > 0) & ~discontinuities(smoothed) & ~mask & ~others
-    return region, close
+    close = np.zeros(depth.shape, np.uint8)
+    cv2.circle(close, (int(round(u.mean())), int(round(v.mean()))), int(reach_m * float(K[0, 0]) / z0), 1, -1)
+    region = smooth & (np.abs(smoothed - z0) < reach_m) & ~mask & ~others
+    return region, close > 0
 
 
 def _seen_through(m1: np.ndarray, m2: np.ndarray, depth: np.ndarray) -> bool:

@@ -29,8 +29,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   again, each frame, among the depth points no body explains near its last pose.
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
-The settings are in ``track_config.py``, the mask fits in ``track_fit.py``, the overlay video in
-``track_overlay.py``.
+The settings are in ``track_config.py``, the camera, background and regions of interest in
+``track_scene.py``, the mask fits in ``track_fit.py``, the overlay video in ``track_overlay.py``.
 
 RGB-only recordings are tracked in the image plane by ``track_planar.py`` (corners and
 silhouette registration, 3 degrees of freedom per body; the same ``poses.npz``).
@@ -52,12 +52,13 @@ from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import Primitive
 from vid2sim.models.render.primitives import sdf_and_grad
-from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays, render_hits
+from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
+from vid2sim.pipeline.track_scene import TrackScene
 
 log = logging.getLogger(__name__)
 
@@ -74,137 +75,6 @@ def body_names(shape_names: list[str]) -> list[str]:
         else:
             out.append(n)
     return out
-
-
-class _Scene:
-    """Camera rays, background model and region-of-interest logic of one recording."""
-
-    def __init__(self, rec: Recording, prims: list[Primitive], cfg: TrackConfig):
-        cam = rec.camera
-        self.cam, self.prims, self.cfg = cam, prims, cfg
-        T_wc = torch.as_tensor(cam.world_from_camera, dtype=FLOAT)
-        self.origin = T_wc[:3, 3]
-        self.dirs = torch.as_tensor(cam.pixel_rays().reshape(-1, 3), dtype=FLOAT) @ T_wc[:3, :3].T
-        self.background = np.zeros((cam.height, cam.width), np.float32)
-        self.hidden: np.ndarray | None = None   # (H, W) bool pixels of a known actuator in the current frame
-        self.hidden_of = lambda i: None
-        half = [np.array(p.half_size) if p.kind in ("box", "mesh") else np.array([p.radius, p.radius, p.radius + p.half_length])
-                for p in prims]
-        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
-        self.corners = [signs * h for h in half]
-        self.long_axes = [_long_axis(p) for p in prims]
-
-    def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None,
-                       cover: np.ndarray | None = None) -> None:
-        """Static background (depth; colour) from the segmentation frame outside (dilated) part masks
-        and outside ``cover`` ((H, W) bool, e.g. the parts rendered at their start poses: a mask that
-        misses part of its body must not make that body's pixels background), and each body's
-        chromaticity (the mean inside its mask) for colour silhouettes."""
-        fg = masks.any(0) if cover is None else masks.any(0) | cover
-        fg = cv2.dilate(fg.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
-        if depth is not None:
-            self.background = np.where(fg, 0.0, depth).astype(np.float32)
-        self.body_chroma = None
-        if rgb is not None and self.cfg.noise.w_color > 0:
-            ch = _chroma(rgb)
-            self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
-            self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
-
-    def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
-        """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
-        ch = _chroma(rgb.reshape(-1, 3)[flat])
-        d_body = np.linalg.norm(ch[:, None, :] - self.body_chroma[None], axis=-1)  # (N, M)
-        d_bg = np.linalg.norm(ch - self.bg_chroma[flat], axis=-1)
-        best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
-        d_best = d_body[np.arange(len(flat)), best]
-        tau = self.cfg.noise.color_tol
-        label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
-        label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
-        return label
-
-    def silhouettes(self, T: torch.Tensor) -> np.ndarray:
-        """(H, W) bool: the pixels some body covers at poses T (M, 4, 4), within their ``roi``."""
-        roi = self.roi(T)
-        flat = np.flatnonzero(roi)
-        out = np.zeros(roi.size, bool)
-        if flat.size:
-            hits = render_hits(self.prims, T, self.origin, self.dirs[flat])
-            out[flat] = torch.isfinite(hits).any(0).numpy()
-        return out.reshape(roi.shape)
-
-    def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
-        """(H, W) bool: image boxes of the bodies' posed bounding boxes, plus padding."""
-        cam = self.cam
-        out = np.zeros((cam.height, cam.width), bool)
-        for m in range(len(self.prims)) if bodies is None else bodies:
-            corners = self.corners[m] @ T[m, :3, :3].numpy().T + T[m, :3, 3].numpy()
-            uv, z = cam.project(corners)
-            if np.any(z <= 1e-3):  # partly behind the camera: no meaningful box
-                continue
-            pad = self.cfg.gates.roi_pad_px
-            x0, y0 = np.floor(uv.min(0) - pad).astype(int)
-            x1, y1 = np.ceil(uv.max(0) + pad).astype(int) + 1
-            x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, cam.width), min(y1, cam.height)
-            if x0 < x1 and y0 < y1:
-                out[y0:y1, x0:x1] = True
-        return out
-
-    def observe(self, depth: np.ndarray, roi: np.ndarray, foreground: np.ndarray | None = None,
-                stride: int = 1) -> tuple[Observation, np.ndarray]:
-        """Observation of the rays in ``roi``; returns it and the flat pixel indices used."""
-        if stride > 1:
-            roi = roi.copy()
-            sub = np.zeros_like(roi)
-            sub[::stride, ::stride] = True
-            roi &= sub
-        flat = np.flatnonzero(roi)
-        d = depth.reshape(-1)[flat]
-        if foreground is None:
-            bg = self.background.reshape(-1)[flat]
-            foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.gates.background_tol_m, 4.3 * self.sigma(bg)))
-        else:
-            foreground = foreground.reshape(-1)[flat]
-        obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=FLOAT),
-                          torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=FLOAT),
-                          pixel_angle=1.0 / self.cam.fx)
-        return obs, flat
-
-    def edges(self, depth: np.ndarray, flat: np.ndarray) -> np.ndarray:
-        """(N,) bool: pixels ``flat`` within ``edge_band_px`` of a depth discontinuity (a 3x3
-        depth range above max(freespace_tol_m, 4.3 sigma)) or of a missing reading; computed on
-        the image box that holds ``flat`` only."""
-        W = self.cam.width
-        v, u = np.divmod(flat, W)
-        b = self.cfg.gates.edge_band_px + 1
-        y0, y1 = max(int(v.min()) - b, 0), min(int(v.max()) + b + 1, self.cam.height)
-        x0, x1 = max(int(u.min()) - b, 0), min(int(u.max()) + b + 1, W)
-        d = np.ascontiguousarray(depth[y0:y1, x0:x1], dtype=np.float32)
-        k3 = np.ones((3, 3), np.uint8)
-        jump = cv2.morphologyEx(d, cv2.MORPH_GRADIENT, k3)
-        tol = np.maximum(self.cfg.noise.freespace_tol_m, 4.3 * self.sigma(d)).astype(np.float32)
-        edge = ((jump > tol) | (d <= 0)).astype(np.uint8)
-        band = 2 * self.cfg.gates.edge_band_px + 1
-        edge = cv2.dilate(edge, np.ones((band, band), np.uint8)) > 0
-        return edge[v - y0, u - x0]
-
-    def sigma(self, depth: np.ndarray) -> np.ndarray:
-        """Depth noise std (m) at depth (m)."""
-        return np.maximum(self.cfg.noise.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.noise.depth_noise_floor_m)
-
-
-def _long_axis(prim: Primitive, elongation: float = 2.0) -> torch.Tensor | None:
-    """(3,) unit long axis in the body frame of a primitive whose longest extent is at least
-    ``elongation`` times the next; None for the others (spheres, cubes, short cylinders)."""
-    if prim.kind in ("box", "mesh"):
-        h = np.asarray(prim.half_size, float)
-        order = np.argsort(h)[::-1]
-        if h[order[0]] < elongation * h[order[1]]:
-            return None
-        return torch.as_tensor(np.eye(3)[order[0]], dtype=FLOAT)
-    if prim.kind in ("capsule", "cylinder"):
-        half = prim.half_length + (prim.radius if prim.kind == "capsule" else 0.0)
-        return torch.tensor([0.0, 0.0, 1.0], dtype=FLOAT) if half >= elongation * prim.radius else None
-    return None
 
 
 def _ray_sample(edge: np.ndarray, budget: int, edge_share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -227,13 +97,7 @@ def _ray_sample(edge: np.ndarray, budget: int, edge_share: float) -> tuple[np.nd
     return keep[order], np.concatenate(out_w)[order]
 
 
-def _chroma(rgb: np.ndarray) -> np.ndarray:
-    """(..., 3) uint8 -> chromaticity r, g, b / (r + g + b): shading changes brightness, not this."""
-    f = rgb.astype(np.float32) + 1.0
-    return f / f.sum(-1, keepdims=True)
-
-
-def _initial_poses(cfg: TrackConfig, scene: _Scene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
+def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
     """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud."""
     poses = []
     for k, prim in enumerate(scene.prims):
@@ -269,7 +133,7 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     if cfg.noise.depth_noise_k >= cfg.noise.start_noise_k:
         return T
     coarse_cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=cfg.noise.start_noise_k))
-    coarse = _Scene(rec, scene.prims, coarse_cfg)
+    coarse = TrackScene(rec, scene.prims, coarse_cfg)
     coarse.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
     Tc = _initial_poses(coarse_cfg, coarse, d0, seg)
     Tc = _Tracker(coarse_cfg, coarse, planar).frame(d0, Tc, Tc, use_prior=False, rgb=rgb)[0]
@@ -307,7 +171,7 @@ def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[
 
 
 class _Tracker:
-    def __init__(self, cfg: TrackConfig, scene: _Scene, planar: bool):
+    def __init__(self, cfg: TrackConfig, scene: TrackScene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
 
     def _observe(self, depth: np.ndarray, roi: np.ndarray, rgb: np.ndarray | None, max_rays: int,
@@ -334,11 +198,8 @@ class _Tracker:
     def cost_fn(self, depth: np.ndarray, rgb: np.ndarray | None, poses: list[torch.Tensor], max_rays: int):
         """cost(T) -> float: the frame's fixed, truncated objective (``gauss_newton_step``'s cost)
         of poses T on the rays around all of ``poses``, so that poses can be compared."""
-        cfg, scene = self.cfg, self.scene
-        obs, _ = self._observe(depth, np.logical_or.reduce([scene.roi(T) for T in poses]), rgb, max_rays)
-        off = torch.zeros(len(scene.prims), dtype=torch.bool)
-        return lambda T: gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
-                                           planar=self.planar, freespace_tol=cfg.noise.freespace_tol_m, active=off).cost
+        obs, _ = self._observe(depth, np.logical_or.reduce([self.scene.roi(T) for T in poses]), rgb, max_rays)
+        return lambda T: self.render(obs, T).cost
 
     def stopped(self, depth: np.ndarray, rgb: np.ndarray | None, T_pred: torch.Tensor, T_prev: torch.Tensor,
                 velocity: torch.Tensor) -> np.ndarray:
@@ -370,6 +231,14 @@ class _Tracker:
                 gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
         return searching
 
+    def render(self, obs: Observation, T: torch.Tensor):
+        """``gauss_newton_step``'s render of poses T (M, 4, 4) on ``obs`` at the final gate with no
+        body stepped: its cost, assignments and visibility (a frame's last look, and a cost)."""
+        cfg = self.cfg
+        return gauss_newton_step(self.scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+                                 freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
+                                 planar=self.planar, active=torch.zeros(len(self.scene.prims), dtype=torch.bool))
+
     def _axis_search(self, obs: Observation, T: torch.Tensor, res):
         """Poses T (M, 4, 4) with each elongated body moved along its long axis in ``gate_final_m``
         steps (up to ``steps.axis_search`` each way) while the frame's cost at the final gate falls,
@@ -377,14 +246,6 @@ class _Tracker:
         there: only its end faces pin that direction, and the points past a far end lie outside
         the final gate."""
         cfg, scene = self.cfg, self.scene
-        M = len(scene.prims)
-        off = torch.zeros(M, dtype=torch.bool)
-
-        def render(Tx):
-            return gauss_newton_step(scene.prims, Tx, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
-                                     freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
-                                     planar=self.planar, active=off)
-
         cost = float(res.cost)
         moved = False
         for m, axis in enumerate(scene.long_axes):
@@ -396,13 +257,13 @@ class _Tracker:
                 while went < cfg.steps.axis_search:
                     Tc = T.clone()
                     Tc[m, :3, 3] += step
-                    c = float(render(Tc).cost)
+                    c = float(self.render(obs, Tc).cost)
                     if not c < cost:
                         break
                     T, cost, went, moved = Tc, c, went + 1, True
                 if went:
                     break
-        return (T, render(T)) if moved else (T, res)
+        return (T, self.render(obs, T)) if moved else (T, res)
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
               use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
@@ -444,9 +305,7 @@ class _Tracker:
             if not extend and (res.step_norm < cfg.steps.converged_step or it >= n - 1 or stalled):
                 break
         # Final render at the converged poses: support and visibility decide "lost".
-        res = gauss_newton_step(scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
-                                freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping, planar=self.planar,
-                                active=torch.zeros(M, dtype=torch.bool))
+        res = self.render(obs, T)
         if cfg.steps.keep_best and best[0] < res.cost:  # a later step cycled away from a better pose
             T, res = best[1], best[2].with_gate(torch.full((M,), cfg.gates.gate_final_m, dtype=FLOAT))
         if cfg.steps.axis_search > 0 and not self.planar:
@@ -510,7 +369,7 @@ def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.nd
     return T_new, False, float(r.square().mean().sqrt())
 
 
-def _roi_of(scene: _Scene, c: np.ndarray, radius: float) -> np.ndarray:
+def _roi_of(scene: TrackScene, c: np.ndarray, radius: float) -> np.ndarray:
     """(H, W) bool image box of the ball of ``radius`` about world point ``c``."""
     cam = scene.cam
     corners = c + radius * np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
@@ -578,18 +437,18 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     prims = [Primitive.from_shape(s) for s in shapes]
     planar = cfg.planar == "on"  # depth recordings: 6-D unless asked
     cfg = _with_depth_noise(cfg, rec, seg)
-    scene = _Scene(rec, prims, cfg)
-    scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
-                         rec.color(seg.frame) if rec.has_color else None)
+    scene = TrackScene(rec, prims, cfg)
+    d0 = fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame))
+    c0 = rec.color(seg.frame) if rec.has_color else None
+    scene.set_background(d0, seg.masks, c0)
     scene.hidden_of = lambda i: hidden_pixels(rec, i)
     scene.hidden = scene.hidden_of(seg.frame)
     tracker = _Tracker(cfg, scene, planar)
     T_init = _start_poses(tracker, rec, seg)
     # the background excludes the parts as fitted, not only as masked; the start is aligned again on it
-    scene.set_background(fill_hidden(rec.depth(seg.frame), hidden_pixels(rec, seg.frame)), seg.masks,
-                         rec.color(seg.frame) if rec.has_color else None, cover=scene.silhouettes(T_init))
-    rgb0 = rec.color(seg.frame) if rec.has_color and cfg.noise.w_color > 0 else None
-    T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False, rgb=rgb0)[0]
+    scene.set_background(d0, seg.masks, c0, cover=scene.silhouettes(T_init))
+    T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False,
+                           rgb=c0 if cfg.noise.w_color > 0 else None)[0]
     Tn, M = rec.num_frames, len(prims)
     poses = np.zeros((Tn, M, 4, 4))
     lost = np.zeros((Tn, M), bool)

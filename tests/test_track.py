@@ -335,7 +335,7 @@ def test_a_box_slid_along_its_long_axis_is_brought_back(tmp_path):
     for search in (0, 4):
         cfg = track.TrackConfig(overlay=False)
         cfg = track._with_depth_noise(replace(cfg, steps=replace(cfg.steps, axis_search=search)), rec, seg)
-        scene = track._Scene(rec, [track.Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names], cfg)
+        scene = track.TrackScene(rec, [track.Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names], cfg)
         scene.set_background(rec.depth(0), seg.masks, rec.color(0))
         assert all(a is not None for a in scene.long_axes)
         T = torch.as_tensor(W).clone()

@@ -29,7 +29,7 @@ def test_silhouettes_cover_the_bodies_at_their_poses(tmp_path):
     rec = open_recording(path)
     seg = _seg_from_truth(path)
     truth = np.load(path / "truth_poses.npz")["world_from_body"][0]
-    scene = track._Scene(rec, [track.Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names], track.TrackConfig())
+    scene = track.TrackScene(rec, [track.Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names], track.TrackConfig())
     cover = scene.silhouettes(torch.as_tensor(truth))
     masks = seg.masks.any(0)
     assert (cover & masks).sum() >= 0.97 * masks.sum(), ((cover & masks).sum(), masks.sum())
@@ -79,7 +79,7 @@ def test_a_lost_ball_on_an_arms_tip_is_reacquired(tmp_path):
         w.add(depth)
     cfg = track.TrackConfig(overlay=False)
     cfg = track.replace(cfg, noise=track.replace(cfg.noise, depth_noise_k=0.0))
-    scene = track._Scene(open_recording(tmp_path / "rec"), [track.Primitive.from_shape(s) for s in shapes], cfg)
+    scene = track.TrackScene(open_recording(tmp_path / "rec"), [track.Primitive.from_shape(s) for s in shapes], cfg)
     scene.set_background(np.full_like(depth, 2.0), np.zeros((2, 120, 160), np.uint8))
     tracker = track._Tracker(cfg, scene, False)
     held = torch.as_tensor(np.stack([moved[0], T[1]]))

@@ -1,0 +1,151 @@
+"""Track's view of one recording: camera rays, the static background (depth and colour), each
+part's colour, regions of interest, depth edges, and the primitives' long axes (``track.py``
+runs the frames)."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import torch
+
+from vid2sim.datasets.recording import Recording
+from vid2sim.models.render import Primitive
+from vid2sim.models.render.align import Observation, render_hits
+from vid2sim.pipeline.track_config import TrackConfig
+from vid2sim.pipeline.track_fit import FLOAT
+
+
+class TrackScene:
+    """Camera rays, background model and region-of-interest logic of one recording."""
+
+    def __init__(self, rec: Recording, prims: list[Primitive], cfg: TrackConfig):
+        cam = rec.camera
+        self.cam, self.prims, self.cfg = cam, prims, cfg
+        T_wc = torch.as_tensor(cam.world_from_camera, dtype=FLOAT)
+        self.origin = T_wc[:3, 3]
+        self.dirs = torch.as_tensor(cam.pixel_rays().reshape(-1, 3), dtype=FLOAT) @ T_wc[:3, :3].T
+        self.background = np.zeros((cam.height, cam.width), np.float32)
+        self.hidden: np.ndarray | None = None   # (H, W) bool pixels of a known actuator in the current frame
+        self.hidden_of = lambda i: None
+        half = [np.array(p.half_size) if p.kind in ("box", "mesh") else np.array([p.radius, p.radius, p.radius + p.half_length])
+                for p in prims]
+        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
+        self.corners = [signs * h for h in half]
+        self.long_axes = [long_axis(p) for p in prims]
+
+    def set_background(self, depth: np.ndarray | None, masks: np.ndarray, rgb: np.ndarray | None = None,
+                       cover: np.ndarray | None = None) -> None:
+        """Static background (depth; colour) from the segmentation frame outside (dilated) part masks
+        and outside ``cover`` ((H, W) bool, e.g. the parts rendered at their start poses: a mask that
+        misses part of its body must not make that body's pixels background), and each body's
+        chromaticity (the mean inside its mask) for colour silhouettes."""
+        fg = masks.any(0) if cover is None else masks.any(0) | cover
+        fg = cv2.dilate(fg.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
+        if depth is not None:
+            self.background = np.where(fg, 0.0, depth).astype(np.float32)
+        self.body_chroma = None
+        if rgb is not None and self.cfg.noise.w_color > 0:
+            ch = chroma(rgb)
+            self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
+            self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
+
+    def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
+        ch = chroma(rgb.reshape(-1, 3)[flat])
+        d_body = np.linalg.norm(ch[:, None, :] - self.body_chroma[None], axis=-1)  # (N, M)
+        d_bg = np.linalg.norm(ch - self.bg_chroma[flat], axis=-1)
+        best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
+        d_best = d_body[np.arange(len(flat)), best]
+        tau = self.cfg.noise.color_tol
+        label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
+        label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
+        return label
+
+    def silhouettes(self, T: torch.Tensor) -> np.ndarray:
+        """(H, W) bool: the pixels some body covers at poses T (M, 4, 4), within their ``roi``."""
+        roi = self.roi(T)
+        flat = np.flatnonzero(roi)
+        out = np.zeros(roi.size, bool)
+        if flat.size:
+            hits = render_hits(self.prims, T, self.origin, self.dirs[flat])
+            out[flat] = torch.isfinite(hits).any(0).numpy()
+        return out.reshape(roi.shape)
+
+    def roi(self, T: torch.Tensor, bodies: list[int] | None = None) -> np.ndarray:
+        """(H, W) bool: image boxes of the bodies' posed bounding boxes, plus padding."""
+        cam = self.cam
+        out = np.zeros((cam.height, cam.width), bool)
+        for m in range(len(self.prims)) if bodies is None else bodies:
+            corners = self.corners[m] @ T[m, :3, :3].numpy().T + T[m, :3, 3].numpy()
+            uv, z = cam.project(corners)
+            if np.any(z <= 1e-3):  # partly behind the camera: no meaningful box
+                continue
+            pad = self.cfg.gates.roi_pad_px
+            x0, y0 = np.floor(uv.min(0) - pad).astype(int)
+            x1, y1 = np.ceil(uv.max(0) + pad).astype(int) + 1
+            x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, cam.width), min(y1, cam.height)
+            if x0 < x1 and y0 < y1:
+                out[y0:y1, x0:x1] = True
+        return out
+
+    def observe(self, depth: np.ndarray, roi: np.ndarray, foreground: np.ndarray | None = None,
+                stride: int = 1) -> tuple[Observation, np.ndarray]:
+        """Observation of the rays in ``roi``; returns it and the flat pixel indices used."""
+        if stride > 1:
+            roi = roi.copy()
+            sub = np.zeros_like(roi)
+            sub[::stride, ::stride] = True
+            roi &= sub
+        flat = np.flatnonzero(roi)
+        d = depth.reshape(-1)[flat]
+        if foreground is None:
+            bg = self.background.reshape(-1)[flat]
+            foreground = (bg <= 0) | (d < bg - np.maximum(self.cfg.gates.background_tol_m, 4.3 * self.sigma(bg)))
+        else:
+            foreground = foreground.reshape(-1)[flat]
+        obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=FLOAT),
+                          torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=FLOAT),
+                          pixel_angle=1.0 / self.cam.fx)
+        return obs, flat
+
+    def edges(self, depth: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """(N,) bool: pixels ``flat`` within ``edge_band_px`` of a depth discontinuity (a 3x3
+        depth range above max(freespace_tol_m, 4.3 sigma)) or of a missing reading; computed on
+        the image box that holds ``flat`` only."""
+        W = self.cam.width
+        v, u = np.divmod(flat, W)
+        b = self.cfg.gates.edge_band_px + 1
+        y0, y1 = max(int(v.min()) - b, 0), min(int(v.max()) + b + 1, self.cam.height)
+        x0, x1 = max(int(u.min()) - b, 0), min(int(u.max()) + b + 1, W)
+        d = np.ascontiguousarray(depth[y0:y1, x0:x1], dtype=np.float32)
+        k3 = np.ones((3, 3), np.uint8)
+        jump = cv2.morphologyEx(d, cv2.MORPH_GRADIENT, k3)
+        tol = np.maximum(self.cfg.noise.freespace_tol_m, 4.3 * self.sigma(d)).astype(np.float32)
+        edge = ((jump > tol) | (d <= 0)).astype(np.uint8)
+        band = 2 * self.cfg.gates.edge_band_px + 1
+        edge = cv2.dilate(edge, np.ones((band, band), np.uint8)) > 0
+        return edge[v - y0, u - x0]
+
+    def sigma(self, depth: np.ndarray) -> np.ndarray:
+        """Depth noise std (m) at depth (m)."""
+        return np.maximum(self.cfg.noise.depth_noise_k * depth.astype(np.float64) ** 2, self.cfg.noise.depth_noise_floor_m)
+
+
+def long_axis(prim: Primitive, elongation: float = 2.0) -> torch.Tensor | None:
+    """(3,) unit long axis in the body frame of a primitive whose longest extent is at least
+    ``elongation`` times the next; None for the others (spheres, cubes, short cylinders)."""
+    if prim.kind in ("box", "mesh"):
+        h = np.asarray(prim.half_size, float)
+        order = np.argsort(h)[::-1]
+        if h[order[0]] < elongation * h[order[1]]:
+            return None
+        return torch.as_tensor(np.eye(3)[order[0]], dtype=FLOAT)
+    if prim.kind in ("capsule", "cylinder"):
+        half = prim.half_length + (prim.radius if prim.kind == "capsule" else 0.0)
+        return torch.tensor([0.0, 0.0, 1.0], dtype=FLOAT) if half >= elongation * prim.radius else None
+    return None
+
+
+def chroma(rgb: np.ndarray) -> np.ndarray:
+    """(..., 3) uint8 -> chromaticity r, g, b / (r + g + b): shading changes brightness, not this."""
+    f = rgb.astype(np.float32) + 1.0
+    return f / f.sum(-1, keepdims=True)
