@@ -1,17 +1,18 @@
-"""CPU time of the track stage alone, against another checkout's tracker on the same input.
+"""CPU and wall time of the track stage alone, against another checkout's tracker on the same input.
 
 Runs ``pipeline.track.run`` (default settings plus ``--set``, the overlay video included, as
 ``vid2sim run`` does) on a recording with the segmentation of an earlier run
 (``RUN/segmentation.npz``: ``vid2sim segment REC --out RUN``), in a fresh process per run, and
-reports per run: CPU seconds of that process (one torch thread), frames per CPU second, and the
+reports per run: CPU seconds of that process (one torch thread; the frame reader's thread
+included), wall seconds, frames per CPU and per wall second, and the
 mean position / rotation error against ``truth_poses.npz`` when the recording has one
 (``bench_pipeline.track_errors``). With ``--base CHECKOUT`` (a folder holding another
 revision's ``pipeline/``, ``models/``, ``datasets/``, e.g. ``git worktree add ../base main``)
 each round runs that checkout's tracker and this one's, alternating, and the result adds the
-ratio of the CPU seconds (this / base, median over rounds) and whether the two wrote the same
+ratios of the CPU and of the wall seconds (this / base, medians over rounds) and whether the two wrote the same
 poses (``poses.npz`` arrays equal to the last bit) and the same overlay video (bytes).
 
-The last stdout line is the JSON ``{"runs": {"base": [...], "this": [...]}, "ratio_cpu",
+The last stdout line is the JSON ``{"runs": {"base": [...], "this": [...]}, "ratio_cpu", "ratio_wall",
 "identical_poses", "identical_overlay"}``; progress goes to stderr.
 
     OMP_NUM_THREADS=1 python scripts/bench_track_speed.py REC RUN [--base ../base] [--rounds 2]
@@ -47,12 +48,13 @@ rec_path, out = Path({rec!r}), Path({out!r})
 rec = open_recording(rec_path)
 seg = Segmentation.load(Path({run!r}) / "segmentation.npz")
 cfg = resolve_configs(parse_sets({sets!r}))["track"]
-c0 = time.process_time()
+c0, w0 = time.process_time(), time.perf_counter()
 poses = track.run(cfg, rec, seg, out)
-cpu = time.process_time() - c0
+cpu, wall = time.process_time() - c0, time.perf_counter() - w0
 poses.save(out / "poses.npz")
 err = track_errors(out, rec_path) if (rec_path / "truth_poses.npz").exists() else {{}}
-print(json.dumps({{"cpu_s": round(cpu, 3), "fps_cpu": rec.num_frames / cpu, "lost": int(poses.lost.sum()), **err}}))
+print(json.dumps({{"cpu_s": round(cpu, 3), "fps_cpu": rec.num_frames / cpu, "wall_s": round(wall, 3),
+                  "fps_wall": rec.num_frames / wall, "lost": int(poses.lost.sum()), **err}}))
 """
 
 
@@ -113,7 +115,8 @@ def main() -> None:
                 print(f"round {r} {name}: {json.dumps(runs[name][-1])}", file=sys.stderr)
         result: dict = {"runs": runs}
         if args.base is not None:
-            result["ratio_cpu"] = float(np.median([t["cpu_s"] / b["cpu_s"] for t, b in zip(runs["this"], runs["base"])]))
+            for key in ("cpu_s", "wall_s"):
+                result["ratio_" + key[:-2]] = float(np.median([t[key] / b[key] for t, b in zip(runs["this"], runs["base"])]))
             last = args.rounds - 1
             result["identical_poses"] = same_poses(tmp / f"out_base_{last}", tmp / f"out_this_{last}")
             result["identical_overlay"] = same_overlay(tmp / f"out_base_{last}", tmp / f"out_this_{last}")

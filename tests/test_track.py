@@ -1,10 +1,8 @@
 """Track stage against ground-truth poses of synthetic recordings."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 import torch
@@ -16,26 +14,9 @@ from vid2sim.models.render import make_renderer
 from vid2sim.pipeline import track
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 
+from track_helpers import cartpole_errors, seg_from_truth
+
 torch.set_num_threads(1)
-BOX_SYMMETRIES = [np.diag(d) for d in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1))]
-
-
-def _seg_from_truth(path: Path, frame: int = 0) -> Segmentation:
-    truth = json.loads((path / "truth.json").read_text())
-    ids = cv2.imread(str(path / "truth_masks" / f"{frame:06d}.png"), cv2.IMREAD_UNCHANGED)
-    names = [b["shape"] for b in truth["bodies"]]
-    return Segmentation(np.stack([ids == i + 1 for i in range(len(names))]).astype(np.uint8), frame, names,
-                        np.ones(len(names)))
-
-
-def _errors(est: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cartpole: body 0 a box, body 1 a capsule -> position error (T, 2) m, rotation error (T, 2) deg."""
-    pos = np.linalg.norm(est[:, :, :3, 3] - truth[:, :, :3, 3], axis=-1)
-    rot_box = np.min([np.degrees(np.arccos(np.clip((np.trace(np.einsum("tji,tjk->tik", truth[:, 0, :3, :3],
-                                                                        est[:, 0, :3, :3] @ S), axis1=1, axis2=2) - 1) / 2,
-                                                   -1, 1))) for S in BOX_SYMMETRIES], 0)
-    axis = np.abs(np.einsum("ti,ti->t", est[:, 1, :3, 2], truth[:, 1, :3, 2]))
-    return pos, np.stack([rot_box, np.degrees(np.arccos(np.clip(axis, -1, 1)))], 1)
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +27,9 @@ def cartpole(tmp_path_factory) -> Path:
 
 def test_tracks_noise_free_cartpole(cartpole, tmp_path):
     rec = open_recording(cartpole)
-    poses = track.run(track.TrackConfig(), rec, _seg_from_truth(cartpole), tmp_path)
+    poses = track.run(track.TrackConfig(), rec, seg_from_truth(cartpole), tmp_path)
     truth = np.load(cartpole / "truth_poses.npz")["world_from_body"]
-    pos, rot = _errors(poses.world_from_body, truth)
+    pos, rot = cartpole_errors(poses.world_from_body, truth)
     assert poses.body_names == ["cart", "pole"]
     assert pos.max() < 0.002, pos  # 2 mm at 160x120 (a pixel is ~7 mm there)
     assert rot.max() < 0.5, rot
@@ -73,7 +54,7 @@ def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_f
     the pole is followed through every frame."""
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(160, 120), noise="none")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
-    rec, seg = open_recording(path), _seg_from_truth(path, 12)
+    rec, seg = open_recording(path), seg_from_truth(path, 12)
     poses = track.run(track.TrackConfig(overlay=False, steps=track.TrackSteps(travel_iterations=0),
                                         noise=track.TrackNoise(depth_noise_k=0.004)), rec, seg, tmp_path)
     err = np.linalg.norm(poses.world_from_body[:, 1, :3, 3] - truth[:, 1, :3, 3], axis=-1)
@@ -87,11 +68,11 @@ def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_f
 def test_planar_mode_keeps_bodies_in_their_plane(cartpole, tmp_path):
     """Planar mode moves each body only in world x, z and about world y (the cartpole's plane)."""
     rec = open_recording(cartpole)
-    poses = track.run(track.TrackConfig(planar="on", overlay=False), rec, _seg_from_truth(cartpole), tmp_path)
+    poses = track.run(track.TrackConfig(planar="on", overlay=False), rec, seg_from_truth(cartpole), tmp_path)
     T = poses.world_from_body
     assert np.allclose(T[:, :, 1, 3], T[:1, :, 1, 3], atol=1e-9)  # y of every body stays at its start
     assert np.allclose(T[:, :, 1, :3], T[:1, :, 1, :3], atol=1e-9)  # rotations only about world y
-    pos, rot = _errors(T, np.load(cartpole / "truth_poses.npz")["world_from_body"])
+    pos, rot = cartpole_errors(T, np.load(cartpole / "truth_poses.npz")["world_from_body"])
     assert pos.max() < 0.003 and rot.max() < 0.5
 
 
@@ -156,9 +137,9 @@ def test_noisy_cartpole_cart_tilt_is_pinned_by_its_grazing_top_face(tmp_path):
     its points must still constrain the pose (point-to-surface, noise across the surface);
     when they were dropped the cart's rotation error was ~1 deg on this clip."""
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(320, 240), noise="realistic")
-    poses = track.run(track.TrackConfig(overlay=False), open_recording(path), _seg_from_truth(path), tmp_path / "run")
+    poses = track.run(track.TrackConfig(overlay=False), open_recording(path), seg_from_truth(path), tmp_path / "run")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
-    pos, rot = _errors(poses.world_from_body, truth)
+    pos, rot = cartpole_errors(poses.world_from_body, truth)
     assert rot[:, 0].mean() < 0.7, rot[:, 0]
     assert pos[:, 0].mean() < 0.0015, pos[:, 0]
 
@@ -167,8 +148,8 @@ def test_zero_prior_std_switches_that_prior_off(cartpole, tmp_path):
     """prior_rad = 0 means no rotation prior (it divided by zero before)."""
     rec = open_recording(cartpole)
     cfg = track.TrackConfig(overlay=False, prior=track.TrackPrior(prior_rad=0.0))
-    poses = track.run(cfg, rec, _seg_from_truth(cartpole), tmp_path)
-    pos, rot = _errors(poses.world_from_body, np.load(cartpole / "truth_poses.npz")["world_from_body"])
+    poses = track.run(cfg, rec, seg_from_truth(cartpole), tmp_path)
+    pos, rot = cartpole_errors(poses.world_from_body, np.load(cartpole / "truth_poses.npz")["world_from_body"])
     assert pos.max() < 0.002 and rot.max() < 0.5, (pos, rot)
 
 
@@ -259,7 +240,7 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
     short = _first_frames(path, tmp_path / "short", 51)
     truth = np.load(path / "truth_poses.npz")
     t = truth["world_from_body"][:51, list(truth["body_names"]).index("body_b"), :3, 3]
-    rec, seg = open_recording(short), _seg_from_truth(short)
+    rec, seg = open_recording(short), seg_from_truth(short)
     errs = {}
     priors = {"default": track.TrackPrior(),
               "cv, no check": track.TrackPrior(stop_check_m=0.0, stop_check_rad=0.0, acceleration=0.0,
@@ -311,7 +292,7 @@ def test_a_puck_starts_upright(tmp_path):
     within 1 mm from frame 0."""
     path = synthetic.make_recording("pushed_cylinder", tmp_path / "rec", seed=0, frames=12, noise="none")
     rec = open_recording(path)
-    poses = track.run(track.TrackConfig(overlay=False), rec, _seg_from_truth(path), tmp_path / "run")
+    poses = track.run(track.TrackConfig(overlay=False), rec, seg_from_truth(path), tmp_path / "run")
     truth = np.load(path / "truth_poses.npz")
     t = truth["world_from_body"][:, list(truth["body_names"]).index("part")]
     est = poses.world_from_body[:, poses.body_names.index("part")]
@@ -329,7 +310,7 @@ def test_a_box_slid_along_its_long_axis_is_brought_back(tmp_path):
 
     path = synthetic.make_recording("pushed", tmp_path / "rec", seed=0, frames=2, size=(320, 240), noise="none")
     rec = open_recording(path)
-    seg = _seg_from_truth(path)
+    seg = seg_from_truth(path)
     W = np.load(path / "truth_poses.npz")["world_from_body"][0]
     errors = {}
     for search in (0, 4):

@@ -1,7 +1,6 @@
 """Track's static background: the parts as fitted are never background, even where a mask misses them."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from vid2sim.datasets import synthetic
 from vid2sim.datasets.recording import open_recording
 from vid2sim.pipeline import track
 
-from test_track import _errors, _seg_from_truth
+from track_helpers import cartpole_errors, seg_from_truth
 
 torch.set_num_threads(1)
 
@@ -27,7 +26,7 @@ def _cut_cart(seg, share: float = 0.4):
 def test_silhouettes_cover_the_bodies_at_their_poses(tmp_path):
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=1, frames=2, size=(160, 120), noise="none")
     rec = open_recording(path)
-    seg = _seg_from_truth(path)
+    seg = seg_from_truth(path)
     truth = np.load(path / "truth_poses.npz")["world_from_body"][0]
     scene = track.TrackScene(rec, [track.Primitive.from_shape(rec.shapes[n]) for n in seg.shape_names], track.TrackConfig())
     cover = scene.silhouettes(torch.as_tensor(truth))
@@ -44,10 +43,10 @@ def test_a_cart_mask_missing_its_end_does_not_tilt_the_tracked_cart(tmp_path, se
     """The cart's mask loses its right 40 %: those pixels must not become background, which
     pulled the tracked cart 4.3-5.4 deg off about its long axis (RealSense-like noise)."""
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=seed, frames=40, size=(320, 240), noise="realistic")
-    seg = _cut_cart(_seg_from_truth(path))
+    seg = _cut_cart(seg_from_truth(path))
     poses = track.run(track.TrackConfig(overlay=False), open_recording(path), seg, tmp_path / "run")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
-    pos, rot = _errors(poses.world_from_body, truth)
+    pos, rot = cartpole_errors(poses.world_from_body, truth)
     assert rot[:, 0].max() < 2.5 and rot[:, 0].mean() < 1.0, rot[:, 0]
     assert pos[:, 0].mean() < 0.0012, pos[:, 0]
 
