@@ -324,49 +324,48 @@ class _Tracker:
             T[torch.as_tensor(lost)] = T_hold[torch.as_tensor(lost)]
             if cfg.lost.reacquire:
                 for m in np.flatnonzero(lost):
-                    found = _reacquire(self, depth, T, lost, m)
+                    found = self.reacquire(depth, T, lost, m)
                     if found is not None:
                         T[m], lost[m], per_body[m] = found
         return T, lost, float(per_body.mean()), (flat, res.visible.numpy())
 
+    def reacquire(self, depth: np.ndarray, T: torch.Tensor, lost: np.ndarray, m: int):
+        """Search for lost body m among the depth points no tracked body explains (none within
+        ``gate_final_m`` of its surface), near where it was.
 
-def _reacquire(self: "_Tracker", depth: np.ndarray, T: torch.Tensor, lost: np.ndarray, m: int):
-    """Search for lost body m among the depth points no tracked body explains (none within
-    ``gate_final_m`` of its surface), near where it was.
-
-    Returns (pose, False, residual) when a fit there is supported by the depth again (by all
-    the depth points under its render, and by at least ``lost_min_pixels`` of those it was
-    fitted to), else None.
-    """
-    cfg, scene = self.cfg, self.scene
-    prim = scene.prims[m]
-    reach = prim.bounding_radius * cfg.lost.reacquire_reach
-    roi = _roi_of(scene, T[m, :3, 3].numpy(), reach)
-    obs, flat = scene.observe(depth, roi, stride=2)
-    seen = obs.foreground & (obs.depth > 0)
-    pts = obs.points
-    fg = seen & ((pts - T[m, :3, 3]).norm(dim=-1) < reach)
-    for k, other in enumerate(scene.prims):  # drop points that a tracked body explains
-        if k != m and not lost[k]:
-            R, t = T[k, :3, :3], T[k, :3, 3]
-            fg &= sdf_and_grad(other, (pts - t) @ R)[0].abs() > cfg.gates.gate_final_m
-    if int(fg.sum()) < cfg.lost.lost_min_pixels:
-        return None
-    obs.foreground = fg
-    cost, T_new = fit_primitive(cfg, prim, obs)
-    if T_new is None:  # no orientation hypothesis left a finite residual: nothing re-acquired
-        return None
-    # supported by every depth point it renders over, those it shares with a neighbour too (a ball on an arm's tip)
-    obs.foreground = seen
-    res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
-    visible = int((res.visible == 0).sum())
-    supporting = (res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)
-    support, own = int(supporting.sum()), int((supporting & fg).sum())   # own: among the points it was fitted to
-    if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible \
-            or own < cfg.lost.lost_min_pixels:
-        return None
-    r = res.point_res[res.assigned == 0]
-    return T_new, False, float(r.square().mean().sqrt())
+        Returns (pose, False, residual) when a fit there is supported by the depth again (by all
+        the depth points under its render, and by at least ``lost_min_pixels`` of those it was
+        fitted to), else None.
+        """
+        cfg, scene = self.cfg, self.scene
+        prim = scene.prims[m]
+        reach = prim.bounding_radius * cfg.lost.reacquire_reach
+        roi = _roi_of(scene, T[m, :3, 3].numpy(), reach)
+        obs, flat = scene.observe(depth, roi, stride=2)
+        seen = obs.foreground & (obs.depth > 0)
+        pts = obs.points
+        fg = seen & ((pts - T[m, :3, 3]).norm(dim=-1) < reach)
+        for k, other in enumerate(scene.prims):  # drop points that a tracked body explains
+            if k != m and not lost[k]:
+                R, t = T[k, :3, :3], T[k, :3, 3]
+                fg &= sdf_and_grad(other, (pts - t) @ R)[0].abs() > cfg.gates.gate_final_m
+        if int(fg.sum()) < cfg.lost.lost_min_pixels:
+            return None
+        obs.foreground = fg
+        cost, T_new = fit_primitive(cfg, prim, obs)
+        if T_new is None:  # no orientation hypothesis left a finite residual: nothing re-acquired
+            return None
+        # supported by every depth point it renders over, those it shares with a neighbour too (a ball on an arm's tip)
+        obs.foreground = seen
+        res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
+        visible = int((res.visible == 0).sum())
+        supporting = (res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)
+        support, own = int(supporting.sum()), int((supporting & fg).sum())   # own: among the points it was fitted to
+        if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible \
+                or own < cfg.lost.lost_min_pixels:
+            return None
+        r = res.point_res[res.assigned == 0]
+        return T_new, False, float(r.square().mean().sqrt())
 
 
 def _roi_of(scene: TrackScene, c: np.ndarray, radius: float) -> np.ndarray:

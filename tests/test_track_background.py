@@ -82,7 +82,7 @@ def test_a_lost_ball_on_an_arms_tip_is_reacquired(tmp_path):
     scene.set_background(np.full_like(depth, 2.0), np.zeros((2, 120, 160), np.uint8))
     tracker = track._Tracker(cfg, scene, False)
     held = torch.as_tensor(np.stack([moved[0], T[1]]))
-    found = track._reacquire(tracker, depth, held, np.array([False, True]), 1)
+    found = tracker.reacquire(depth, held, np.array([False, True]), 1)
     assert found is not None and np.linalg.norm(found[0][:3, 3].numpy() - moved[1, :3, 3]) < 0.005, found
     gone = np.where(body == 1, 2.0, depth).astype(np.float32)   # the ball out of sight
-    assert track._reacquire(tracker, gone, held, np.array([False, True]), 1) is None
+    assert tracker.reacquire(gone, held, np.array([False, True]), 1) is None
