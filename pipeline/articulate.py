@@ -341,17 +341,17 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     return tree
 
 
-def _group_cost(f: fit.JointFit, parent: str, members: list[str], tracks: Tracks, settings) -> float:
+def _group_cost(f: fit.JointFit, parent: str, carrier: str, members: list[str], tracks: Tracks, settings) -> float:
     """Truncated chi-square of every body of a rigid group carried by the 1-dof joint ``f`` (fitted
-    from ``parent`` to one of them): each member's pose in the parent's frame predicted as the
-    joint's motion at ``f.q`` applied to that member's own best constant pose (``se3.mean_pose``
-    of the motion undone), scored under the pair's noise, over frames where both are seen,
-    extrapolated to all frames."""
+    from ``parent`` to the member ``carrier``): each member's pose in the parent's frame predicted
+    as the joint's motion at ``f.q`` applied to that member's own best constant pose
+    (``se3.mean_pose`` of the motion undone), scored under the pair's noise, over frames where
+    the parent, the carrier and the member are seen, extrapolated to all frames."""
     total = 0.0
     motion = fit.predict(f.kind, f.axis, f.pivot, np.eye(4), f.q)  # (T, 4, 4) the joint's motion
     for b in members:
         X = _relative(tracks.world_from_body, tracks.names, parent, b)
-        ok = _valid(tracks.valid, tracks.names, parent, b)
+        ok = _valid(tracks.valid, tracks.names, parent, b) & _valid(tracks.valid, tracks.names, parent, carrier)
         if ok.sum() < 3:
             continue
         ref = se3.mean_pose((se3.inv(motion) @ X)[ok])
@@ -384,7 +384,7 @@ def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.G
                    for kind, f in G.edges[parent, m]["every"].items() if kind in ("prismatic", "revolute")]
         if len(options) < 2:
             continue
-        kind, m, f = min(options, key=lambda o: (_group_cost(o[2], parent, group, tracks, settings), str(o[1])))
+        kind, m, f = min(options, key=lambda o: (_group_cost(o[2], parent, o[1], group, tracks, settings), str(o[1])))
         if m == child:
             continue
         log.info("the rigid group %s hangs from %s by %s's %s joint instead of %s's %s joint", group, parent, m,

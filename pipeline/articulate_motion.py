@@ -23,30 +23,39 @@ STEADY_MIN_RUNS = 8  # runs of 4 consecutive inlier frames needed to measure a c
 GLITCH_MAX_SHARE = 0.25  # at most this share of a body's frames are set aside as glitches (glitch_frames)
 
 
-def _off_path(p: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distances (m) of each position p (T, 3) from the path of its neighbours, quadratics in
-    time through four of the three nearest ``ok`` frames on each side (leave-one-out
-    predictions) -> ((T,) the least over any four, so that a glitch beside a frame does not
-    put that frame off the path too; (T,) through the two nearest on each side). nan where
-    the frame is not ok or lacks those neighbours."""
+def _off_path(p: np.ndarray, ok: np.ndarray, medians: float) -> tuple[np.ndarray, float]:
+    """How far each position p (T, 3) lies off the path of its neighbours: quadratics in time
+    through two of the three nearest ``ok`` frames on each side (leave-one-out predictions; two
+    of three, so that a glitch beside a frame does not put that frame off the path too). ->
+    ((T,) the least distance (m) from those quadratics that pass their own four frames within
+    ``medians`` times the median residual of the quadratics through the two nearest on each
+    side, nan where none does, the frame is not ok or lacks the neighbours; the median
+    distance from the quadratics through the two nearest on each side, the scale of the body's
+    jitter). A kink in the path (a landing) leaves no quadratic across it that passes its
+    frames, so it is no glitch and the frames beside it stay."""
     idx = np.flatnonzero(ok)
-    least, nearest = np.full(len(p), np.inf), np.full(len(p), np.nan)
     n = len(idx)
-    near = np.arange(n)[:, None] + np.array([-3, -2, -1, 1, 2, 3])   # (n, 6) neighbours' places in idx
+    near = np.arange(n)[:, None] + np.array([-3, -2, -1, 1, 2, 3])  # (n, 6) neighbours' places in idx
     have = (near >= 0) & (near < n)
-    for four in combinations(range(6), 4):
+    dist, res = np.full((9, len(p)), np.nan), np.full((9, len(p)), np.nan)
+    fours = [left + right for left in combinations(range(3), 2) for right in combinations(range(3, 6), 2)]
+    for k, four in enumerate(fours):
         use = have[:, four].all(1)
         if not use.any():
             continue
         nb, t = idx[near[use][:, four]], idx[use]                     # (u, 4) and (u,) frame numbers
         dt = (nb - t[:, None]).astype(float)
-        coef = np.linalg.pinv(np.stack([np.ones_like(dt), dt, dt**2], -1)) @ p[nb]
-        d = np.linalg.norm(p[t] - coef[:, 0], axis=1)
-        least[t] = np.minimum(least[t], d)
-        if four == (1, 2, 3, 4):
-            nearest[t] = d
+        A = np.stack([np.ones_like(dt), dt, dt**2], -1)
+        coef = np.linalg.pinv(A) @ p[nb]                              # (u, 3, 3): value, velocity, acceleration
+        dist[k, t] = np.linalg.norm(p[t] - coef[:, 0], axis=1)
+        res[k, t] = np.linalg.norm(A @ coef - p[nb], axis=(1, 2))
+    nearest = fours.index((1, 2, 3, 4))
+    if np.isnan(dist[nearest]).all():
+        return np.full(len(p), np.nan), np.nan
+    smooth = res <= medians * np.nanmedian(res[nearest])
+    least = np.where(smooth, dist, np.inf).min(0)
     least[~np.isfinite(least)] = np.nan
-    return least, nearest
+    return least, float(np.nanmedian(dist[nearest]))
 
 
 def glitch_frames(W: np.ndarray, valid: np.ndarray, medians: float, floor_m: float,
@@ -54,22 +63,26 @@ def glitch_frames(W: np.ndarray, valid: np.ndarray, medians: float, floor_m: flo
     """(T, M) frames where a body's tracked position jumps off the path its neighbouring frames
     trace and comes back: a tracker's glitch (tree5, RealSense-like seed 20: arm_b 54 and 20 mm
     off the truth in frames 10 and 12, 3-7 mm in the frames around). Per body, the frame
-    farthest from the path of its valid neighbours (``_off_path``, the least over choices of
-    four) is a glitch while that distance exceeds ``medians`` times the body's median distance
-    from its two nearest neighbours on each side, and ``floor_m``; it is set aside and the
-    distances computed again, at most ``max_share`` of the body's frames. Smooth motion at 30
-    fps leaves under a mm (a 0.3-m pendulum at 60 mm a frame: 0.5 mm); white noise of std s
-    about 2 s (median), so a glitch is beyond 6 s. Two glitches in a row that agree pass for a
-    path. W: (T, M, 4, 4) world_from_body; valid: (T, M) frames the body is seen."""
+    farthest from the path of its valid neighbours (``_off_path``) is a glitch while that
+    distance exceeds ``medians`` times the body's median distance, and ``floor_m``; it is set
+    aside and the distances computed again, at most ``max_share`` of the body's frames. Smooth
+    motion at 30 fps leaves under a mm (a 0.3-m pendulum at 60 mm a frame: 0.5 mm); white noise
+    of std s about 2 s (median), so a glitch is beyond 6 s. A frame beside a glitch is none
+    (set aside, the glitch leaves its neighbours' path short: at a landing, frame after frame
+    went), so two glitches in a row are one at most. W: (T, M, 4, 4) world_from_body; valid:
+    (T, M) frames the body is seen."""
     out = np.zeros(valid.shape, bool)
     for m in range(W.shape[1]):
         ok = valid[:, m].copy()
         for _ in range(int(max_share * ok.sum())):
-            d, scale = _off_path(W[:, m, :3, 3], ok)
-            if np.isnan(d).all() or np.isnan(scale).all():
+            d, scale = _off_path(W[:, m, :3, 3], ok, medians)
+            if np.isnan(d).all():
+                break
+            d[np.convolve(out[:, m], np.ones(3), "same") > 0] = np.nan  # beside a glitch: its own path is short
+            if np.isnan(d).all():
                 break
             t = int(np.nanargmax(d))
-            if d[t] <= max(medians * float(np.nanmedian(scale)), floor_m):
+            if d[t] <= max(medians * scale, floor_m):
                 break
             ok[t], out[t, m] = False, True
     return out
