@@ -134,18 +134,21 @@ def steady_motion_sigma(f: fit.JointFit, window: int = STEADY_WINDOW) -> float |
 
 
 def still_reason(f: fit.JointFit, X: np.ndarray, st: fit.FitSettings, min_sigma: float) -> str:
-    """Why the fitting 1-dof joint ``f`` shows no motion ('' where it does): its coordinate's
+    """Why the fitting 1-dof joint ``f`` shows no motion ('' where it does): where a body of the
+    pair has noise along its own axes (``st.child_axes`` / ``parent_axes``), its coordinate's
     5-95 % spread below ``min_sigma`` of its noise under the pair's full noise model
     (``coordinate_sigma``, times the fit's Birge ratio where that exceeds
-    ``max_birge_ratio``, as ``fit.fit_model`` does), or its running median below
-    ``min_sigma`` of its own jitter (``steady_motion_sigma``)."""
+    ``max_birge_ratio``, as ``fit.fit_model`` does; with isotropic noise fit's own test
+    stands); or its running median below ``min_sigma`` of its own jitter
+    (``steady_motion_sigma``)."""
     q = f.q[f.inliers]
     q = np.unwrap(q) if f.kind == "revolute" else q
     spread = float(np.percentile(q, 95) - np.percentile(q, 5))
     b = fit.birge_ratio(f.chi2[f.inliers], 5)
-    sq = coordinate_sigma(f, X, st) * (b if b > st.max_birge_ratio else 1.0)
-    if spread < min_sigma * sq:
-        return f"no significant motion against the bodies' noise along it ({spread / sq:.1f} sigma)"
+    if st.child_axes is not None or st.parent_axes is not None:
+        sq = coordinate_sigma(f, X, st) * (b if b > st.max_birge_ratio else 1.0)
+        if spread < min_sigma * sq:
+            return f"no significant motion against the bodies' noise along it ({spread / sq:.1f} sigma)"
     z = steady_motion_sigma(f)
     if z is not None and z < min_sigma:
         return f"q jitters: its running median moves {z:.1f} sigma of its jitter"
