@@ -234,8 +234,8 @@ def _valid(valid: np.ndarray, names, parent, child) -> np.ndarray:
 
 def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "prismatic", "revolute"), axes=None):
     """``fit.select`` of the pair's relative pose, then a fitting prismatic or revolute joint
-    that ``articulate_motion.still_reason`` finds without motion does not fit. -> (cheapest fitting JointFit or None,
-    kind -> JointFit)."""
+    that ``articulate_motion.still_reason`` finds without motion does not fit. -> (cheapest
+    fitting JointFit or None, kind -> JointFit)."""
     X = _relative(W, names, parent, child)
     st = _settings(cfg, sp, sr, parent, child, axes)
     _, every = fit.select(X, _valid(valid, names, parent, child), st, kinds)
