@@ -362,6 +362,15 @@ def _group_cost(f: fit.JointFit, parent: str, carrier: str, members: list[str], 
     return total
 
 
+def _from(parent: str, child: str, kind: str, f: fit.JointFit, G: nx.Graph, tracks: Tracks, settings) -> fit.JointFit:
+    """``f``, the pair's fitted joint of ``kind``, as a joint of ``child`` in ``parent``'s frame:
+    refitted in that direction where the pair was fitted the other way round."""
+    if G.edges[parent, child]["parent"] == parent:
+        return f
+    X, st = _relative(tracks.world_from_body, tracks.names, parent, child), settings(parent, child)
+    return fit.fit_model(kind, X, _valid(tracks.valid, tracks.names, parent, child), st, np.random.default_rng(st.seed))
+
+
 def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.Graph:
     """A rigid group (bodies welded together) hung by a prismatic or revolute joint hangs by the
     member's joint to the same parent that carries the whole group best (``_group_cost``). The
@@ -380,7 +389,7 @@ def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.G
         group = sorted(nx.node_connected_component(welds, child) if child in welds else {child}, key=str)
         if len(group) < 2 or "world" in group:
             continue
-        options = [(kind, m, f) for m in group if G.has_edge(parent, m) and G.edges[parent, m]["parent"] == parent
+        options = [(kind, m, _from(parent, m, kind, f, G, tracks, settings)) for m in group if G.has_edge(parent, m)
                    for kind, f in G.edges[parent, m]["every"].items() if kind in ("prismatic", "revolute")]
         if len(options) < 2:
             continue
