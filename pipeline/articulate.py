@@ -8,15 +8,18 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
    at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
    between frames, ``rods_without_flips``, or its unseen spin from jumping,
-   ``rods_without_spin_jumps``), propagated to each pair's relative pose;
+   ``rods_without_spin_jumps``), propagated to each pair's relative pose; frames where a
+   body's position jumps off its neighbours' path and back (``glitch_frames``) count as lost;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
    truncated chi-square + ``complexity_penalty`` per joint coordinate per frame +
    log(#observations) per geometric parameter (BIC-like); a model fits when at least
    ``min_inlier_ratio`` of the frames are inliers and, for a joint with coordinates,
-   q moves by more than ``min_motion_sigma`` of its own noise, so a pair whose
-   relative pose stays within the noise is ``fixed``;
+   q moves by more than ``min_motion_sigma`` of its own noise (the isotropic noise in
+   ``fit``; for a prismatic or revolute joint also the pair's full noise model and q's own
+   frame-to-frame jitter, ``articulate_motion.still_reason``), so a pair whose relative pose
+   stays within the noise, or jitters, is ``fixed``;
 3. a minimum spanning forest (Prim, networkx) over the bodies *and the world*, so a
    body attached to the world gets the joint RANSAC found for its world motion;
    components without the world are rooted at their best-connected body, attached
@@ -28,7 +31,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    joint, by its own world joint where model selection with a prior for mounted
    mechanisms prefers it (a cartpole's cart on its rail, not its pole). So a planar
    or free world joint remains only where no fixed, prismatic or revolute joint, to
-   the world or to another body, explains the motion;
+   the world or to another body, explains the motion. A rigid group (welded bodies) hung by
+   a 1-dof joint hangs by the member's joint that carries the whole group best
+   (``_group_joints``);
 4. the noise checked against the chosen joints: where their residuals exceed it by
    more than ``max_birge_ratio`` (Birge ratio, sqrt of the reduced chi-square;
    positions and rotations apart), which slowly varying tracking errors do (third
@@ -59,7 +64,7 @@ joint limits (export), dynamics (identify).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import networkx as nx
@@ -67,9 +72,11 @@ import numpy as np
 
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints import fit
+from vid2sim.pipeline.articulate_plots import plots as _plots
+from vid2sim.pipeline.articulate_motion import glitch_frames, still_reason
 from vid2sim.pipeline.articulate_world import Edge, Forest, Root, Tracks, world_frame
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
-from vid2sim.datasets.atomic import atomic_path, write_json
+from vid2sim.datasets.atomic import write_json
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +119,9 @@ class ArticulateConfig:
     seed: int = 0                          # RANSAC random seed
     plots: bool = True                     # write q_plot.png and joints_3d.png
     max_lost_fraction: float = 0.5         # a body lost (out of view, occluded) in more frames than this is an error
+    glitch_medians: float = 4.0            # a frame whose tracked position leaves its neighbours' path by this many
+                                           # median such distances (and glitch_floor_sigma) counts as lost (0 = off)
+    glitch_floor_sigma: float = 5.0        # ... and by at least this many position noise sigmas
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
@@ -223,8 +233,18 @@ def _valid(valid: np.ndarray, names, parent, child) -> np.ndarray:
 
 
 def _fit_pair(cfg, W, valid, names, parent, child, sp, sr, kinds=("fixed", "prismatic", "revolute"), axes=None):
+    """``fit.select`` of the pair's relative pose, then a fitting prismatic or revolute joint
+    that ``articulate_motion.still_reason`` finds without motion does not fit. -> (cheapest
+    fitting JointFit or None, kind -> JointFit)."""
     X = _relative(W, names, parent, child)
-    return fit.select(X, _valid(valid, names, parent, child), _settings(cfg, sp, sr, parent, child, axes), kinds)
+    st = _settings(cfg, sp, sr, parent, child, axes)
+    _, every = fit.select(X, _valid(valid, names, parent, child), st, kinds)
+    for kind, f in every.items():
+        why = still_reason(f, X, st, cfg.min_motion_sigma) if f.fits and fit.DOF[kind] == 1 else ""
+        if why:
+            every[kind] = replace(f, fits=False, why=why)
+    ok = [f for f in every.values() if f.fits]
+    return (min(ok, key=lambda f: f.cost) if ok else None), every
 
 
 def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Graph, dict]:
@@ -252,7 +272,8 @@ def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Gr
             G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
                        every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    return _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W)), table
+    tree = _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W))
+    return _group_joints(tree, G, Tracks(W, valid, names), _settings_for(cfg, sp, sr, axes or {})), table
 
 
 def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
@@ -317,6 +338,69 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
                  "" if dof == 1 else "s", b, a, kind0)
         tree.remove_edge(a, b)
         tree.add_edge(o, c, weight=w, kind=kind, fit=f, parent=parent, every=G.edges[c, o]["every"])
+    return tree
+
+
+def _group_cost(f: fit.JointFit, parent: str, carrier: str, members: list[str], tracks: Tracks, settings) -> float:
+    """Truncated chi-square of every body of a rigid group carried by the 1-dof joint ``f`` (fitted
+    from ``parent`` to the member ``carrier``): each member's pose in the parent's frame predicted
+    as the joint's motion at ``f.q`` applied to that member's own best constant pose
+    (``se3.mean_pose`` of the motion undone), scored under the pair's noise, over frames where
+    the parent, the carrier and the member are seen, extrapolated to all frames."""
+    total = 0.0
+    motion = fit.predict(f.kind, f.axis, f.pivot, np.eye(4), f.q)  # (T, 4, 4) the joint's motion
+    for b in members:
+        X = _relative(tracks.world_from_body, tracks.names, parent, b)
+        ok = _valid(tracks.valid, tracks.names, parent, b) & _valid(tracks.valid, tracks.names, parent, carrier)
+        if ok.sum() < 3:
+            continue
+        ref = se3.mean_pose((se3.inv(motion) @ X)[ok])
+        st = settings(parent, b)
+        Lw = fit.whitening(X, st.sigma_pos, st.sigma_rot, st.parent_noisy, st.child_axes, st.parent_axes)
+        e = np.minimum(fit.chi2(X, motion @ ref, Lw)[ok], st.inlier_chi2)
+        total += float(e.sum()) * len(ok) / ok.sum()
+    return total
+
+
+def _from(parent: str, child: str, kind: str, f: fit.JointFit, G: nx.Graph, tracks: Tracks, settings) -> fit.JointFit:
+    """``f``, the pair's fitted joint of ``kind``, as a joint of ``child`` in ``parent``'s frame:
+    refitted in that direction where the pair was fitted the other way round."""
+    if G.edges[parent, child]["parent"] == parent:
+        return f
+    X, st = _relative(tracks.world_from_body, tracks.names, parent, child), settings(parent, child)
+    return fit.fit_model(kind, X, _valid(tracks.valid, tracks.names, parent, child), st, np.random.default_rng(st.seed))
+
+
+def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.Graph:
+    """A rigid group (bodies welded together) hung by a prismatic or revolute joint hangs by the
+    member's joint to the same parent that carries the whole group best (``_group_cost``). The
+    spanning tree and ``_rehang`` choose joints pair by pair, so a group can end up hung by
+    the joint of a member whose own pose it explains but not the others': tree5's ball, its
+    orientation unseen, slides on arm_a along the chord of its arc (the depth jitter along it
+    absorbed), and arm_b, welded to it, hangs by that slider instead of its hinge."""
+    for a, b in list(tree.edges):
+        if not tree.has_edge(a, b) or tree.edges[a, b]["kind"] not in ("prismatic", "revolute"):
+            continue
+        cut = tree.copy()
+        cut.remove_edge(a, b)
+        welds = nx.Graph([(u, v) for u, v, k in cut.edges(data="kind") if k == "fixed"])
+        parent = a if tree.edges[a, b]["parent"] == a else b
+        child = b if parent == a else a
+        group = sorted(nx.node_connected_component(welds, child) if child in welds else {child}, key=str)
+        if len(group) < 2 or "world" in group:
+            continue
+        options = [(kind, m, _from(parent, m, kind, f, G, tracks, settings)) for m in group if G.has_edge(parent, m)
+                   for kind, f in G.edges[parent, m]["every"].items() if kind in ("prismatic", "revolute")]
+        if len(options) < 2:
+            continue
+        kind, m, f = min(options, key=lambda o: (_group_cost(o[2], parent, o[1], group, tracks, settings), str(o[1])))
+        if m == child:
+            continue
+        log.info("the rigid group %s hangs from %s by %s's %s joint instead of %s's %s joint", group, parent, m,
+                 kind, child, tree.edges[a, b]["kind"])
+        tree.remove_edge(a, b)
+        attr = G.edges[parent, m]
+        tree.add_edge(parent, m, weight=f.cost * attr["scale"], kind=kind, fit=f, parent=parent, every=attr["every"])
     return tree
 
 
@@ -398,6 +482,12 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
+    if cfg.glitch_medians > 0:
+        glitch = glitch_frames(W, valid, cfg.glitch_medians, cfg.glitch_floor_sigma * sp)
+        for m in np.flatnonzero(glitch.any(0)):
+            log.info("%s: frames %s leave the path of their neighbours: set aside as the tracker's glitches",
+                     names[m], np.flatnonzero(glitch[:, m]).tolist())
+        valid = valid & ~glitch
     log.info("noise: position %.2f mm, rotation %.2f deg (estimated %.2f mm, %.2f deg)",
              sp * 1e3, np.rad2deg(sr), est_p * 1e3, np.rad2deg(est_r))
 
@@ -462,66 +552,6 @@ def _warn_if_one_moving_group(edges: list[Edge], roots: list[Root], names: list[
     if len(world) == 1 and world[0] != "fixed":
         log.warning("all %d bodies move as one rigid group (%s joint to the world): if they are static "
                     "objects, the camera moved (the recording must come from a static camera)", len(names), world[0])
-
-
-# ----------------------------------------------------------------- pictures
-_COLORS = {"revolute": "tab:red", "prismatic": "tab:blue", "fixed": "tab:gray", "planar": "tab:green",
-           "free": "tab:purple"}
-
-
-def _plots(art: Articulation, jp: JointPositions, W0: np.ndarray, names: list[str], fps: float, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = np.arange(jp.q.shape[0]) / fps
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for i, n in enumerate(jp.names):
-        ax.plot(t, jp.q[:, i], label=n)
-    if jp.root_pose is not None:
-        for i, n in enumerate("xyz"):
-            ax.plot(t, jp.root_pose[:, i] - jp.root_pose[0, i], "--", label=f"root {n} - {n}(0) (m)")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("q (rad or m)")
-    ax.set_title("joint positions q(t)")
-    if jp.names or jp.root_pose is not None:
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    with atomic_path(out / "q_plot.png") as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-
-    fig = plt.figure(figsize=(5.5, 5))
-    ax = fig.add_subplot(projection="3d")
-    o = W0[:, :3, 3]
-    span = max(float(np.ptp(o, axis=0).max()), 0.2) if len(o) else 0.2
-    ax.scatter(*o.T, color="k", s=12)
-    o_lim = o if len(o) else np.zeros((1, 3))
-    for i, b in enumerate(names):
-        ax.text(*o[i], f" {b}", fontsize=7)
-    for j in art.joints:
-        p = np.asarray(j.pivot)
-        start = p if j.parent == "world" else o[names.index(j.parent)]
-        ax.plot(*np.stack([start, o[names.index(j.child)]]).T, color="0.6", lw=1, ls=":" if j.parent == "world" else "-")
-        if j.type in ("revolute", "prismatic", "planar"):
-            a = np.asarray(j.axis) * 0.4 * span
-            ax.quiver(*(p - a / 2), *a, color=_COLORS[j.type], arrow_length_ratio=0.2, lw=2.5)
-        ax.scatter(*p, color=_COLORS[j.type], marker="o" if j.type != "fixed" else "s", s=30 if j.type != "fixed" else 60)
-    for k, c in _COLORS.items():
-        ax.plot([], [], color=c, label=k)
-    ax.legend(fontsize=7, loc="upper left")
-    lo, hi = o_lim.min(0) - 0.3 * span, o_lim.max(0) + 0.3 * span
-    mid, r = (lo + hi) / 2, (hi - lo).max() / 2
-    ax.set_xlim(mid[0] - r, mid[0] + r)
-    ax.set_ylim(mid[1] - r, mid[1] + r)
-    ax.set_zlim(mid[2] - r, mid[2] + r)
-    ax.set_xlabel("x")
-    ax.set_ylabel("y")
-    ax.set_zlabel("z")
-    ax.set_title("inferred joints (world, frame 0)")
-    with atomic_path(out / "joints_3d.png") as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
 
 
 def run_with_actuators(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None,
