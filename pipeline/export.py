@@ -104,6 +104,7 @@ class ExportConfig:
     stop_dwell: int = 8  # frames a joint rests at its extreme, arrived at speed, while its neighbours move: a stop under load (< 3: never)
     stop_approach: int = 10  # frames of the approach to such a rest whose speed and braking are fitted
     stop_carried_m: float = 0.01  # m: the neighbours "move" when a point on them spans more than this over the rest
+    stop_outliers: float = 0.05  # fraction of the frames (2 at least) that may lie beyond such a rest (tracking glitches)
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
     mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users

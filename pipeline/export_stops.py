@@ -7,14 +7,20 @@ either of two ways:
   once, staying or bouncing back, a velocity change far larger than the acceleration on
   either side and the track noise explain;
 * a rest under load (``dwell_score``): q arrives at its observed extreme with speed and
-  then rests there for ``stop_dwell`` frames (no trend, and a scatter about its level that
-  looks like white noise: at most twice what its third differences give) while the bodies
-  around the joint (its parent, its child and the bodies jointed to them; not the world)
-  move on by more than ``stop_carried_m``. A free joint carried along by moving neighbours
+  then rests there for ``stop_dwell`` frames (a scatter about its level that looks like white
+  noise: at most twice what its third differences give; each sample, and the trend over them,
+  within the margin: ``stop_noise_sigmas`` x that scatter's robust std (median absolute
+  deviation) or ``stop_tolerance`` of the observed range, whichever is larger) while the bodies around the joint (its parent, its child and the bodies jointed to
+  them; not the world) move on by more than ``stop_carried_m``, and no more than the fraction
+  ``stop_outliers`` of the other frames (2 at least) lie beyond that rest by more than the
+  margin (a tracker's glitch of a frame or two, its slow drift). A free joint carried along by moving neighbours
   does not stay fixed; a turning point does not rest; a joint that rests because the whole
   mechanism rests shows no load. The arrival must be one a smooth motion cannot end in:
-  the speed and deceleration of the ``stop_approach`` frames before it, taken at their
-  least favourable within 2 noise standard deviations, would still carry the joint beyond
+  the ``stop_approach`` frames before it come from outside the rest (the first half's median
+  lies below it by at least the margin, and none lies beyond it by more: a joint does not
+  pass its stop on the way in, a bounce off the floor does), and their speed and deceleration, taken at their
+  least favourable within 2 noise standard deviations (and its position at its last frame
+  too), would still carry the joint beyond
   its resting level by more than ``stop_noise_sigmas`` times the scatter.
 
 q is one sample a frame; radians (revolute) or metres (prismatic).
@@ -43,12 +49,12 @@ def track_noise(q: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d3 - np.median(d3))) / math.sqrt(20.0))
 
 
-def _quadratic_rows(n: int, at_end: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (n,), (n,) giving, from n samples one frame apart, the velocity (per frame) and the
-    acceleration (per frame^2) at the last (``at_end``) or first sample of their least-squares quadratic."""
+def _quadratic_rows(n: int, at_end: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (n,) giving, from n samples one frame apart, the velocity (per frame), the acceleration
+    (per frame^2) and the value at the last (``at_end``) or first sample of their least-squares quadratic."""
     s = np.arange(n, dtype=float) - (n - 1 if at_end else 0)
     P = np.linalg.pinv(np.vander(s, 3))  # rows: s^2, s, 1 coefficients
-    return P[1], 2.0 * P[0]
+    return P[1], 2.0 * P[0], P[2]
 
 
 def _velocity_row(n: int, at_end: bool) -> np.ndarray:
@@ -116,20 +122,25 @@ def _dwell_at(x: np.ndarray, t: int, cfg, sigma: float, rows) -> tuple[float, fl
     rest = x[t:t + d]
     s_idx = np.arange(d, dtype=float)
     slope, icept = np.polyfit(s_idx, rest, 1)
-    resid = float(np.std(rest - (slope * s_idx + icept), ddof=2))
+    r = rest - (slope * s_idx + icept)
+    resid = float(np.std(r, ddof=2))
     white = math.sqrt(float(np.mean(np.diff(rest, 3) ** 2)) / 20.0)   # the std white noise alone would give
-    scatter = max(resid, white, sigma, 1e-5)
+    scatter = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), sigma, 1e-5)   # robust: a bounce stands out
     level = float(np.median(rest))
-    if resid > 2.0 * white + 1e-4 or abs(slope) * (d - 1) > cfg.stop_noise_sigmas * scatter:   # moving, not resting
+    margin = max(cfg.stop_noise_sigmas * scatter, cfg.stop_tolerance * float(np.ptp(x)))
+    if resid > 2.0 * white + 1e-4 or abs(slope) * (d - 1) > margin or np.abs(r).max() > margin:   # moving, not resting
         return 0.0, level
-    band = level + cfg.stop_noise_sigmas * scatter
-    if x[:t].max() > band or (t + d < len(x) and x[t + d:].max() > band):   # not the observed extreme
+    band = level + margin
+    outliers = max(2, int(cfg.stop_outliers * len(x)))
+    if int(np.sum(x[:t] > band) + np.sum(x[t + d:] > band)) > outliers:   # not the observed extreme
         return 0.0, level
     before = x[t - m:t]
-    v_row, a_row = rows
-    v = float(v_row @ before) - 2.0 * scatter * float(np.linalg.norm(v_row))     # the slowest arrival the noise allows
-    a = max(-float(a_row @ before), 0.0) + 2.0 * scatter * float(np.linalg.norm(a_row))   # the hardest braking
-    reach = float(np.polyval(np.polyfit(np.arange(m, dtype=float), before, 2), m - 1)) + _travel(v, a, d)
+    if np.median(before[:m // 2]) > level - margin or before.max() > band:   # not an arrival from outside the rest
+        return 0.0, level
+    v_row, a_row, p_row = rows   # the least favourable within 2 noise stds: the slowest, hardest-braking, furthest back
+    v = float(v_row @ before) - 2.0 * scatter * float(np.linalg.norm(v_row))
+    a = max(-float(a_row @ before), 0.0) + 2.0 * scatter * float(np.linalg.norm(a_row))
+    reach = float(p_row @ before) - 2.0 * scatter * float(np.linalg.norm(p_row)) + _travel(v, a, d)
     return (reach - level) / (cfg.stop_noise_sigmas * scatter), level
 
 
@@ -141,21 +152,49 @@ def dwell_score(q: np.ndarray, side: int, moved: np.ndarray | None, cfg=None) ->
     ``moved`` (T, P): world coordinates (m) of points on the bodies around the joint; a rest
     counts only while some coordinate spans more than ``stop_carried_m`` over it. None or
     P = 0 (a joint whose neighbours are only the world): (0, nan)."""
+    score, level, _ = _best_rest(q, side, moved, cfg)
+    return score, level
+
+
+def _best_rest(q: np.ndarray, side: int, moved: np.ndarray | None, cfg=None) -> tuple[float, float, int]:
+    """(score, level, frame) of ``dwell_score``'s best rest; frame: the first frame of the first rest
+    scoring above 1 (-1 where none does)."""
     cfg = _cfg(cfg)
     x = side * np.asarray(q, float)
     d, m, n = cfg.stop_dwell, cfg.stop_approach, len(x)
     if moved is None or moved.size == 0 or d < 3 or m < 3 or n < m + d:
-        return 0.0, math.nan
+        return 0.0, math.nan, -1
     sigma = track_noise(x)
     rows = _quadratic_rows(m, True)
-    best, where = 0.0, math.nan
+    best, where, first = 0.0, math.nan, -1
     for t in range(m, n - d + 1):
         if float(np.ptp(moved[t:t + d], axis=0).max()) <= cfg.stop_carried_m:
             continue
         score, level = _dwell_at(x, t, cfg, sigma, rows)
+        if score > 1.0 and first < 0:
+            first = t
         if score > best:
             best, where = score, _rest_level(x, t, d, level)
-    return float(best), side * where
+    return float(best), side * where, first
+
+
+def first_rest(art, poses, cfg=None) -> tuple[int, str | None]:
+    """(frame, joint): the first frame at which a revolute or prismatic joint of ``art`` rests on a
+    stop under load (``dwell_score`` > 1, the joint coordinates of ``export.joint_coordinates``), and
+    that joint; (T, None) with none in the T frames of ``poses``."""
+    from vid2sim.pipeline.export import joint_coordinates
+
+    names, q = joint_coordinates(art, poses)
+    out = (len(poses.world_from_body), None)
+    for j in art.joints:
+        if j.type not in ("revolute", "prismatic") or j.name not in names:
+            continue
+        moved = neighbourhood_points(art, poses, j)
+        for side in (-1, 1):
+            score, _, t = _best_rest(q[:, names.index(j.name)], side, moved, cfg)
+            if score > 1.0 and 0 <= t < out[0]:
+                out = (t, j.name)
+    return out
 
 
 def _rest_level(x: np.ndarray, t: int, d: int, level: float) -> float:

@@ -95,8 +95,9 @@ def test_a_hinge_resting_on_its_stop_while_pushed_is_found_through_the_track_jit
 
 def test_the_rest_rule_survives_noise_where_the_impact_rule_does_not(pressed):
     """The true hinge_3 of seed 2 (frames 0-89) with white noise on q, 20 draws each: the impact
-    rule finds the stop 9 times in 20 at 3 mrad; the rest under load (the true neighbourhood's
-    motion) at least 18 in 20 up to 6 mrad, its level within 5 mrad of the true stop."""
+    rule finds the stop at most 12 times in 20 at 3 mrad (9 measured); the rest under load (the true
+    neighbourhood's motion) at least 18 in 20 at 3 mrad and 15 in 20 at 6 mrad (the tracker's jitter on
+    these links: 2-9 mrad), its level within 5 mrad of the true stop."""
     from vid2sim.pipeline import export_stops
 
     st, art, poses, jp, post, shapes, urdf = pressed
@@ -107,9 +108,9 @@ def test_the_rest_rule_survives_noise_where_the_impact_rule_does_not(pressed):
     rng = np.random.default_rng(0)
     impact = sum(export.hits_stop(x + 0.003 * rng.standard_normal(len(x)), -1) for _ in range(20))
     assert impact <= 12
-    for sigma in (0.003, 0.006):
+    for sigma, least in ((0.003, 18), (0.006, 15)):
         found = [export_stops.dwell_score(x + sigma * rng.standard_normal(len(x)), -1, moved) for _ in range(20)]
-        assert sum(s > 1 for s, _ in found) >= 18, sigma
+        assert sum(s > 1 for s, _ in found) >= least, sigma
         assert max(abs(lv - x.min()) for s, lv in found if s > 1) < 5e-3
 
 
@@ -135,3 +136,21 @@ def test_no_rest_is_read_into_a_turning_point_a_braked_stop_or_a_start_at_rest()
             qn = q + 0.003 * rng.standard_normal(90)
             assert max(export_stops.dwell_score(qn, s, moved)[0] for s in (-1, 1)) <= 1.0, name
     assert min(export_stops.dwell_score(wall + 0.003 * rng.standard_normal(90), +1, moved)[0] for _ in range(5)) > 3
+
+
+def test_the_penalty_fit_sees_the_frames_before_a_joint_rests_on_its_stop(pressed):
+    """identify's push simulator has no joint limits: on seed 2's true tracks hinge_3 rests on its stop
+    from frame 75 (the generator's q reaches -1 rad there), so the penalty fit sees frames 0-74; on seed
+    0's first 90 frames no hinge has reached its stop for long (hinge_1 arrives at frame 89): all 90."""
+    from bench_forecast import truth_inputs
+    from vid2sim.datasets.synthetic import simulate
+    from vid2sim.pipeline import export_stops, identify_push
+
+    st, art, poses, jp, post, shapes, urdf = pressed
+    assert export_stops.first_rest(art, poses.head(FIT)) == (75, "hinge_3")
+    assert abs(st.q[75, st.joint_names.index("hinge_3")] + 1.0) < 1e-3 and st.q[70, st.joint_names.index("hinge_3")] > -0.95
+    assert identify_push.free_frames(art, poses.head(FIT), FIT) == 75
+    st0 = simulate("pushed", seed=0, frames=FIT, fps=30.0)
+    art0, poses0, _, _ = truth_inputs(st0, 30.0)
+    assert export_stops.first_rest(art0, poses0) == (FIT, None)
+    assert identify_push.free_frames(art0, poses0, FIT) == FIT
