@@ -8,20 +8,24 @@ either of two ways:
   either side and the track noise explain;
 * a rest under load (``dwell_score``): q arrives at its observed extreme with speed and
   then rests there for ``stop_dwell`` frames (a scatter about its level that looks like white
-  noise: at most twice what its third differences give; each sample, and the trend over them,
-  within the margin: ``stop_noise_sigmas`` x that scatter's robust std (median absolute
-  deviation) or ``stop_tolerance`` of the observed range, whichever is larger) while the bodies around the joint (its parent, its child and the bodies jointed to
+  noise: at most 3 times what its third differences give; the trend over them within the margin,
+  ``stop_noise_sigmas`` x that scatter or ``stop_tolerance`` of the observed range, whichever is
+  larger; each sample within twice that many robust stds (median absolute deviation) of their
+  median, or that fraction of the range) while the bodies around the joint (its parent, its child and the bodies jointed to
   them; not the world) move on by more than ``stop_carried_m``, and no more than the fraction
   ``stop_outliers`` of the other frames (2 at least) lie beyond that rest by more than the
-  margin (a tracker's glitch of a frame or two, its slow drift). A free joint carried along by moving neighbours
+  margin, in q's running median over 7 frames (a tracker's glitch of up to 3 frames, its slow drift). A free joint carried along by moving neighbours
   does not stay fixed; a turning point does not rest; a joint that rests because the whole
   mechanism rests shows no load. The arrival must be one a smooth motion cannot end in:
   the ``stop_approach`` frames before it come from outside the rest (the first half's median
   lies below it by at least the margin, and none lies beyond it by more: a joint does not
-  pass its stop on the way in, a bounce off the floor does), and their speed and deceleration, taken at their
-  least favourable within 2 noise standard deviations (and its position at its last frame
-  too), would still carry the joint beyond
-  its resting level by more than ``stop_noise_sigmas`` times the scatter.
+  pass its stop on the way in, a bounce off the floor does); their speed and deceleration (a
+  quadratic), taken at their least favourable within 2 noise standard deviations (and their
+  position at the last frame too), would still carry the joint beyond its resting level by
+  more than ``stop_noise_sigmas`` times the scatter; and the speed over the last
+  ``stop_window`` of them (so taken) would need more than ``stop_accel_ratio`` frames of that
+  braking to shed (a joint braked to rest by friction sheds its speed as it arrives). The
+  score is the lesser of the two ratios.
 
 q is one sample a frame; radians (revolute) or metres (prismatic).
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.ndimage import median_filter
 
 
 def _cfg(cfg):
@@ -113,35 +118,42 @@ def _travel(v: float, a: float, frames: int) -> float:
     return v * frames - 0.5 * a * frames * frames
 
 
-def _dwell_at(x: np.ndarray, t: int, cfg, sigma: float, rows) -> tuple[float, float]:
+def _dwell_at(x: np.ndarray, t: int, cfg, sigma: float, rows, smooth: np.ndarray) -> tuple[float, float]:
     """(score, level) of a rest under load starting at frame t of x (T,) (side-signed, so the
     extreme is its maximum): 0 unless x[t:t+stop_dwell] is flat and holds the observed
-    extreme; else the overshoot a smooth continuation of the approach would make beyond the
-    resting level, over ``stop_noise_sigmas`` x the scatter (``dwell_score``)."""
+    extreme (judged on ``smooth``, x's running median); else the overshoot a smooth
+    continuation of the approach would make beyond the resting level, over
+    ``stop_noise_sigmas`` x the scatter (``dwell_score``)."""
     d, m = cfg.stop_dwell, cfg.stop_approach
     rest = x[t:t + d]
     s_idx = np.arange(d, dtype=float)
     slope, icept = np.polyfit(s_idx, rest, 1)
-    r = rest - (slope * s_idx + icept)
-    resid = float(np.std(r, ddof=2))
+    resid = float(np.std(rest - (slope * s_idx + icept), ddof=2))
     white = math.sqrt(float(np.mean(np.diff(rest, 3) ** 2)) / 20.0)   # the std white noise alone would give
-    scatter = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), sigma, 1e-5)   # robust: a bounce stands out
     level = float(np.median(rest))
+    scatter = max(resid, white, sigma, 1e-5)
     margin = max(cfg.stop_noise_sigmas * scatter, cfg.stop_tolerance * float(np.ptp(x)))
-    if resid > 2.0 * white + 1e-4 or abs(slope) * (d - 1) > margin or np.abs(r).max() > margin:   # moving, not resting
+    r = np.abs(rest - level)
+    robust = max(1.4826 * float(np.median(r)), sigma, 1e-5)   # a bounce or a late arrival stands out of this
+    if resid > 3.0 * white + 1e-4 or abs(slope) * (d - 1) > margin or r.max() > max(
+            2.0 * cfg.stop_noise_sigmas * robust, cfg.stop_tolerance * float(np.ptp(x))):   # moving, not resting
         return 0.0, level
     band = level + margin
     outliers = max(2, int(cfg.stop_outliers * len(x)))
-    if int(np.sum(x[:t] > band) + np.sum(x[t + d:] > band)) > outliers:   # not the observed extreme
+    if int(np.sum(smooth[:t] > band) + np.sum(smooth[t + d:] > band)) > outliers:   # not the observed extreme
         return 0.0, level
     before = x[t - m:t]
-    if np.median(before[:m // 2]) > level - margin or before.max() > band:   # not an arrival from outside the rest
+    if np.median(before[:m // 2]) > level - margin or smooth[t - m:t].max() > band:   # not an arrival from outside
         return 0.0, level
     v_row, a_row, p_row = rows   # the least favourable within 2 noise stds: the slowest, hardest-braking, furthest back
     v = float(v_row @ before) - 2.0 * scatter * float(np.linalg.norm(v_row))
     a = max(-float(a_row @ before), 0.0) + 2.0 * scatter * float(np.linalg.norm(a_row))
     reach = float(p_row @ before) - 2.0 * scatter * float(np.linalg.norm(p_row)) + _travel(v, a, d)
-    return (reach - level) / (cfg.stop_noise_sigmas * scatter), level
+    w = min(cfg.stop_window, m)   # the arrival's speed over its last frames: a braking that ends in a rest has shed it
+    vw = _velocity_row(w, True)
+    v_end = float(vw @ x[t - w:t]) - 2.0 * scatter * float(np.linalg.norm(vw))
+    shed = v_end / (cfg.stop_accel_ratio * max(a, 1e-12))   # frames the braking would need, over stop_accel_ratio
+    return min((reach - level) / (cfg.stop_noise_sigmas * scatter), shed), level
 
 
 def dwell_score(q: np.ndarray, side: int, moved: np.ndarray | None, cfg=None) -> tuple[float, float]:
@@ -166,11 +178,12 @@ def _best_rest(q: np.ndarray, side: int, moved: np.ndarray | None, cfg=None) -> 
         return 0.0, math.nan, -1
     sigma = track_noise(x)
     rows = _quadratic_rows(m, True)
+    smooth = median_filter(x, size=7, mode="nearest")   # a glitch of up to 3 frames is no excursion beyond a rest
     best, where, first = 0.0, math.nan, -1
     for t in range(m, n - d + 1):
         if float(np.ptp(moved[t:t + d], axis=0).max()) <= cfg.stop_carried_m:
             continue
-        score, level = _dwell_at(x, t, cfg, sigma, rows)
+        score, level = _dwell_at(x, t, cfg, sigma, rows, smooth)
         if score > 1.0 and first < 0:
             first = t
         if score > best:
