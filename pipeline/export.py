@@ -98,7 +98,7 @@ class ExportConfig:
     density: float = 500.0  # kg/m^3: mass = volume x density for bodies without an identified mass
     free_prismatic_range_m: float = 10.0  # prismatic limit this far (m) beyond the observed extreme on a side with no stop seen
     stop_window: int = 5  # frames looked at on each side of a candidate impact (>= 3; less: never see a stop)
-    stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration on either side explains
+    stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration explains (2 frames of it at an impact, 1 at a rest's arrival)
     stop_noise_sigmas: float = 3.0  # a stop's velocity change also exceeds this many standard deviations of that change under the track noise
     stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range (or 3 noise sigmas)
     stop_dwell: int = 8  # frames a joint rests at its extreme, arrived at speed, while its neighbours move: a stop under load (< 3: never)
