@@ -191,25 +191,6 @@ def _best_rest(q: np.ndarray, side: int, moved: np.ndarray | None, cfg=None) -> 
     return float(best), side * where, first
 
 
-def first_rest(art, poses, cfg=None) -> tuple[int, str | None]:
-    """(frame, joint): the first frame at which a revolute or prismatic joint of ``art`` rests on a
-    stop under load (``dwell_score`` > 1, the joint coordinates of ``export.joint_coordinates``), and
-    that joint; (T, None) with none in the T frames of ``poses``."""
-    from vid2sim.pipeline.export import joint_coordinates
-
-    names, q = joint_coordinates(art, poses)
-    out = (len(poses.world_from_body), None)
-    for j in art.joints:
-        if j.type not in ("revolute", "prismatic") or j.name not in names:
-            continue
-        moved = neighbourhood_points(art, poses, j)
-        for side in (-1, 1):
-            score, _, t = _best_rest(q[:, names.index(j.name)], side, moved, cfg)
-            if score > 1.0 and 0 <= t < out[0]:
-                out = (t, j.name)
-    return out
-
-
 def _rest_level(x: np.ndarray, t: int, d: int, level: float) -> float:
     """The median of x (T,) over the rest starting at frame t: its first d samples and those after
     them up to the first that leaves the first d samples' level by more than their spread."""

@@ -36,9 +36,8 @@ export places the parts that lie on the floor under a planar root flat on foreca
 (``resting_placements``): the twin's contacts then carry each part as the penalty floor's common
 depth does, whatever sub-millimetre tilt the tracks give it.
 It does not model the pusher's own dynamics, rolling resistance, or part-part contact (nor the
-stops that stand for it, such as ``pushed``'s hinges at +-1 rad): where a joint comes to rest on
-such a stop (``export_stops.first_rest``), the penalty fit sees only the frames before
-(``free_frames``), and the PyBullet twin, which has the stop as a URDF limit, is fitted over all of them.
+stops that stand for it, such as ``pushed``'s hinges at +-1 rad; the PyBullet twin that
+``calibrate_push`` refits has them as URDF limits where export sees them).
 """
 from __future__ import annotations
 
@@ -69,7 +68,6 @@ RELEASE_GRID = np.round(np.arange(0.05, 1.501, 0.05), 3)   # floor mu profiled o
 UNSEEN_SIGMA = 1e3       # rad, the noise std given to a yaw no frame shows (an upright puck's spin): out of the fit
 REST_TILT_DEG = 3.0      # deg: a body under a planar root tilted by at most this at frame 0 lies flat on the floor
                          # (``resting_placements``); more is a pose the tracks show, not their error
-PUSH_MIN_FREE_FRAMES = 30   # frames before a joint rests on a stop that the penalty fit needs to be fitted on them alone
 PUSH_HZ = 480.0          # simulator rate with the pusher: a 0.3-kg box pushed at 0.12 m/s ends within 1.6 mm / 3.0 deg
                          # of PyBullet after 2.5 s, as at 960 Hz (1.9 mm / 3.3 deg), in half the time
 
@@ -289,33 +287,9 @@ def attach_pusher(cfg, rp, rec, shapes: dict[str, Shape], poses, art) -> bool:
     rp.held.update({"floor.stiffness": PLANAR_STIFFNESS,
                     "floor.damping": float(math.sqrt(PLANAR_STIFFNESS * float(model.mass.min())))})
 
-    # the clip starts at rest before the push: the tracked start state, not estimated; the frames up to the
-    # first a joint rests on an end stop, which the push simulator (no joint limits) cannot hold
-    k = free_frames(art, poses, len(rp.q))
-    if k < len(rp.q):
-        rp.extra["penalty_frames"] = [0, k - 1]
-    rp.problem = _problem(push, names, rp.q[:k], rp.guess[:k], rp.sigma, estimate_start=False)
+    # the clip starts at rest before the push: the tracked start state, not estimated
+    rp.problem = _problem(push, names, rp.q, rp.guess, rp.sigma, estimate_start=False)
     return True
-
-
-def free_frames(art, poses, T: int) -> int:
-    """How many of the T frames the push simulator's fit sees: those before the first frame at which a
-    joint rests on an end stop under load (``export_stops.first_rest``; the exported twin's limit there).
-    The simulator has no joint limits, so past that frame it can explain the held joint only with wrong
-    masses or friction; the PyBullet twin that ``identify_floor.calibrate_push`` then fits over all T
-    frames has the limit. T where no joint rests so, or where fewer than ``PUSH_MIN_FREE_FRAMES`` would be left."""
-    from vid2sim.pipeline.export_stops import first_rest
-
-    t, joint = first_rest(art, poses)
-    if joint is None or t >= T:
-        return T
-    if t < PUSH_MIN_FREE_FRAMES:
-        log.info("identify: %s rests on an end stop from frame %d: too early to leave those frames out of the "
-                 "penalty fit; it sees all %d", joint, t, T)
-        return T
-    log.info("identify: %s rests on an end stop from frame %d: the penalty fit sees frames 0-%d (it has no joint "
-             "limits), the PyBullet twin all %d", joint, t, t - 1, T)
-    return int(t)
 
 
 def unseen_yaw(rp, art, shapes: dict[str, Shape], W0: dict, tolerance_deg: float = 5.0) -> int | None:
