@@ -98,10 +98,10 @@ class ExportConfig:
     density: float = 500.0  # kg/m^3: mass = volume x density for bodies without an identified mass
     free_prismatic_range_m: float = 10.0  # prismatic limit this far (m) beyond the observed extreme on a side with no stop seen
     stop_window: int = 5  # frames looked at on each side of a candidate impact (>= 3; less: never see a stop)
-    stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration explains (2 frames of it at an impact, 1 at a rest's arrival)
+    stop_accel_ratio: float = 3.0  # a stop's speed change exceeds this many times what the acceleration explains (over 2 frames: impact; 1: rest)
     stop_noise_sigmas: float = 3.0  # a stop's velocity change also exceeds this many standard deviations of that change under the track noise
     stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range (or 3 noise sigmas)
-    stop_dwell: int = 8  # frames a joint rests at its extreme, arrived at speed, while its neighbours move: a stop under load (< 3: never)
+    stop_dwell: int = 8  # frames a joint rests at its extreme, arrived at speed, while its neighbours move (< 3: never)
     stop_approach: int = 10  # frames of the approach to such a rest whose speed and braking are fitted
     stop_carried_m: float = 0.01  # m: the neighbours "move" when a point on them spans more than this over the rest
     stop_outliers: float = 0.05  # fraction of the frames (2 at least) that may lie beyond such a rest (tracking glitches)
@@ -341,7 +341,8 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
         ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
 
 
-def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig, moved: np.ndarray | None = None) -> tuple[float, float, bool]:
+def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig,
+            moved: np.ndarray | None = None) -> tuple[float, float, bool]:
     """(lower, upper, continuous) of a joint from its coordinate track q (T,): ``export_stops.limits``."""
     return stops.limits(q, revolute, cfg, moved)
 

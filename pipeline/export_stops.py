@@ -6,26 +6,27 @@ either of two ways:
 * an impact (``stop_score``): q arrives at its observed extreme and loses its velocity at
   once, staying or bouncing back, a velocity change far larger than the acceleration on
   either side and the track noise explain;
-* a rest under load (``dwell_score``): q arrives at its observed extreme with speed and
-  then rests there for ``stop_dwell`` frames (a scatter about its level that looks like white
-  noise: at most 3 times what its third differences give; the trend over them within the margin,
-  ``stop_noise_sigmas`` x that scatter or ``stop_tolerance`` of the observed range, whichever is
-  larger; each sample within twice that many robust stds (median absolute deviation) of their
-  median, or that fraction of the range) while the bodies around the joint (its parent, its child and the bodies jointed to
-  them; not the world) move on by more than ``stop_carried_m``, and no more than the fraction
-  ``stop_outliers`` of the other frames (2 at least) lie beyond that rest by more than the
-  margin, in q's running median over 7 frames (a tracker's glitch of up to 3 frames, its slow drift). A free joint carried along by moving neighbours
-  does not stay fixed; a turning point does not rest; a joint that rests because the whole
-  mechanism rests shows no load. The arrival must be one a smooth motion cannot end in:
-  the ``stop_approach`` frames before it come from outside the rest (the first half's median
-  lies below it by at least the margin, and none lies beyond it by more: a joint does not
+* a rest under load (``dwell_score``): q arrives at its observed extreme with speed and then
+  rests there for ``stop_dwell`` frames while the bodies around the joint (its parent, its
+  child and the bodies jointed to them; not the world) move on by more than
+  ``stop_carried_m``. A free joint carried along by moving neighbours does not stay fixed; a
+  turning point does not rest; a joint that rests because the whole mechanism rests shows no
+  load. The rest: its scatter about a line looks like white noise (at most 3 times what its
+  third differences give); its trend is within the margin (``stop_noise_sigmas`` x that
+  scatter or ``stop_tolerance`` of the observed range, whichever is larger); each sample lies
+  within twice that many robust stds (median absolute deviation) of the rest's median, or that
+  fraction of the range; and no more than the fraction ``stop_outliers`` of the other frames
+  (2 at least) lie beyond the rest by more than the margin, in q's running median over 7 frames
+  (a tracker's glitch of up to 3 frames, its slow drift). The arrival must be one a smooth
+  motion cannot end in: the ``stop_approach`` frames before the rest come from outside it (the
+  first half's median below it by at least the margin, none beyond it by more: a joint does not
   pass its stop on the way in, a bounce off the floor does); their speed and deceleration (a
-  quadratic), taken at their least favourable within 2 noise standard deviations (and their
-  position at the last frame too), would still carry the joint beyond its resting level by
-  more than ``stop_noise_sigmas`` times the scatter; and the speed over the last
-  ``stop_window`` of them (so taken) would need more than ``stop_accel_ratio`` frames of that
-  braking to shed (a joint braked to rest by friction sheds its speed as it arrives). The
-  score is the lesser of the two ratios.
+  quadratic) and their position at the last frame, each at its least favourable within 2 noise
+  stds, would still carry the joint beyond the rest by more than ``stop_noise_sigmas`` times the
+  scatter; and the speed over the last ``stop_window`` of them (so taken) would need more than
+  ``stop_accel_ratio`` frames of that braking to shed (a joint braked to rest by friction sheds
+  its speed as it arrives). The score is the lesser of the two ratios; the limit is the rest's
+  median level.
 
 q is one sample a frame; radians (revolute) or metres (prismatic).
 """
@@ -121,9 +122,10 @@ def _travel(v: float, a: float, frames: int) -> float:
 def _dwell_at(x: np.ndarray, t: int, cfg, sigma: float, rows, smooth: np.ndarray) -> tuple[float, float]:
     """(score, level) of a rest under load starting at frame t of x (T,) (side-signed, so the
     extreme is its maximum): 0 unless x[t:t+stop_dwell] is flat and holds the observed
-    extreme (judged on ``smooth``, x's running median); else the overshoot a smooth
-    continuation of the approach would make beyond the resting level, over
-    ``stop_noise_sigmas`` x the scatter (``dwell_score``)."""
+    extreme (judged on ``smooth``, x's running median); else the lesser of the overshoot a smooth
+    continuation of the approach would make beyond the resting level, over ``stop_noise_sigmas``
+    x the scatter, and the frames its braking would need to shed its arrival speed, over
+    ``stop_accel_ratio`` (module docstring). ``rows``: ``_quadratic_rows(stop_approach, True)``."""
     d, m = cfg.stop_dwell, cfg.stop_approach
     rest = x[t:t + d]
     s_idx = np.arange(d, dtype=float)
