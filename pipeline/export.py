@@ -38,16 +38,20 @@ at frame 0 (docs/formats.md §2):
   origin); its inertia is trimesh's full tensor. MJCF leaves meshes out (it needs an
   ``<asset>``). A mesh whose file cannot be read keeps its name and the stand-in sphere.
 * Joint limits only from evidence: a side of a joint gets a limit only where the tracks
-  show an end stop there (``hits_stop``): q reaches its observed extreme on that side
+  show an end stop there (``export_stops``): q reaches its observed extreme on that side
   and loses its velocity there at once, staying (a drawer at its end) or bouncing back
   (a door at its stop), a velocity change far larger than the joint's acceleration just
   before and after explains (a pendulum's turning point is a smooth one) and than the
-  track noise explains. That limit is the observed extreme itself. A side without a
+  track noise explains; that limit is the observed extreme itself. Or q arrives at its
+  extreme faster than its approach's braking could end there and rests there for
+  ``stop_dwell`` frames while the bodies around the joint move on (a hinge pressed into
+  its stop while the mechanism is pushed); that limit is the resting level. A side without a
   stop has none: a revolute joint with no stop is ``continuous``; with a stop on one
   side only, the other limit is one full turn from it (the same stop met from the other
   side); a prismatic joint's free side lies ``free_prismatic_range_m`` beyond its
   observed extreme (PyBullet needs finite limits). The planar joint's ``_x``, ``_y``
-  and ``_theta`` follow the same rule. A stop is seen only with ``stop_window`` tracked
+  and ``_theta`` follow the impact rule only (a body sliding on a floor rests along one
+  direction while moving along another). A stop is seen only with ``stop_window`` tracked
   frames on both sides of it; a joint creeping to rest against a stop shows none, and
   a joint reversing at its extreme through an impact elsewhere (a link landing on the
   floor, a pusher) looks like one.
@@ -74,7 +78,9 @@ from scipy.spatial.transform import Rotation
 from vid2sim.datasets.shapes import Shape, stand_in_inertia, stand_in_volume
 from vid2sim.models import geometry
 from vid2sim.models.joints.kinematics import topological
+from vid2sim.pipeline import export_stops as stops
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
+from vid2sim.pipeline.export_stops import hits_stop, stop_score, track_noise  # noqa: F401  (export's API)
 from vid2sim.datasets.atomic import write_bytes, write_text
 
 log = logging.getLogger(__name__)
@@ -92,9 +98,13 @@ class ExportConfig:
     density: float = 500.0  # kg/m^3: mass = volume x density for bodies without an identified mass
     free_prismatic_range_m: float = 10.0  # prismatic limit this far (m) beyond the observed extreme on a side with no stop seen
     stop_window: int = 5  # frames looked at on each side of a candidate impact (>= 3; less: never see a stop)
-    stop_accel_ratio: float = 3.0  # a stop's velocity change exceeds this many times what the acceleration on either side explains
+    stop_accel_ratio: float = 3.0  # a stop's speed change exceeds this many times what the acceleration explains (over 2 frames: impact; 1: rest)
     stop_noise_sigmas: float = 3.0  # a stop's velocity change also exceeds this many standard deviations of that change under the track noise
     stop_tolerance: float = 0.02  # "at the extreme": within this fraction of the observed range (or 3 noise sigmas)
+    stop_dwell: int = 8  # frames a joint rests at its extreme, arrived at speed, while its neighbours move (< 3: never)
+    stop_approach: int = 10  # frames of the approach to such a rest whose speed and braking are fitted
+    stop_carried_m: float = 0.01  # m: the neighbours "move" when a point on them spans more than this over the rest
+    stop_outliers: float = 0.05  # fraction of the frames (2 at least) that may lie beyond such a rest (tracking glitches)
     effort_limit: float = 1000.0  # N or N m, URDF <limit effort>
     velocity_limit: float = 100.0  # m/s or rad/s, URDF <limit velocity>
     mjcf: bool = True  # also write model.xml (MJCF) for MuJoCo users
@@ -331,83 +341,10 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
         ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
 
 
-def track_noise(q: np.ndarray) -> float:
-    """Standard deviation of white noise on the samples q (T,): the median absolute
-    deviation of q's third differences (smooth motion has almost none), over sqrt(20)."""
-    d3 = np.diff(np.asarray(q, float), 3)
-    if d3.size == 0:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(d3 - np.median(d3))) / math.sqrt(20.0))
-
-
-def _velocity_row(n: int, at_end: bool) -> np.ndarray:
-    """Row (n,) giving, from n samples one frame apart, the velocity (per frame) at the last
-    (``at_end``) or first sample of their least-squares quadratic."""
-    s = np.arange(n, dtype=float) - (n - 1 if at_end else 0)
-    return np.linalg.pinv(np.vander(s, 3))[1]  # rows of pinv: s^2, s, 1 coefficients
-
-
-def stop_score(q: np.ndarray, side: int, cfg: ExportConfig = ExportConfig()) -> float:
-    """How clearly q (T,), one sample a frame, hits an end stop at its observed extreme on
-    ``side`` (+1: its maximum, -1: its minimum); above 1 is a stop (``hits_stop``).
-
-    Candidates are the frames t within half a frame's travel plus ``stop_tolerance`` of
-    the range (or 3 noise sigmas, ``track_noise``) of the extreme. Quadratics fitted to
-    the ``stop_window`` samples before t and after t give the outward velocity v_b at
-    t-1 and v_a at t+1; the second differences of those samples (noise std removed)
-    bound the joint's acceleration a on either side. A smooth motion changes velocity
-    over those 2 frames by about 2a at most (a pendulum's turning point: gravity-like,
-    however fast its acceleration varies); an impact somewhere in (t-1, t+1) by far
-    more. The score is (v_b - v_a) / (``stop_accel_ratio`` 2a + ``stop_noise_sigmas`` x
-    the noise std of v_b - v_a), the best over the candidates. Only arrivals count: v_b
-    must carry at least half the change (a bounce loses speed), so a joint kicked away
-    from rest at its extreme shows no stop. 0 when no candidate has ``stop_window``
-    samples on both sides.
-    """
-    x = side * np.asarray(q, float)
-    w, n = cfg.stop_window, len(x)
-    if w < 3 or n < 2 * w + 1:
-        return 0.0
-    sigma = track_noise(x)
-    step = np.abs(np.diff(x))
-    reach = 0.5 * np.maximum(np.r_[step, 0.0], np.r_[0.0, step])  # the sample nearest an impact is within half a frame's travel
-    near = x + reach >= x.max() - max(cfg.stop_tolerance * float(np.ptp(x)), 3.0 * sigma)
-    d2 = np.abs(np.r_[0.0, np.diff(x, 2), 0.0])  # d2[k]: second difference centred on frame k
-    vb_row, va_row = _velocity_row(w, True), _velocity_row(w, False)
-    noise = cfg.stop_noise_sigmas * sigma * math.sqrt(vb_row @ vb_row + va_row @ va_row)
-    best = 0.0
-    for t in np.flatnonzero(near[w:n - w]) + w:
-        vb, va = vb_row @ x[t - w:t], va_row @ x[t + 1:t + 1 + w]
-        jump = vb - va
-        if jump <= 0 or vb < 0.5 * jump:
-            continue
-        # second differences of samples t-w .. t-1 and t+1 .. t+w only (clear of the impact)
-        accel = max(float(np.max(np.r_[d2[t - w + 1:t - 1], d2[t + 2:t + w]])) - math.sqrt(6.0) * sigma, 0.0)
-        best = max(best, jump / max(cfg.stop_accel_ratio * 2.0 * accel + noise, 1e-12))
-    return float(best)
-
-
-def hits_stop(q: np.ndarray, side: int, cfg: ExportConfig = ExportConfig()) -> bool:
-    """True when q (T,) shows an end stop at its observed extreme on ``side`` (+1 max, -1 min):
-    it arrives there with speed and stays or bounces back (``stop_score`` > 1)."""
-    return stop_score(q, side, cfg) > 1.0
-
-
-def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig) -> tuple[float, float, bool]:
-    """(lower, upper, continuous) of a joint from its coordinate track q (T,): a limit only
-    at an observed end stop (module docstring); ``continuous`` for a revolute joint with none."""
-    lo, hi = (float(q.min()), float(q.max())) if q.size else (0.0, 0.0)
-    stop_lo, stop_hi = hits_stop(q, -1, cfg), hits_stop(q, +1, cfg)
-    if revolute:
-        if not (stop_lo or stop_hi):
-            return lo, hi, True
-        if not stop_lo:
-            lo = min(hi - 2.0 * math.pi, lo)  # one turn from the upper stop: the same stop from the other side
-        if not stop_hi:
-            hi = max(lo + 2.0 * math.pi, hi)
-        return lo, hi, False
-    free = cfg.free_prismatic_range_m
-    return (lo if stop_lo else lo - free), (hi if stop_hi else hi + free), False
+def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig,
+            moved: np.ndarray | None = None) -> tuple[float, float, bool]:
+    """(lower, upper, continuous) of a joint from its coordinate track q (T,): ``export_stops.limits``."""
+    return stops.limits(q, revolute, cfg, moved)
 
 
 def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],
@@ -454,7 +391,8 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         damping = estimate.get(f"{j.name}.damping", 0.0)
         friction = estimate.get(f"{j.name}.friction", 0.0)
         if j.type in ("revolute", "prismatic"):
-            lo, hi, cont = _limits(qcol[j.name], j.type == "revolute", cfg)
+            moved = stops.neighbourhood_points(art, poses, j)   # a joint resting while these move is held by a stop
+            lo, hi, cont = _limits(qcol[j.name], j.type == "revolute", cfg, moved)
             jtype = "continuous" if cont else j.type
             _urdf_joint(robot, j.name, jtype, j.parent, j.child, T_pj, a_link, (lo, hi), damping, friction, cfg)
         elif j.type == "fixed":

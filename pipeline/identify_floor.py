@@ -176,7 +176,8 @@ PUSH_REFINE_STEP = 0.02  # relative finite-difference step of its Jacobian (log 
 PUSH_DAMPING_MIN = 1e-5  # N m s or N s/m: the least joint damping refine_push searches (its search is in log damping)
 
 
-def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masses: list[str], start: dict) -> dict:
+def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masses: list[str], start: dict,
+                floor: float | None = None) -> dict:
     """The masses ``masses`` (params names ``<body>.mass``; the anchored root's stays), the damping of the
     twin's joints that ``post`` fits (``<joint>.damping``) and the floor and tip
     friction of the PyBullet twin ``pt`` that reproduce its tracked frames best (``_PushTwin.residual``):
@@ -185,7 +186,8 @@ def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masse
     (within ``PUSH_TIP_GRID``'s range, the floor's also within ``post.limits["floor.friction"]``: a release
     profile's interval), from the grid's best friction ``start`` {"friction", "tip_friction", "rms"} with the
     fitted masses and with the masses at one density (the build masses scaled to the anchor),
-    ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept. The twin's masses are left changed.
+    ``PUSH_REFINE_EVALS`` rollouts each; the better end is kept. The twin's masses are left changed. With
+    ``floor`` the floor mu is held there (a profile point) and the rest refitted.
     -> {"friction", "tip_friction", "rms", "masses" {name: kg}, "masses_fitted" {name: kg}, "dampings" {name:
     N m s or N s/m}, "dampings_fitted", "refined": true} or {} where no start improves on ``start["rms"]``."""
     from scipy.optimize import least_squares
@@ -205,6 +207,10 @@ def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masse
                          np.log([max(post.limits[n][1], 2 * PUSH_DAMPING_MIN) for n in dampings]),
                          [min(floor_hi, PUSH_TIP_GRID[-1]), PUSH_TIP_GRID[-1]]])
     k, kd = len(masses), len(masses) + len(dampings)
+    free = np.ones(kd + 2, bool)
+    if floor is not None:   # held: searched over nothing
+        free[kd] = False
+        lo[kd] = hi[kd] = float(floor)
 
     def residual(z: np.ndarray) -> np.ndarray:
         for i, m, mass, inertia in zip(links, np.exp(z[:k]), m0, I0):
@@ -223,13 +229,20 @@ def refine_push(pt: _PushTwin, art, poses, shapes: dict[str, Shape], post, masse
     best = None
     for ms in starts:
         z0 = np.clip(np.concatenate([np.log(ms), d0, [start["friction"], start["tip_friction"]]]), lo, hi)
-        r = least_squares(residual, z0, bounds=(lo, hi), method="trf", diff_step=PUSH_REFINE_STEP,
-                          max_nfev=PUSH_REFINE_EVALS // (len(z0) + 1))
-        rms = float(np.sqrt(np.mean(residual(r.x) ** 2)))
+
+        def full(zf: np.ndarray, z0=z0) -> np.ndarray:
+            z = z0.copy()
+            z[free] = zf
+            return z
+
+        r = least_squares(lambda zf: residual(full(zf)), z0[free], bounds=(lo[free], hi[free]), method="trf",
+                          diff_step=PUSH_REFINE_STEP, max_nfev=PUSH_REFINE_EVALS // (int(free.sum()) + 1))
+        x = full(r.x)
+        rms = float(np.sqrt(np.mean(residual(x) ** 2)))
         log.info("identify: PyBullet refit of %s from %s: rms %.2f mm", ", ".join(masses + dampings + ["floor", "tip"]),
                  np.round(ms, 4).tolist(), 1e3 * rms)
         if best is None or rms < best[0]:
-            best = (rms, r.x)
+            best = (rms, x)
     if best is None or best[0] >= start["rms"]:
         return {}
     return {"friction": round(float(best[1][kd]), 4), "tip_friction": round(float(best[1][kd + 1]), 4), "rms": best[0],

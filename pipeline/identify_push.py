@@ -36,7 +36,8 @@ export places the parts that lie on the floor under a planar root flat on foreca
 (``resting_placements``): the twin's contacts then carry each part as the penalty floor's common
 depth does, whatever sub-millimetre tilt the tracks give it.
 It does not model the pusher's own dynamics, rolling resistance, or part-part contact (nor the
-stops that stand for it, such as ``pushed``'s hinges at +-1 rad).
+stops that stand for it, such as ``pushed``'s hinges at +-1 rad; the PyBullet twin that
+``calibrate_push`` refits has them as URDF limits where export sees them).
 """
 from __future__ import annotations
 

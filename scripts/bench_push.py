@@ -42,7 +42,8 @@ progress goes to stderr.
         [--seconds 2] [--seed 0] [--out DIR] [--tracks truth] [--set identify.inference.push_iterations=15 ...]
 
 ``--tracks truth`` runs articulate, identify and export on the true poses of the seen frames
-instead of segment's and track's (what the stages after track make of error-free tracks).
+instead of segment's and track's (what the stages after track make of error-free tracks);
+``--tracks-from DIR`` on the tracks of an earlier run (``--out DIR``) of the same cases, seed and split.
 """
 from __future__ import annotations
 
@@ -199,6 +200,9 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict, 
         if tracks == "truth":   # the stages after track on the true poses of the seen frames
             run.mkdir(parents=True, exist_ok=True)
             PoseTracks.from_truth(st.truth, st.world_from_body[:fit], FPS).save(run / PoseTracks.FILE)
+        elif tracks != "pipeline":   # an earlier run's tracks of the same case, seed and split (--tracks-from)
+            run.mkdir(parents=True, exist_ok=True)
+            PoseTracks.load(Path(tracks) / name / "run" / PoseTracks.FILE).save(run / PoseTracks.FILE)
         run_pipeline(fit_rec, run, configs, stages=STAGES if tracks == "pipeline" else STAGES[2:])
         art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
         post, jp = Posterior.load(run / Posterior.FILE), JointPositions.load(run / JointPositions.FILE)
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fit-seconds", type=float, default=3.0, help="seconds of the clip the pipeline sees")
     ap.add_argument("--tracks", choices=("pipeline", "truth"), default="pipeline",
                     help="truth: articulate, identify and export run on the true poses of the seen frames (no segment, track)")
+    ap.add_argument("--tracks-from", default=None, help="an earlier --out DIR of the same cases, seed and split: its "
+                    "tracks (DIR/CASE/run/poses.npz) are reused, articulate on run again (no segment, track)")
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -249,7 +255,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for name in names:
         print(f"bench_push: {name} ...", file=sys.stderr)
-        results[name] = bench(name, out / name, fit, steps, args.seed, configs, args.tracks)
+        results[name] = bench(name, out / name, fit, steps, args.seed, configs, args.tracks_from or args.tracks)
         print(f"bench_push: {name}: {json.dumps(results[name])}", file=sys.stderr)
     print(json.dumps(results))
     return results
