@@ -80,7 +80,6 @@ from vid2sim.models import geometry
 from vid2sim.models.joints.kinematics import topological
 from vid2sim.pipeline import export_stops as stops
 from vid2sim.pipeline.artifacts import Articulation, Joint, PoseTracks, Posterior
-from vid2sim.pipeline.export_stops import hits_stop, stop_score, track_noise  # noqa: F401  (export's API)
 from vid2sim.datasets.atomic import write_bytes, write_text
 
 log = logging.getLogger(__name__)
@@ -341,12 +340,6 @@ def _urdf_joint(robot, name, jtype, parent, child, T_parent_joint, axis, limits,
         ET.SubElement(el, "dynamics", damping=_fmt(damping), friction=_fmt(friction))
 
 
-def _limits(q: np.ndarray, revolute: bool, cfg: ExportConfig,
-            moved: np.ndarray | None = None) -> tuple[float, float, bool]:
-    """(lower, upper, continuous) of a joint from its coordinate track q (T,): ``export_stops.limits``."""
-    return stops.limits(q, revolute, cfg, moved)
-
-
 def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, shapes: dict[str, Shape],
                poses: PoseTracks, name: str = "vid2sim_twin") -> str:
     """The URDF text of the twin (see the module docstring for every convention)."""
@@ -392,7 +385,7 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
         friction = estimate.get(f"{j.name}.friction", 0.0)
         if j.type in ("revolute", "prismatic"):
             moved = stops.neighbourhood_points(art, poses, j)   # a joint resting while these move is held by a stop
-            lo, hi, cont = _limits(qcol[j.name], j.type == "revolute", cfg, moved)
+            lo, hi, cont = stops.limits(qcol[j.name], j.type == "revolute", cfg, moved)
             jtype = "continuous" if cont else j.type
             _urdf_joint(robot, j.name, jtype, j.parent, j.child, T_pj, a_link, (lo, hi), damping, friction, cfg)
         elif j.type == "fixed":
@@ -407,9 +400,9 @@ def build_urdf(cfg: ExportConfig, art: Articulation, post: Posterior | None, sha
             _dummy_link(robot, dy)
             for nm, par, ch, T, ax in ((f"{j.name}_x", j.parent, dx, T_pj, R_link.T @ u),
                                        (f"{j.name}_y", dx, dy, np.eye(4), R_link.T @ v)):
-                lo, hi, _ = _limits(qcol[nm], False, cfg)
+                lo, hi, _ = stops.limits(qcol[nm], False, cfg)
                 _urdf_joint(robot, nm, "prismatic", par, ch, T, ax, (lo, hi), damping, friction, cfg)
-            lo, hi, cont = _limits(qcol[f"{j.name}_theta"], True, cfg)
+            lo, hi, cont = stops.limits(qcol[f"{j.name}_theta"], True, cfg)
             _urdf_joint(robot, f"{j.name}_theta", "continuous" if cont else "revolute", dy, j.child, np.eye(4),
                         a_link, (lo, hi), damping, friction, cfg)
     ET.indent(robot)

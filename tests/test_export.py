@@ -19,7 +19,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from vid2sim.datasets.synthetic import MECHANISMS, make_recording, simulate  # noqa: E402
-from vid2sim.pipeline import export  # noqa: E402
+from vid2sim.pipeline import export, export_stops  # noqa: E402
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks  # noqa: E402
 
 FPS = 30.0
@@ -142,27 +142,27 @@ def test_stop_detection():
     t = np.arange(90, dtype=float)
     noise = 0.002 * np.random.default_rng(0).standard_normal(90)
     wall = np.minimum(0.03 * t, 1.0)  # runs into a stop at 1.0 and stays
-    assert export.stop_score(wall, +1) > 3 and export.hits_stop(wall + noise, +1)
-    assert not export.hits_stop(wall, -1)  # starts there and leaves: no evidence of a stop
+    assert export_stops.stop_score(wall, +1) > 3 and export_stops.hits_stop(wall + noise, +1)
+    assert not export_stops.hits_stop(wall, -1)  # starts there and leaves: no evidence of a stop
     t_hit = 40.4  # between frames; back off the wall at half the speed
     bounce = np.where(t < t_hit, 1.0 - 0.03 * (t_hit - t), 1.0 - 0.015 * (t - t_hit))
-    assert export.hits_stop(bounce, +1) and export.hits_stop(bounce + noise, +1)
-    assert not export.hits_stop(bounce, -1)
+    assert export_stops.hits_stop(bounce, +1) and export_stops.hits_stop(bounce + noise, +1)
+    assert not export_stops.hits_stop(bounce, -1)
     g = 9.81 / 30.0**2  # m per frame^2 at 30 fps: a ball dropped from 0.5 m onto a floor at 0, restitution 0.6
     t0 = np.sqrt(2 * 0.5 / g)
     ball = np.where(t < t0, 0.5 - 0.5 * g * t**2, 0.6 * g * t0 * (t - t0) - 0.5 * g * (t - t0) ** 2)
     ball = np.where(ball < 0, 0.0, ball)  # it rests after its second landing
-    assert export.hits_stop(ball, -1)
+    assert export_stops.hits_stop(ball, -1)
     for period in (45.0, 20.0):  # 1.5 s and 0.67 s pendulums at 30 fps, 0.8 rad amplitude: gravity-like turning points
         pendulum = 0.8 * np.cos(2 * np.pi * t / period + 0.3)
         for q in (pendulum, pendulum + noise):
-            assert export.stop_score(q, +1) < 0.7 and export.stop_score(q, -1) < 0.7, period
+            assert export_stops.stop_score(q, +1) < 0.7 and export_stops.stop_score(q, -1) < 0.7, period
     damped = 1 - np.exp(-t / 15)  # creeps towards its extreme: no stop
-    assert not export.hits_stop(damped, +1) and not export.hits_stop(damped + noise, +1)
+    assert not export_stops.hits_stop(damped, +1) and not export_stops.hits_stop(damped + noise, +1)
     kicked = np.where(t < 30, 0.0, -0.02 * (t - 30))  # at rest, then kicked away from its maximum
-    assert not export.hits_stop(kicked, +1)
+    assert not export_stops.hits_stop(kicked, +1)
     short = wall[20:34]  # an impact without stop_window frames on both sides is no evidence
-    assert export.stop_score(short, +1) == 0.0
+    assert export_stops.stop_score(short, +1) == 0.0
 
 
 def test_valid_inertia_repairs_bad_tensors():

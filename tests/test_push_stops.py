@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vid2sim.pipeline import export, forecast
+from vid2sim.pipeline import export, export_stops, forecast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -45,10 +45,10 @@ def test_export_limits_the_hinge_at_the_stop_it_rests_on(pressed):
     st, art, poses, jp, post, shapes, urdf = pressed
     q3 = jp.q[:FIT, jp.names.index("hinge_3")]
     assert np.ptp(q3[-15:]) < 1e-3 and q3[0] - q3[-1] > 0.9          # swung 0.9+ rad, then flat
-    lo, hi, continuous = export._limits(q3, True, export.ExportConfig())
+    lo, hi, continuous = export_stops.limits(q3, True, export.ExportConfig())
     assert not continuous and lo == pytest.approx(q3.min(), abs=1e-9)
     assert hi - lo == pytest.approx(2 * np.pi, abs=1e-6)             # one turn: the same stop from the other side
-    assert export._limits(jp.q[:FIT, jp.names.index("hinge_1")], True, export.ExportConfig())[2]
+    assert export_stops.limits(jp.q[:FIT, jp.names.index("hinge_1")], True, export.ExportConfig())[2]
 
 
 def test_the_restart_keeps_the_stop_a_joint_rests_on(pressed, monkeypatch):
@@ -89,10 +89,8 @@ def test_a_hinge_resting_on_its_stop_while_pushed_is_found_through_the_track_jit
     brakes on the way in. Resting there for 15 frames while its neighbours move is a stop
     (dwell_score > 1.5), at its resting level, within 3 mrad of the true stop; with neighbours that
     rest too (the whole mechanism at rest) it is none."""
-    from vid2sim.pipeline import export_stops
-
     q = TRACKED_Q3
-    assert export.stop_score(q, -1) < 1.0
+    assert export_stops.stop_score(q, -1) < 1.0
     score, level = export_stops.dwell_score(q, -1, _carried(len(q)))
     assert score > 1.5 and abs(level - (-1.1002)) < 3e-3
     lo, hi, continuous = export_stops.limits(q, True, export.ExportConfig(), _carried(len(q)))
@@ -107,15 +105,13 @@ def test_the_rest_rule_survives_noise_where_the_impact_rule_does_not(pressed):
     rule finds the stop at most 12 times in 20 at 3 mrad (9 measured); the rest under load (the true
     neighbourhood's motion) at least 18 in 20 at 3 mrad and 12 in 20 at 6 mrad (the tracker's jitter on
     these links: 2-9 mrad), its level within 5 mrad of the true stop."""
-    from vid2sim.pipeline import export_stops
-
     st, art, poses, jp, post, shapes, urdf = pressed
     names, q = export.joint_coordinates(art, poses.head(FIT))
     x = q[:, names.index("hinge_3")]
     moved = export_stops.neighbourhood_points(art, poses.head(FIT), next(j for j in art.joints if j.name == "hinge_3"))
     assert np.ptp(moved[75:], axis=0).max() > 0.02   # the pushed linkage moves on around the resting hinge
     rng = np.random.default_rng(0)
-    impact = sum(export.hits_stop(x + 0.003 * rng.standard_normal(len(x)), -1) for _ in range(20))
+    impact = sum(export_stops.hits_stop(x + 0.003 * rng.standard_normal(len(x)), -1) for _ in range(20))
     assert impact <= 12
     for sigma, least in ((0.003, 18), (0.006, 12)):
         found = [export_stops.dwell_score(x + sigma * rng.standard_normal(len(x)), -1, moved) for _ in range(20)]
@@ -130,8 +126,6 @@ def test_no_rest_is_read_into_a_turning_point_a_braked_stop_or_a_start_at_rest()
     friction (0.03 rad a frame shed in 10 frames, resting at its extreme) at most 4 times in 50 (3
     measured: the noise hides where its braking ends; 6 in 200); a joint running into a wall at the same
     speed and resting does at least 48 times in 50."""
-    from vid2sim.pipeline import export_stops
-
     t = np.arange(90, dtype=float)
     rng = np.random.default_rng(5)
     moved = _carried(90)
@@ -157,10 +151,8 @@ def test_a_rest_survives_a_glitch_and_a_drift_of_the_track():
     the rest from frame 52 (frame 22 of the array) and limits the hinge within 6 mrad of the true stop,
     though two glitch frames lie 40 mrad beyond it; a joint that goes on past the rest for more than 5 %
     of the frames has none there."""
-    from vid2sim.pipeline import export_stops
-
     q = TRACKED_Q1
-    assert export.stop_score(q, +1) < 1.0
+    assert export_stops.stop_score(q, +1) < 1.0
     score, level, first = export_stops._best_rest(q, +1, _carried(len(q)))
     assert score > 3 and first == 22 and abs(level - 0.5513) < 6e-3
     lo, hi, continuous = export_stops.limits(q, True, export.ExportConfig(), _carried(len(q)))
