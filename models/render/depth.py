@@ -27,16 +27,20 @@ class DepthRenderer:
         self.d_unit = self.d_cam / self.d_cam.norm(dim=1, keepdim=True)
         self.T_wc = np.asarray(camera.world_from_camera, float)
         self._last: dict[int, tuple] = {}   # body -> (its pose's bytes, rays near it, their hit distances)
+        n = self.d_cam.shape[0]
+        self._best = torch.full((n,), math.inf, dtype=torch.float64)   # (H*W,) nearest hit so far, inf between calls
+        self._nearest = torch.full((n,), -1, dtype=torch.long)         # (H*W,) its body, -1 between calls
 
     def render(self, T_world_body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """T_world_body: (M, 4, 4) -> depth (H, W) float32 m (0 = nothing), ids (H, W) int (-1 = none).
 
-        Each primitive is cast only against the pixels whose rays pass within its bounding
-        sphere (``rays_near``); the others cannot hit it. A body at exactly the pose of the
-        previous call (a part fixed to the world) reuses that call's ray hits."""
+        Each primitive is cast only against the pixel rays that can reach it (``candidates``);
+        the others cannot hit it. A body at exactly the pose of the previous call (a part
+        fixed to the world) reuses that call's ray hits. The nearest hit per ray is kept in
+        buffers the size of the image that only the cast rays touch."""
         H, W = self.camera.height, self.camera.width
-        best = torch.full((H * W,), math.inf, dtype=torch.float64)
-        ids = torch.full((H * W,), -1, dtype=torch.long)
+        best, nearest = self._best, self._nearest
+        cast = []
         for m, prim in enumerate(self.prims):
             key = np.asarray(T_world_body[m], np.float64).tobytes()
             last = self._last.get(m)
@@ -49,16 +53,25 @@ class DepthRenderer:
                 continue
             closer = s < best[sel]
             best[sel[closer]] = s[closer]
-            ids[sel[closer]] = m
-        depth = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-        return depth.reshape(H, W).numpy().astype(np.float32), ids.reshape(H, W).numpy()
+            nearest[sel[closer]] = m
+            cast.append(sel)
+        depth = np.zeros(H * W, np.float32)
+        ids = np.full(H * W, -1, np.int64)
+        if cast:
+            sel = torch.cat(cast)
+            b = best[sel]
+            depth[sel.numpy()] = torch.where(torch.isfinite(b), b, torch.zeros_like(b)).numpy().astype(np.float32)
+            ids[sel.numpy()] = nearest[sel].numpy()
+            best[sel] = math.inf     # the buffers are blank again for the next call
+            nearest[sel] = -1
+        return depth.reshape(H, W), ids.reshape(H, W)
 
     def _hits(self, prim, T_world_body: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Indices (K,) of the pixel rays near the primitive at pose (4, 4) and their hit
         distances (K,) along the unnormalised camera rays (inf: a miss)."""
         from vid2sim.models.render.primitives import ray_hit
 
-        sel = self.rays_near(T_world_body[:3, 3], prim.bounding_radius)
+        sel = self.candidates(prim, T_world_body)
         if sel.numel() == 0:
             return sel, torch.zeros(0, dtype=torch.float64)
         T_bc = np.linalg.inv(T_world_body) @ self.T_wc  # camera in body
@@ -66,6 +79,32 @@ class DepthRenderer:
         d = self.d_cam[sel] @ R.T
         with torch.no_grad():
             return sel, ray_hit(prim, t.expand(len(sel), 3), d)
+
+    def candidates(self, prim, T_world_body: np.ndarray) -> torch.Tensor:
+        """Indices (K,) of the pixel rays that can hit ``prim`` at pose (4, 4): those within 2 px of
+        the image of its bounding box where the box lies wholly in front of the camera, else
+        those passing within its bounding sphere (``rays_near``). A box's image is the convex
+        hull of its projected corners; the 2-px band covers the hull's rasterisation."""
+        half = _box_half(prim)
+        if half is None:
+            return self.rays_near(T_world_body[:3, 3], prim.bounding_radius)
+        T_cb = np.linalg.solve(self.T_wc, np.asarray(T_world_body, float))   # body in camera
+        corners = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1], indexing="ij")).reshape(3, -1).T * half
+        p = corners @ T_cb[:3, :3].T + T_cb[:3, 3]
+        if p[:, 2].min() <= 1e-6:
+            return self.rays_near(T_world_body[:3, 3], prim.bounding_radius)
+        cam = self.camera
+        uv = np.stack([cam.fx * p[:, 0] / p[:, 2] + cam.cx, cam.fy * p[:, 1] / p[:, 2] + cam.cy], 1)
+        lo = np.maximum(np.floor(uv.min(0)) - 3, 0).astype(int)
+        hi = np.minimum(np.ceil(uv.max(0)) + 3, (cam.width - 1, cam.height - 1)).astype(int)
+        if (lo > hi).any():
+            return torch.zeros(0, dtype=torch.long)
+        box = np.zeros((hi[1] - lo[1] + 1, hi[0] - lo[0] + 1), np.uint8)
+        hull = cv2.convexHull(np.round((uv - lo) * 16).astype(np.int32))
+        cv2.fillConvexPoly(box, hull, 1, lineType=cv2.LINE_8, shift=4)
+        box = cv2.dilate(box, np.ones((5, 5), np.uint8))
+        v, u = np.nonzero(box)
+        return torch.from_numpy((v + lo[1]) * cam.width + (u + lo[0]))
 
     def rays_near(self, centre_world: np.ndarray, radius: float) -> torch.Tensor:
         """Indices (K,) into the H*W pixel rays that pass within ``radius`` (m) of ``centre_world``
@@ -97,6 +136,18 @@ class DepthRenderer:
         if u0 > u1 or v0 > v1:
             return torch.zeros(0, dtype=torch.long)
         return (torch.arange(v0, v1 + 1)[:, None] * cam.width + torch.arange(u0, u1 + 1)[None]).reshape(-1)
+
+
+def _box_half(prim) -> np.ndarray | None:
+    """(3,) half-extents (m) of a box about the body origin holding ``prim``; None for a sphere,
+    which its bounding sphere holds exactly."""
+    if prim.kind in ("box", "mesh"):
+        return np.asarray(prim.half_size, float)
+    if prim.kind == "cylinder":
+        return np.array([prim.radius, prim.radius, prim.half_length])
+    if prim.kind == "capsule":
+        return np.array([prim.radius, prim.radius, prim.half_length + prim.radius])
+    return None
 
 
 def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.ndarray:
