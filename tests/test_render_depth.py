@@ -1,5 +1,6 @@
 """The depth renderer's per-primitive ray culling against casting every pixel's ray."""
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -7,7 +8,7 @@ from scipy.spatial.transform import Rotation
 
 from vid2sim.datasets.recording import Camera
 from vid2sim.datasets.shapes import Shape
-from vid2sim.models.render.depth import DepthRenderer
+from vid2sim.models.render.depth import DepthRenderer, nanmedian0
 from vid2sim.models.render.primitives import ray_hit
 
 SHAPES = [Shape("b", "box", size=(0.3, 0.1, 0.05)), Shape("c", "capsule", radius=0.03, length=0.4),
@@ -47,3 +48,16 @@ def test_culled_render_equals_every_ray():
         np.testing.assert_allclose(depth, ref_d, atol=1e-6)
         hits += int((ids >= 0).sum())
     assert hits > 2000   # the scenes are in view, so the comparison covers real hits
+
+
+def test_nanmedian0_equals_numpy_nanmedian():
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 60, 61):
+        x = rng.normal(1.5, 0.4, (n, 30, 40)).astype(np.float32)
+        x[rng.random(x.shape) < 0.4] = np.nan
+        x[:, :3, :3] = np.nan                               # never seen: NaN
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # NumPy's "All-NaN slice"
+            ref = np.nanmedian(x, axis=0)
+        np.testing.assert_array_equal(nanmedian0(x), ref)   # the same values to the bit, NaN included
+        assert np.isnan(nanmedian0(x)[:3, :3]).all()

@@ -159,14 +159,25 @@ def background_from(depths: list[np.ndarray], covers: list[np.ndarray]) -> np.nd
     valid = np.stack([~(cv2.dilate(c.astype(np.uint8), kernel) > 0) for c in covers])
     masked = np.where(valid, stack, np.nan)
     seen = valid.any(axis=0)
-    with np.errstate(all="ignore"):
-        bg = np.where(seen, np.nanmedian(np.where(seen, masked, 0.0), axis=0), 0.0)
+    bg = np.where(seen, nanmedian0(np.where(seen, masked, 0.0)), 0.0)
     if seen.any() and not seen.all():  # never-uncovered pixels: the nearest seen background
         from scipy.ndimage import distance_transform_edt
 
         _, (iy, ix) = distance_transform_edt(~seen, return_indices=True)
         bg = bg[iy, ix]
     return bg.astype(np.float32)
+
+
+def nanmedian0(x: np.ndarray) -> np.ndarray:
+    """Median over axis 0 of (N, ...) ``x`` ignoring NaN (NaN where all are), the values of
+    ``np.nanmedian(x, axis=0)``; written out because for N < 600 NumPy takes it through
+    masked arrays, about 6x slower on a 61-frame 640x480 stack."""
+    ordered = np.sort(x, axis=0)                    # NaN sort last
+    n = (~np.isnan(x)).sum(axis=0)
+    lo = np.take_along_axis(ordered, ((n - 1) // 2)[None], 0)[0]
+    hi = np.take_along_axis(ordered, (n // 2)[None], 0)[0]
+    with np.errstate(invalid="ignore"):
+        return (lo + hi) / 2                        # an odd count: both are the middle value
 
 
 def composite(depth_mech: np.ndarray, background: np.ndarray) -> np.ndarray:
