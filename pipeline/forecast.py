@@ -148,8 +148,11 @@ def score(pred: np.ndarray, real: np.ndarray) -> dict[str, float]:
 
 
 def normalise_depth(depth: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    out = np.clip((depth - lo) / max(hi - lo, 1e-6), 0.0, 1.0)
-    return np.where(depth > 0, out, 0.0).astype(np.float32)
+    """Depth (m) mapped to [0, 1] over [lo, hi], float32 of depth's shape; no reading (<= 0) -> 0."""
+    out = (depth - lo) / max(hi - lo, 1e-6)
+    np.clip(out, 0.0, 1.0, out=out)
+    np.copyto(out, 0.0, where=~(depth > 0))
+    return out.astype(np.float32, copy=False)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -508,13 +511,15 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     reading = np.stack([rec.depth(at + 1 + k) > 0 for k in range(steps)])  # pixels the sensor measured
 
     def render_seq(Ws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(N, H, W) depth in metres where the sensor read, and (N, H, W) bool silhouettes."""
-        depth, sil = [], []
-        for Wk in tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr):
+        """(N, H, W) float32 depth in metres where the sensor read, and (N, H, W) bool silhouettes."""
+        depth = np.empty((len(Ws), *background.shape), np.float32)
+        sil = np.empty((len(Ws), *background.shape), bool)
+        for k, Wk in enumerate(tqdm(Ws, desc="forecast: render", leave=False, file=sys.stderr)):
             d, ids = renderer.render(Wk)
-            depth.append(composite(d, background))
-            sil.append(ids >= 0)
-        return np.where(reading[:len(depth)], np.stack(depth), 0.0).astype(np.float32), np.stack(sil)
+            depth[k] = composite(d, background)
+            np.greater_equal(ids, 0, out=sil[k])
+        np.copyto(depth, 0.0, where=~reading[:len(Ws)])
+        return depth, sil
 
     def scored(depth_m: np.ndarray) -> dict[str, float]:
         return score(normalise_depth(depth_m, lo, hi), real)
