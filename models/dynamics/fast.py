@@ -25,7 +25,7 @@ from .algorithms import motion_subspace
 from .augment import friction_function, generalized_force
 from .contact import has_contact, point_forces
 from .model import JOINT_NV, Control, Model
-from .spatial import axis_angle_to_rot, cross_force, cross_motion, quat_to_rot
+from .spatial import cross_force, cross_motion, quat_to_rot
 
 
 def _compiling() -> bool:
@@ -45,6 +45,18 @@ def mv(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if _compiling():
         return (A * x[..., None, :]).sum(-1)
     return (A @ x[..., None])[..., 0]
+
+
+def stored(x: torch.Tensor) -> torch.Tensor:
+    """x (B, k, ...) itself; under torch.compile written once into a buffer of its own (an
+    index_put, which Inductor stores) rather than recomputed inside every consumer's loop:
+    for values such as sin/cos of a joint angle that a (B, 3, 3) rotation broadcasts, which
+    Inductor would otherwise recompute per matrix entry (libm calls are not hoisted)."""
+    if not _compiling():
+        return x
+    out = torch.zeros_like(x)
+    out[:, list(range(x.shape[1]))] = x
+    return out
 
 
 def solve_spd(H: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -86,9 +98,10 @@ class FastPrep:
     dof_body: list           # (nv,) child body of each dof
     S_w: torch.Tensor        # (nv, 3) angular part of each dof's motion axis, child frame
     S_v: torch.Tensor        # (nv, 3) linear part
-    rev: tuple               # (bodies, q indices, K (nr, 3, 3), K^2) of revolute joints (Rodrigues)
+    rev: tuple               # (bodies, q indices, K (nr, 3, 3), K^2) of the rotations about one axis
+                             # (Rodrigues): revolute joints and planar joints' q[2] about their normal
     pri: tuple               # same for prismatic
-    others: list             # (body, type, plane basis or None) for planar and free
+    others: list             # (body, type, in-plane basis (t1, t2) or None) for planar and free
     spring_index: list       # q index of each dof's spring (0 for free dofs)
     spring_mask: torch.Tensor  # (nv,)
     a_grav: torch.Tensor     # (B, 6) [0; g]
@@ -105,7 +118,7 @@ def fast_prepare(model: Model) -> FastPrep:
     dt = model.dtype
     anc = torch.zeros(n, nv, dtype=dt)
     dof_body, cols = [], []
-    rev_b, rev_q, pri_b, pri_q, others = [], [], [], [], []
+    rev_b, rev_q, rev_axis, pri_b, pri_q, others = [], [], [], [], [], []
     for i, t in enumerate(model.joint_types):
         j = i
         while j >= 0:
@@ -119,14 +132,19 @@ def fast_prepare(model: Model) -> FastPrep:
         if t == "revolute":
             rev_b.append(i)
             rev_q.append(qs)
+            rev_axis.append(model.joint_axis[i])
         elif t == "prismatic":
             pri_b.append(i)
             pri_q.append(qs)
         elif t in ("planar", "free"):
             ax = model.joint_axis[i]
-            others.append((i, t, (*plane_basis(ax), ax / ax.norm()) if t == "planar" else None))
+            others.append((i, t, plane_basis(ax) if t == "planar" else None))
+            if t == "planar":   # its rotation (about the normal, by q[2]) as a revolute joint's
+                rev_b.append(i)
+                rev_q.append(qs + 2)
+                rev_axis.append(ax / ax.norm())
     S = torch.cat(cols, 1).T if cols else torch.zeros(0, 6, dtype=dt)
-    K = skew(model.joint_axis[rev_b])
+    K = skew(torch.stack(rev_axis) if rev_axis else model.joint_axis[:0])
     g = model.gravity
     active = [i for i in range(n) if bool(anc[i].any()) or i in model.contact_body]
     place = {b: k for k, b in enumerate(active)}
@@ -149,18 +167,18 @@ def world_poses(fp: FastPrep, q: torch.Tensor):
     if rev_b or fp.others:
         RJ = RJ.clone()
     if rev_b:
-        ang = q[:, rev_q, None, None]
-        RJ[:, rev_b] = torch.eye(3, dtype=q.dtype, device=q.device) + torch.sin(ang) * K + (1 - torch.cos(ang)) * K2
+        ang = q[:, rev_q]
+        sc = stored(torch.stack([torch.sin(ang), 1 - torch.cos(ang)], 1))[..., None, None]    # (B, 2, nr, 1, 1)
+        RJ[:, rev_b] = torch.eye(3, dtype=q.dtype, device=q.device) + sc[:, 0] * K + sc[:, 1] * K2
     pri_b, pri_q, pri_axis = fp.pri
     if pri_b:
         rJ = rJ.clone()
         rJ[:, pri_b] = q[:, pri_q, None] * pri_axis
     for i, t, plane in fp.others:
         qs = m.q_slice(i)
-        if t == "planar":
-            t1, t2, nrm = plane
+        if t == "planar":   # its rotation is with the revolute joints'
+            t1, t2 = plane
             qj = q[:, qs]
-            RJ[:, i] = axis_angle_to_rot(nrm, qj[:, 2])
             rJ[:, i] = qj[:, :1] * t1 + qj[:, 1:2] * t2
         else:
             RJ[:, i] = quat_to_rot(q[:, qs.start + 3:qs.stop])
