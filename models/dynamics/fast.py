@@ -113,7 +113,8 @@ class FastPrep:
     contact_active: list | None = None  # each contact point's body as a place in ``active`` (None with it)
 
 
-def fast_prepare(model: Model) -> FastPrep:
+def _structure(model: Model) -> tuple:
+    """FastPrep's fields after ``model`` except ``a_grav``."""
     n, nv = model.num_bodies, model.nv
     dt = model.dtype
     anc = torch.zeros(n, nv, dtype=dt)
@@ -145,16 +146,39 @@ def fast_prepare(model: Model) -> FastPrep:
                 rev_axis.append(ax / ax.norm())
     S = torch.cat(cols, 1).T if cols else torch.zeros(0, 6, dtype=dt)
     K = skew(torch.stack(rev_axis) if rev_axis else model.joint_axis[:0])
-    g = model.gravity
     active = [i for i in range(n) if bool(anc[i].any()) or i in model.contact_body]
     place = {b: k for k, b in enumerate(active)}
     some = len(active) < n
-    return FastPrep(model, anc, dof_body, S[:, :3], S[:, 3:],
-                    (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
-                    others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt),
-                    torch.cat([torch.zeros_like(g), g], -1), active if some else None,
-                    [place[b] for b in dof_body] if some else None,
-                    [place[b] for b in model.contact_body] if some else None)
+    return (anc, dof_body, S[:, :3], S[:, 3:], (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
+            others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt), active if some else None,
+            [place[b] for b in dof_body] if some else None,
+            [place[b] for b in model.contact_body] if some else None)
+
+
+_STRUCTURES: dict = {}      # _structure by the model's tree, joint axes, contact bodies, dtype, device
+_STRUCTURES_MAX = 64
+
+
+def fast_prepare(model: Model) -> FastPrep:
+    """The model's static quantities for ``accel_fast``. The ones that depend only on the tree,
+    the joint axes and the contact bodies are kept by those (not when the axes require grad:
+    they are then recomputed, so that gradients flow to them)."""
+    ax = model.joint_axis
+    key = None
+    if not ax.requires_grad:
+        key = (model.joint_types, model.parents, model.contact_body, model.dtype, str(ax.device), ax.dtype,
+               ax.detach().cpu().numpy().tobytes())
+    st = _STRUCTURES.get(key) if key is not None else None
+    if st is None:
+        st = _structure(model)
+        if key is not None:
+            if len(_STRUCTURES) >= _STRUCTURES_MAX:
+                _STRUCTURES.pop(next(iter(_STRUCTURES)))
+            _STRUCTURES[key] = st
+    g = model.gravity
+    anc, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask, active, dof_active, contact_active = st
+    return FastPrep(model, anc, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask,
+                    torch.cat([torch.zeros_like(g), g], -1), active, dof_active, contact_active)
 
 
 def world_poses(fp: FastPrep, q: torch.Tensor):
