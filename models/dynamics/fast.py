@@ -182,41 +182,42 @@ def fast_prepare(model: Model) -> FastPrep:
 
 
 def world_poses(fp: FastPrep, q: torch.Tensor):
-    """R_world_body (B, N, 3, 3), p_world_body (B, N, 3)."""
+    """R_world_body (B, N, 3, 3), p_world_body (B, N, 3). A joint that does not rotate
+    (prismatic, fixed) contributes its fixed joint rotation alone, one that does not translate
+    (revolute, fixed) its fixed translation alone: no product with an identity or a zero."""
     m = fp.model
-    B, n = q.shape[0], m.num_bodies
-    RJ = torch.eye(3, dtype=q.dtype, device=q.device).expand(B, n, 3, 3)
-    rJ = q.new_zeros(B, n, 3)
+    B = q.shape[0]
+    rot, trans = {}, {}     # body -> the joint's rotation RJ (B, 3, 3) / translation rJ (B, 3), joint frame
     rev_b, rev_q, K, K2 = fp.rev
-    if rev_b or fp.others:
-        RJ = RJ.clone()
     if rev_b:
         ang = q[:, rev_q]
         sc = stored(torch.stack([torch.sin(ang), 1 - torch.cos(ang)], 1))[..., None, None]    # (B, 2, nr, 1, 1)
-        RJ[:, rev_b] = torch.eye(3, dtype=q.dtype, device=q.device) + sc[:, 0] * K + sc[:, 1] * K2
+        RJ = torch.eye(3, dtype=q.dtype, device=q.device) + sc[:, 0] * K + sc[:, 1] * K2     # (B, nr, 3, 3)
+        rot = {b: RJ[:, k] for k, b in enumerate(rev_b)}
     pri_b, pri_q, pri_axis = fp.pri
     if pri_b:
-        rJ = rJ.clone()
-        rJ[:, pri_b] = q[:, pri_q, None] * pri_axis
+        rJ = q[:, pri_q, None] * pri_axis                                                    # (B, np, 3)
+        trans = {b: rJ[:, k] for k, b in enumerate(pri_b)}
     for i, t, plane in fp.others:
         qs = m.q_slice(i)
         if t == "planar":   # its rotation is with the revolute joints'
             t1, t2 = plane
             qj = q[:, qs]
-            rJ[:, i] = qj[:, :1] * t1 + qj[:, 1:2] * t2
+            trans[i] = qj[:, :1] * t1 + qj[:, 1:2] * t2
         else:
-            RJ[:, i] = quat_to_rot(q[:, qs.start + 3:qs.stop])
-            rJ[:, i] = q[:, qs.start:qs.start + 3]
-    R_loc = mm(m.joint_rotation, RJ)                                  # child pose in parent frame
-    r_loc = m.joint_translation + mv(m.joint_rotation, rJ)
+            rot[i] = quat_to_rot(q[:, qs.start + 3:qs.stop])
+            trans[i] = q[:, qs.start:qs.start + 3]
     Rw, pw = [], []
     for i, par in enumerate(m.parents):
+        E, r = m.joint_rotation[i], m.joint_translation[i]      # joint frame in the parent's frame
+        R_loc = mm(E, rot[i]) if i in rot else E.expand(B, 3, 3)   # child pose in parent frame
+        r_loc = r + mv(E, trans[i]) if i in trans else r.expand(B, 3)
         if par < 0:
-            Rw.append(R_loc[:, i])
-            pw.append(r_loc[:, i])
+            Rw.append(R_loc)
+            pw.append(r_loc)
         else:
-            Rw.append(mm(Rw[par], R_loc[:, i]))
-            pw.append(pw[par] + mv(Rw[par], r_loc[:, i]))
+            Rw.append(mm(Rw[par], R_loc))
+            pw.append(pw[par] + mv(Rw[par], r_loc))
     return torch.stack(Rw, 1), torch.stack(pw, 1)
 
 
