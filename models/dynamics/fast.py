@@ -95,6 +95,8 @@ def solve_spd(H: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 class FastPrep:
     model: Model
     anc: torch.Tensor        # (N, nv) 1 where dof k is on the path root -> body i
+    anc_rows: list           # per row of ``anc`` (per place in ``active`` with it): its dofs
+    anc_cols: list           # per dof: the rows of ``anc`` (places in ``active``) it moves
     dof_body: list           # (nv,) child body of each dof
     S_w: torch.Tensor        # (nv, 3) angular part of each dof's motion axis, child frame
     S_v: torch.Tensor        # (nv, 3) linear part
@@ -149,7 +151,9 @@ def _structure(model: Model) -> tuple:
     active = [i for i in range(n) if bool(anc[i].any()) or i in model.contact_body]
     place = {b: k for k, b in enumerate(active)}
     some = len(active) < n
-    return (anc, dof_body, S[:, :3], S[:, 3:], (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
+    rows = [[k for k in range(nv) if anc[i, k]] for i in (active if some else range(n))]
+    cols = [[j for j, r in enumerate(rows) if k in r] for k in range(nv)]
+    return (anc, rows, cols, dof_body, S[:, :3], S[:, 3:], (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
             others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt), active if some else None,
             [place[b] for b in dof_body] if some else None,
             [place[b] for b in model.contact_body] if some else None)
@@ -176,8 +180,9 @@ def fast_prepare(model: Model) -> FastPrep:
                 _STRUCTURES.pop(next(iter(_STRUCTURES)))
             _STRUCTURES[key] = st
     g = model.gravity
-    anc, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask, active, dof_active, contact_active = st
-    return FastPrep(model, anc, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask,
+    anc, rows, cols, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask, active, dof_active, \
+        contact_active = st
+    return FastPrep(model, anc, rows, cols, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask,
                     torch.cat([torch.zeros_like(g), g], -1), active, dof_active, contact_active)
 
 
@@ -233,9 +238,9 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
         R, p, anc, com, inertia, mass = R[:, act], p[:, act], anc[act], com[:, act], inertia[:, act], mass[:, act]
     w = mv(Rk, fp.S_w)
     s = torch.cat([w, mv(Rk, fp.S_v) + torch.cross(pk, w, dim=-1)], -1)   # (B, nv, 6) world axes
-    V = mm(anc, s * qd[..., None])                                    # (B, N, 6) body velocities, world frame
+    V = _tree_sum(anc, fp.anc_rows, s * qd[..., None])               # (B, N, 6) body velocities, world frame
     sdot = cross_motion(V[:, fp.dof_body if act is None else fp.dof_active], s)
-    a = mm(anc, sdot * qd[..., None]) - fp.a_grav[:, None, :]         # velocity-product accel minus gravity
+    a = _tree_sum(anc, fp.anc_rows, sdot * qd[..., None]) - fp.a_grav[:, None, :]   # velocity-product accel minus gravity
     # forces f = I a + v x* I v with I the spatial inertia about the world origin, formed from
     # the COM c and the rotational inertia Ic about it (Featherstone Eq. 2.63) without 6x6 products
     c = p + mv(R, com)
@@ -252,13 +257,29 @@ def accel_fast(fp: FastPrep, q: torch.Tensor, qd: torch.Tensor, control: Control
         F = point_forces(m, x, xdot, control, friction_function(m) if m.nets else None)
         wr = torch.cat([torch.cross(x, F, dim=-1), F], -1)
         f = f.index_add(1, torch.as_tensor(idx, device=f.device), -wr)
-    bias = (s * mm(anc.T, f)).sum(-1)                                 # (B, nv)
+    bias = (s * _tree_sum(anc.T, fp.anc_cols, f)).sum(-1)             # (B, nv)
     # H = sum_i J_i^T I_i J_i, with J_i = the world axes s of the dofs that move body i
     Is = _inertia_times(mass[:, :, None], c[:, :, None], Ic[:, :, None], s[:, None])    # (B, N, nv, 6)
     Is = Is * anc[None, :, :, None]
     H = torch.einsum("bkj,bnlj,nk->bkl", s, Is, anc) if not _compiling() else \
         (s[:, None, :, None, :] * Is[:, :, None, :, :] * anc[None, :, :, None, None]).sum((1, 4))
     return solve_spd(H, tau - bias)
+
+
+def _tree_sum(mask: torch.Tensor, groups: list, x: torch.Tensor) -> torch.Tensor:
+    """mask @ x for a 0/1 ``mask`` (M, K) and x (B, K, 6): (B, M, 6), row j the sum of x[:, k] over
+    k in groups[j] (mask's nonzero columns of row j). Under torch.compile as those sums (no
+    products with the mask's zeros and ones); eagerly one matmul."""
+    if not _compiling():
+        return mm(mask, x)
+    zero = x.new_zeros(x.shape[0], x.shape[-1])
+    rows = []
+    for g in groups:
+        t = x[:, g[0]] if g else zero
+        for k in g[1:]:
+            t = t + x[:, k]
+        rows.append(t)
+    return torch.stack(rows, 1)
 
 
 def _inertia_times(mass, c, Ic, v):
