@@ -12,6 +12,13 @@ the cost of a PyTorch step is the number of tensor ops, not flops; this form nee
 as many in the backward pass, and it compiles quickly. It is O(N^2 nv + nv^3), so for
 large trees ABA is the better choice (``algorithm="aba"`` in ``step``/``rollout``).
 Both are tested against Pinocchio and against each other.
+
+Under torch.compile (the code Inductor fuses into a step's kernels) the same quantities
+are formed without work on structural zeros: sums over the mask are sums over each body's
+dof list (``_tree_sum``), a joint contributes a rotation or translation only if its kind
+has one (``world_poses``), and the joint angles' sin/cos are stored once (``stored``)
+rather than recomputed in each rotation entry's loop. The tree's static part
+(``fast_prepare``) is kept by tree, joint axes and contact bodies.
 """
 from __future__ import annotations
 
