@@ -143,10 +143,17 @@ def _table(plan, env, blocks: set, rule, n: int) -> np.ndarray:
     _, fixed, fixed_ptr, dynamic = cache[id(env)]
     table = np.empty((n, len(slots)), dtype=np.int64)
     table[:, fixed] = fixed_ptr
-    steps = np.arange(n, dtype=np.int64)
+    cols, base, step = [], [], []
     for j in dynamic:
         r = rule(slots[j])
-        table[:, j] = r if isinstance(r, np.ndarray) else r[0] + steps * r[1]
+        if isinstance(r, np.ndarray):
+            table[:, j] = r
+        else:
+            cols.append(j)
+            base.append(r[0])
+            step.append(r[1])
+    if cols:    # base + k * bytes per step, every such column at once
+        table[:, cols] = np.array(base, dtype=np.int64) + np.arange(n, dtype=np.int64)[:, None] * np.array(step, dtype=np.int64)
     return table
 
 
