@@ -299,14 +299,13 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     against its parent significantly, which the weld would contradict (a lid turning 4 deg on
     a base welded to the world: its hinge to the world passes the motion test, its hinge to
     the base, with the base's noise added, does not, and the weld to the base fits within the
-    prior). A body's own world
-    joint replaces a planar one only where model selection prefers it for that body's
-    world motion with a prior for mounted mechanisms of ``prior`` per saved coordinate
-    per frame (the planar joint's extra coordinates also absorb tracking errors that are
-    not noise): a precisely tracked pole sliding in a plane can beat the cart's prismatic
-    rail in the spanning tree, and the cart's 1-D motion gains little from a planar
-    joint, while an end link of a chain pushed over a floor, which pivots about one point
-    most of the time but also slides, gains a lot.
+    prior). A body's own world joint replaces a planar one only where model selection
+    prefers it for that body's world motion with a prior for mounted mechanisms of
+    ``prior`` per saved coordinate per frame (the planar joint's extra coordinates also
+    absorb tracking errors that are not noise): a precisely tracked pole sliding in a plane
+    can beat the cart's prismatic rail in the spanning tree, and the cart's 1-D motion
+    gains little from a planar joint, while an end link of a chain pushed over a floor,
+    which pivots about one point most of the time but also slides, gains a lot.
     """
     moving = [(a, b) if tree.edges[a, b]["parent"] == a else (b, a) for a, b in tree.edges
               if fit.DOF[tree.edges[a, b]["kind"]] >= 1]
