@@ -294,14 +294,18 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     does not), instead of a planar joint always (it explains the part's motion with
     fewer coordinates), instead of a 1-dof joint where its cost is at most that joint's
     plus the prior (a door's hinge to the world is not traded for the weld of a drawer,
-    moving within the noise of 10 mm tracks, to the carcass). A body's own world
-    joint replaces a planar one only where model selection prefers it for that body's
-    world motion with a prior for mounted mechanisms of ``prior`` per saved coordinate
-    per frame (the planar joint's extra coordinates also absorb tracking errors that are
-    not noise): a precisely tracked pole sliding in a plane can beat the cart's prismatic
-    rail in the spanning tree, and the cart's 1-D motion gains little from a planar
-    joint, while an end link of a chain pushed over a floor, which pivots about one point
-    most of the time but also slides, gains a lot.
+    moving within the noise of 10 mm tracks, to the carcass), and never for a weld to a body
+    welded to that joint's own parent: the 1-dof joint fits only where it moves the part
+    against its parent significantly, which the weld would contradict (a lid turning 4 deg on
+    a base welded to the world: its hinge to the world passes the motion test, its hinge to
+    the base, with the base's noise added, does not, and the weld to the base fits within the
+    prior). A body's own world joint replaces a planar one only where model selection
+    prefers it for that body's world motion with a prior for mounted mechanisms of
+    ``prior`` per saved coordinate per frame (the planar joint's extra coordinates also
+    absorb tracking errors that are not noise): a precisely tracked pole sliding in a plane
+    can beat the cart's prismatic rail in the spanning tree, and the cart's 1-D motion
+    gains little from a planar joint, while an end link of a chain pushed over a floor,
+    which pivots about one point most of the time but also slides, gains a lot.
     """
     moving = [(a, b) if tree.edges[a, b]["parent"] == a else (b, a) for a, b in tree.edges
               if fit.DOF[tree.edges[a, b]["kind"]] >= 1]
@@ -315,14 +319,17 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
         rest = nx.node_connected_component(cut, a)
         if "world" in comp:
             comp, rest = rest, comp
+        anchor = a if a in rest else b
+        welds = nx.Graph([(u, v) for u, v, k in cut.edges(data="kind") if k == "fixed"])
+        rigid = nx.node_connected_component(welds, anchor) if anchor in welds else {anchor}
         options = []
         for c in sorted(comp, key=str):
             for o in sorted((n for n in G.neighbors(c) if n in rest), key=str):
                 attr = G.edges[c, o]
                 for kind, f in attr["every"].items():
                     saved = prior * (fit.DOF[kind0] - fit.DOF[kind]) * frames
-                    if saved <= 0:
-                        continue
+                    if saved <= 0 or (kind == "fixed" and fit.DOF[kind0] == 1 and o in rigid):
+                        continue  # the 1-dof joint moves the part against o's rigid group: no weld to it
                     if o == "world":  # only instead of a planar joint (the cart on its rail)
                         own = attr["every"].get(kind0)
                         ok = kind0 == "planar" and (own is None or f.cost <= own.cost + saved)
