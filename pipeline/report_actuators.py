@@ -151,6 +151,10 @@ def actuators_section(rec, run: Path) -> str:
             parts.append(_img(png_data_uri(path_image(rec, act, rec.num_frames // 2)), "actuator path"))
         except Exception as e:   # a figure that cannot be drawn is reported, not fatal
             parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
+    if len(act.names):
+        from vid2sim.pipeline.report_contacts import contacts_html
+
+        parts.append(contacts_html(rec, run))
     parts.append("<div class='row'>" + contacts_table(run) + fit_table(run) + "</div>")
     parts.append(effort_plot(rec, act))
     return _section("Known actuators (actuation.npz): path, contacts, fit, effort", "".join(parts))

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from vid2sim.datasets.synthetic import recording_shapes, simulate  # noqa: E402
 from vid2sim.models.bullet import Tip  # noqa: E402
 from vid2sim.pipeline import identify_floor  # noqa: E402
-from vid2sim.pipeline.artifacts import Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import PoseTracks, Posterior  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
@@ -82,6 +82,62 @@ def profile(case: str, seed: int, frames: int, grid: list[float], tolerance: flo
             "seconds": round(time.time() - t0, 1)}
 
 
+def tracking_rms(W_track: np.ndarray, W_true: np.ndarray, kinds: list[str]) -> float:
+    """rms (m) of ``forecast.pose_residual`` between tracked poses W_track (T, M, 4, 4) and true poses
+    W_true (T, M', 4, 4) over the T frames: each tracked body is matched to the true body nearest it at
+    frame 0 and compared in its own frame, the constant offset between the two body frames (the mean of
+    inv(W_true) W_track over the frames: translation mean, rotation chordal mean) taken out, so that only
+    what changes over the frames counts. ``kinds`` (M,): the tracked bodies' shape types (what of a rotation
+    the shape shows, as ``pose_residual``)."""
+    from scipy.spatial.transform import Rotation
+
+    from vid2sim.pipeline import forecast
+
+    d = np.linalg.norm(W_track[0, :, None, :3, 3] - W_true[0, None, :, :3, 3], axis=-1)
+    true = W_true[:, d.argmin(1)]   # (T, M, 4, 4) in the tracked order
+    rel = np.linalg.inv(true) @ W_track
+    true = true.copy()
+    for m in range(rel.shape[1]):
+        C = np.eye(4)
+        C[:3, :3] = Rotation.from_matrix(rel[:, m, :3, :3]).mean().as_matrix()
+        C[:3, 3] = rel[:, m, :3, 3].mean(0)
+        true[:, m] = true[:, m] @ C
+    r = forecast.pose_residual(true, W_track, kinds)
+    return float(np.sqrt(np.mean(r * r)))
+
+
+def cost_of_error(rows: list, truth_mu: float) -> dict:
+    """From profile rows [[floor mu, rms (mm), tip mu], ...] holding truth_mu and mu off it: for each other
+    mu, the rms (mm) its refitted twin adds in quadrature to the twin's at the truth, sqrt(max(rms^2 -
+    rms_truth^2, 0)) (0: that wrong mu follows the true poses as well as the truth does), keyed by the
+    relative error rounded to a percent ("-20%", "+20%")."""
+    at = {round(float(mu), 6): float(r) for mu, r, _ in rows}
+    r0 = at[round(float(truth_mu), 6)]
+    return {f"{100 * (mu - truth_mu) / truth_mu:+.0f}%": round(float(np.sqrt(max(r * r - r0 * r0, 0.0))), 4)
+            for mu, r in at.items() if abs(mu - truth_mu) > 1e-9}
+
+
+def observability(case: str, seed: int, frames: int, W_track: np.ndarray | None = None, kinds: list[str] | None = None,
+                  off: float = 0.2) -> dict:
+    """How much a floor mu ``off`` (relative) from the truth costs the refitted twin on the true poses of the
+    first ``frames`` frames (``profile`` at the truth x (1 - off, 1, 1 + off); ``cost_of_error``), beside what
+    tracking errs by on the same frames (``tracking_rms`` of ``W_track`` (T, M, 4, 4), the tracked poses, with
+    ``kinds``, where given): {"profile": rows, "truth_mu", "cost_mm" {"-20%", "+20%"}, "tracking_rms_mm",
+    "observable": the cheaper of the two errors costs more than the tracking rms} ("observable" null
+    without tracks)."""
+    st = simulate(case, seed=seed, frames=frames, fps=FPS)
+    mu = float(st.truth["params"]["floor.friction"])
+    prof = profile(case, seed, frames, [round(mu * (1 - off), 6), mu, round(mu * (1 + off), 6)], 0.1)
+    cost = cost_of_error(prof["profile"], mu)
+    out = {"profile": prof["profile"], "truth_mu": mu, "cost_mm": cost, "tracking_rms_mm": None, "observable": None,
+           "seconds": prof["seconds"]}
+    if W_track is not None:
+        T = min(len(W_track), frames)
+        out["tracking_rms_mm"] = round(1e3 * tracking_rms(W_track[:T], st.world_from_body[:T], kinds), 4)
+        out["observable"] = bool(min(cost.values()) > out["tracking_rms_mm"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="pushed", help="the push case (datasets.synthetic)")
@@ -89,12 +145,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--frames", type=int, default=90, help="frames of the clip (the fitted ones)")
     ap.add_argument("--grid", default="0.1,0.2,0.3,0.4,0.5,0.6,0.8,1.0,1.5", help="floor mu held in turn")
     ap.add_argument("--tolerance", type=float, default=0.1, help="relative rms above the best that counts as as good")
+    ap.add_argument("--tracks", default=None, help="tracked poses of the same clip (bench_push's DIR/CASE/run/poses.npz; "
+                    "{seed} and {case} filled in): adds their tracking_rms_mm against the truth")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     grid = [float(g) for g in args.grid.split(",")]
     out = {}
     for s in (int(x) for x in args.seeds.split(",")):
         out[f"seed {s}"] = profile(args.case, s, args.frames, grid, args.tolerance)
+        if args.tracks:   # the same frames as tracked: how far tracking is off the truth
+            poses = PoseTracks.load(Path(args.tracks.format(seed=s, case=args.case)))
+            st = simulate(args.case, seed=s, frames=args.frames, fps=FPS)
+            kinds = [recording_shapes(st)[n].type for n in poses.shape_names]
+            T = min(poses.num_frames, args.frames)
+            out[f"seed {s}"]["tracking_rms_mm"] = round(1e3 * tracking_rms(poses.world_from_body[:T],
+                                                                            st.world_from_body[:T], kinds), 4)
         print(f"bench_push_observe: seed {s}: {json.dumps(out[f'seed {s}'])}", file=sys.stderr)
     print(json.dumps(out))
     return out
