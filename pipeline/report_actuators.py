@@ -113,7 +113,29 @@ def fit_table(run: Path) -> str:
     if not rows:
         return ""
     return ("<div><p>contact fit (params.json)</p><table><tr><th>parameter</th><th>estimate</th>"
-            "<th>particles 5-95 %</th></tr>" + "".join(rows) + "</table></div>")
+            "<th>particles 5-95 %</th></tr>" + "".join(rows) + "</table>" + twin_fit_html(params) + "</div>")
+
+
+def twin_fit_html(params: dict) -> str:
+    """How the twin's friction was chosen (params.json ``extra``): its PyBullet calibration over the fitted frames
+    (``floor_bullet``: the twin's pose rms against the tracks at its coefficients and at the penalty fit's, which
+    it kept) and what the floor friction rests on (``floor_release``: the tip's releases, or the note that the
+    push never released the part), or ''."""
+    extra = params.get("extra") or {}
+    out = []
+    cal = extra.get("floor_bullet")
+    if cal and "tip_friction" in cal:
+        out.append(f"the twin (PyBullet) against the tracks over frames {cal.get('frames')}: pose rms "
+                   f"{1e3 * cal['rms']:.2f} mm at floor / tip mu {cal['friction']:.3g} / {cal['tip_friction']:.3g} "
+                   f"(the {html.escape(str(cal.get('kept')))} ones kept; {1e3 * cal.get('rms_fitted', float('nan')):.2f} mm at the "
+                   "penalty fit's)" + ("; masses and joint damping refitted there" if cal.get("refined") else ""))
+    rel = extra.get("floor_release")
+    if rel and rel.get("windows"):
+        out.append(f"floor mu from {len(rel['windows'])} release(s) of the part by the tip: "
+                   f"{rel.get('estimate', float('nan')):.3g} ({' .. '.join(f'{v:.3g}' for v in rel.get('interval', []))})")
+    elif rel:
+        out.append(html.escape(str(rel.get("note", ""))))
+    return "".join(f"<p class='j'>{t}</p>" for t in out if t)
 
 
 def effort_plot(rec, act) -> str:

@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -34,7 +35,7 @@ import numpy as np  # noqa: E402
 from vid2sim.datasets.synthetic import recording_shapes, simulate  # noqa: E402
 from vid2sim.models.bullet import Tip  # noqa: E402
 from vid2sim.pipeline import identify_floor  # noqa: E402
-from vid2sim.pipeline.artifacts import PoseTracks, Posterior  # noqa: E402
+from vid2sim.pipeline.artifacts import Articulation, JointPositions, PoseTracks, Posterior  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
@@ -80,6 +81,39 @@ def profile(case: str, seed: int, frames: int, grid: list[float], tolerance: flo
     return {"profile": rows, "truth_rms_mm": round(1e3 * truth_rms, 4), "truth_mu": truth_mu,
             "best_mu": min(rows, key=lambda r: r[1])[0], "within_tolerance": [min(near), max(near)],
             "seconds": round(time.time() - t0, 1)}
+
+
+def track_profile(case_dir: Path, grid: list[float]) -> dict:
+    """The profile of ``profile`` on a pipeline run's own tracks and model: ``case_dir`` is bench_push's
+    ``--out DIR/CASE`` (``run/``: articulation, poses, joint positions, params; ``rec_fit/``: the recording
+    of the fitted frames and its pusher). The PyBullet twin of the run's estimate with its tip (the
+    twin's tip mu, ``identify_push.twin_friction``), floor mu held at each grid point, the rest refitted
+    (``identify_floor.refine_push``). -> {"profile": [[mu, rms_mm, tip_mu], ...], "best_mu", "seconds"}."""
+    from vid2sim.datasets.recording import open_recording
+    from vid2sim.pipeline.identify_push import pusher_of, twin_friction
+
+    t0 = time.time()
+    run = Path(case_dir) / "run"
+    art, poses = Articulation.load(run / Articulation.FILE), PoseTracks.load(run / PoseTracks.FILE)
+    jp, post = JointPositions.load(run / JointPositions.FILE), Posterior.load(run / Posterior.FILE)
+    rec = open_recording(Path(case_dir) / "rec_fit")
+    a, shape = pusher_of(rec)
+    mu_tip = float(twin_friction(post)["tip.friction"])
+    post = replace(post, estimate=dict(post.estimate, **{"tip.friction": mu_tip}))
+    tip = Tip(float(shape.radius), float(shape.length), rec.actuation.world_from_actuator[:, a, :3, 3].copy(), mu_tip)
+    roots = {j.child for j in art.joints if j.parent == "world"}
+    masses = [n for n in post.names if n.endswith(".mass") and n[:-len(".mass")] in set(art.bodies) - roots]
+    pt = identify_floor._PushTwin(art, jp, poses, rec.shapes, FPS, post, tip)
+    rows = []
+    try:
+        for mu in grid:
+            start = {"friction": mu, "tip_friction": mu_tip, "rms": np.inf}
+            fit = identify_floor.refine_push(pt, art, poses, rec.shapes, post, masses, start, floor=mu)
+            rows.append([mu, round(1e3 * fit["rms"], 4), fit["tip_friction"]])
+            log.info("tracks: floor mu %.2f: rms %.3f mm (tip %.3f)", mu, 1e3 * fit["rms"], fit["tip_friction"])
+    finally:
+        pt.close()
+    return {"profile": rows, "best_mu": min(rows, key=lambda r: r[1])[0], "seconds": round(time.time() - t0, 1)}
 
 
 def tracking_rms(W_track: np.ndarray, W_true: np.ndarray, kinds: list[str]) -> float:
@@ -145,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--frames", type=int, default=90, help="frames of the clip (the fitted ones)")
     ap.add_argument("--grid", default="0.1,0.2,0.3,0.4,0.5,0.6,0.8,1.0,1.5", help="floor mu held in turn")
     ap.add_argument("--tolerance", type=float, default=0.1, help="relative rms above the best that counts as as good")
+    ap.add_argument("--on-tracks", default=None, help="bench_push's --out DIR/CASE of a run ({seed} filled in): "
+                    "the profile on its own tracks and model instead of the truth's")
     ap.add_argument("--tracks", default=None, help="tracked poses of the same clip (bench_push's DIR/CASE/run/poses.npz; "
                     "{seed} and {case} filled in): adds their tracking_rms_mm against the truth")
     args = ap.parse_args(argv)
@@ -152,6 +188,9 @@ def main(argv: list[str] | None = None) -> dict:
     grid = [float(g) for g in args.grid.split(",")]
     out = {}
     for s in (int(x) for x in args.seeds.split(",")):
+        if args.on_tracks:
+            out[f"seed {s}"] = track_profile(Path(args.on_tracks.format(seed=s)), grid)
+            continue
         out[f"seed {s}"] = profile(args.case, s, args.frames, grid, args.tolerance)
         if args.tracks:   # the same frames as tracked: how far tracking is off the truth
             poses = PoseTracks.load(Path(args.tracks.format(seed=s, case=args.case)))

@@ -75,3 +75,16 @@ def test_floor_friction_is_observable_on_strokes_and_not_on_a_steady_puck_push()
     assert min(strokes["cost_mm"].values()) > 0.3
     puck = observability("pushed_cylinder", 0, 90)
     assert min(puck["cost_mm"].values()) < 0.2
+
+
+def test_the_report_says_how_the_twin_friction_was_chosen():
+    from vid2sim.pipeline.report_actuators import twin_fit_html
+
+    cal = {"friction": 1.3917, "tip_friction": 0.334, "rms": 0.00091, "rms_fitted": 0.00541, "frames": [0, 89],
+           "kept": "searched", "refined": True}
+    txt = twin_fit_html({"extra": {"floor_bullet": cal, "floor_release": {"windows": [], "note": "never stopped"}}})
+    assert "pose rms 0.91 mm at floor / tip mu 1.39 / 0.334" in txt and "5.41 mm at the penalty" in txt
+    assert "never stopped" in txt and "refitted" in txt
+    rel = {"windows": [[10, 16], [40, 46]], "estimate": 0.44, "interval": [0.43, 0.45]}
+    assert "from 2 release(s) of the part by the tip: 0.44 (0.43 .. 0.45)" in twin_fit_html({"extra": {"floor_release": rel}})
+    assert twin_fit_html({}) == ""
