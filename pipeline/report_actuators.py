@@ -174,9 +174,14 @@ def actuators_section(rec, run: Path) -> str:
         except Exception as e:   # a figure that cannot be drawn is reported, not fatal
             parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
     if len(act.names):
-        from vid2sim.pipeline.report_contacts import contacts_html
+        from vid2sim.pipeline.report_contacts import contacts_html, fit_html
 
-        parts.append(contacts_html(rec, run))
+        for part in (contacts_html, fit_html):
+            try:
+                parts.append(part(rec, run))
+            except Exception as e:   # a figure that cannot be drawn is reported, not fatal
+                parts.append(f'<p class="missing">{part.__name__} not drawn ({html.escape(type(e).__name__)}: '
+                             f'{html.escape(str(e))})</p>')
     parts.append("<div class='row'>" + contacts_table(run) + fit_table(run) + "</div>")
     parts.append(effort_plot(rec, act))
     return _section("Known actuators (actuation.npz): path, contacts, fit, effort", "".join(parts))

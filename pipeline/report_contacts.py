@@ -116,3 +116,51 @@ def contacts_html(rec, run) -> str:
             f"{1e3 * CONTACT_GAP_M:g} mm)</p>" + fig
             + "<table><tr><th>part</th><th>frames touched</th><th>which</th><th>mean contact point (mm, body frame)"
               "</th></tr>" + "".join(rows) + "</table>")
+
+
+def fit_html(rec, run) -> str:
+    """<img> of the fit seen from above: each part's tracked centre path (solid) and the twin's predicted one over the
+    held-back frames (dashed; forecast.json ``twin_centres``), the pusher's recorded path (grey), and the distance
+    (mm) between the twin's and the tracked centres per held-back frame; '' without tracks or a forecast."""
+    import json
+
+    from vid2sim.pipeline.artifacts import PoseTracks
+    from vid2sim.pipeline.report import _img, _plt, _try, fig_data_uri
+
+    poses, _ = _try(Path(run) / PoseTracks.FILE, PoseTracks.load)
+    try:
+        fc = json.loads((Path(run) / "forecast.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return ""
+    twin = fc.get("twin_centres")
+    if poses is None or not twin or not fc.get("predicted"):
+        return ""
+    lo, hi = fc["predicted"]
+    xyz = np.asarray(twin["xyz_m"], float)   # (F, M, 3)
+    frames = np.arange(lo, lo + len(xyz))
+    ok = frames < poses.num_frames
+    plt = _plt()
+    fig, (top, err) = plt.subplots(1, 2, figsize=(9.5, 3.2))
+    act = getattr(rec, "actuation", None)
+    if act is not None:
+        for a in range(len(act.names)):
+            top.plot(*act.world_from_actuator[:, a, :2, 3].T, color="0.6", lw=1, label=f"{act.names[a]} (recorded)")
+    t = frames[ok] / rec.fps
+    for m, b in enumerate(twin["bodies"]):
+        if b not in poses.body_names:
+            continue
+        tracked = poses.world_from_body[:, poses.body_names.index(b), :3, 3]
+        line, = top.plot(*tracked[:, :2].T, lw=1.2, label=f"{b} tracked")
+        top.plot(*xyz[:, m, :2].T, ls="--", lw=1.5, color=line.get_color(), label=f"{b} twin")
+        err.plot(t, 1e3 * np.linalg.norm(xyz[ok, m] - tracked[frames[ok]], axis=1), color=line.get_color(), label=b)
+    top.set_aspect("equal", adjustable="datalim")
+    top.set_xlabel("world x (m)")
+    top.set_ylabel("world y (m)")
+    top.set_title(f"from above: tracked frames 0-{poses.num_frames - 1}, twin {lo}-{hi}", fontsize=9)
+    top.legend(fontsize=6)
+    err.set_xlabel("time (s)")
+    err.set_ylabel("twin - tracked centre (mm)")
+    err.set_title("held-back frames (no fit saw them)", fontsize=9)
+    err.legend(fontsize=6)
+    fig.tight_layout()
+    return "<p>fit: the twin against the tracks</p>" + _img(fig_data_uri(fig), "twin against tracks")
