@@ -3,9 +3,11 @@
 Shown when the recording has one: a frame with each actuator's recorded path drawn over
 it (the tracking overlay's tiles get the path up to their frame, ``draw_paths``) (its shape centre projected every frame, in one colour over the recording's frames and
 another over the rows past its end, a circle of the tip's radius every ``MARK_EVERY`` frames);
+where the tip touched which part and the twin's fit from above (``report_contacts``);
 the contact model and its coefficients from ``contacts.json`` (export's side file) or
 params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and the
-particles' 5-95 % range from params.json); and a known joint effort plotted over time.
+particles' 5-95 % range from params.json, the twin's PyBullet calibration and what the
+floor mu rests on: ``twin_fit_html``); and a known joint effort plotted over time.
 """
 from __future__ import annotations
 
