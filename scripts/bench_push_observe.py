@@ -11,11 +11,18 @@ along mu with the rest refitted. Beside it: the rms at the truth itself, and the
 whose rms is within ``--tolerance`` (relative) of the profile's best, i.e. what the frames cannot
 tell apart from the best once tracking noise or model error of that size is present.
 
+``--tracks`` adds the tracking error of a run's tracked poses of the same frames (``tracking_rms``);
+``--on-tracks`` profiles a run's own model and tracks instead of the truth (``track_profile``).
+``observability`` (bench_push's ``friction_profile_mm_20pct``) is the profile at the truth x 0.8, 1, 1.2
+beside the tracking error.
+
 The last stdout line is one JSON object ``{"seed S": {"profile": [[mu, rms_mm, tip_mu], ...],
-"truth_rms_mm", "best_mu", "within_tolerance": [lo, hi], "truth_mu", "seconds"}}``; progress on stderr.
+"truth_rms_mm", "best_mu", "within_tolerance": [lo, hi], "truth_mu", "seconds"}}`` (``--on-tracks``:
+``{"profile", "best_mu", "seconds"}``); progress on stderr.
 
     python scripts/bench_push_observe.py [--case pushed] [--seeds 0,1,2] [--frames 90]
-        [--grid 0.1,0.2,0.3,0.4,0.5,0.6,0.8,1.0,1.5] [--tolerance 0.1]
+        [--grid 0.1,0.2,0.3,0.4,0.5,0.6,0.8,1.0,1.5] [--tolerance 0.1] [--tracks DIR/{case}/run/poses.npz]
+        [--on-tracks DIR/{case}]
 """
 from __future__ import annotations
 
