@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--frames", type=int, default=90, help="frames of the clip (the fitted ones)")
     ap.add_argument("--grid", default="0.1,0.2,0.3,0.4,0.5,0.6,0.8,1.0,1.5", help="floor mu held in turn")
     ap.add_argument("--tolerance", type=float, default=0.1, help="relative rms above the best that counts as as good")
-    ap.add_argument("--on-tracks", default=None, help="bench_push's --out DIR/CASE of a run ({seed} filled in): "
+    ap.add_argument("--on-tracks", default=None, help="bench_push's --out DIR/CASE of a run ({seed}, {case} filled in): "
                     "the profile on its own tracks and model instead of the truth's")
     ap.add_argument("--tracks", default=None, help="tracked poses of the same clip (bench_push's DIR/CASE/run/poses.npz; "
                     "{seed} and {case} filled in): adds their tracking_rms_mm against the truth")
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {}
     for s in (int(x) for x in args.seeds.split(",")):
         if args.on_tracks:
-            out[f"seed {s}"] = track_profile(Path(args.on_tracks.format(seed=s)), grid)
+            out[f"seed {s}"] = track_profile(Path(args.on_tracks.format(seed=s, case=args.case)), grid)
             continue
         out[f"seed {s}"] = profile(args.case, s, args.frames, grid, args.tolerance)
         if args.tracks:   # the same frames as tracked: how far tracking is off the truth
