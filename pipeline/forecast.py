@@ -541,7 +541,8 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
             "predicted": [at + 1, at + steps], "seconds_predicted": steps / fps, "depth_range_m": [lo, hi],
             "iou_per_frame": {k: [round(float(x), 4) for x in v] for k, v in ious.items()},
             "iou_reference": "tracked silhouettes of the held-back frames", "renderer": RENDERER,
-            "simulator": SIMULATOR, "particles": len(runs)}
+            "simulator": SIMULATOR, "particles": len(runs),
+            "twin_centres": {"bodies": list(art.bodies), "xyz_m": np.round(W_twin[:, :, :3, 3], 5).tolist()}}
     if runs:   # the posterior predictive band in joint coordinates (forecast_band.py)
         info["band"] = forecast_band.joint_band(art, tracks, at, runs, sigma=(post_train or post).extra.get("sigma"))
         log.info("forecast: %.0f %% of the held-back joint coordinates inside the particles' 90 %% band",

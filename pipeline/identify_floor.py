@@ -76,6 +76,8 @@ PUSH_TIP_GRID = np.round(np.concatenate([[0.05], np.arange(0.1, 1.51, 0.1)]), 3)
 PUSH_KEEP_GAIN = 0.5    # the searched coefficients replace the fitted ones only where the twin then follows the tracks
                         # at under this fraction of the fitted ones' rms (docs/decisions.md, 2026-11-29)
 PUSH_START_FRAMES = 5   # tracked frames whose quadratic fit gives a pushed clip's start state (at rest)
+PUSH_REFINE_FLOORS = (0.3, 0.8)   # floor mu the PyBullet refit also starts from, beside the grid's best (whose grid is
+                                  # searched at the penalty fit's masses); the lowest rms of all starts is kept
 
 
 class _PushTwin:
@@ -126,7 +128,8 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
     over the grid of the tip mu ``PUSH_TIP_GRID`` x the floor mu ``FRICTION_GRID`` and the fitted one within
     ``post.limits["floor.friction"]`` (a release profile's interval), jointly: the two
     coefficients trade off along a valley; with parts below the root, then ``refine_push`` over their masses,
-    the joints' damping and both coefficients from the grid's best, on the same twin; kept where its rms is under
+    the joints' damping and both coefficients from the grid's best and from the floor mu ``PUSH_REFINE_FLOORS``
+    (within the limits), on the same twin, the lowest rms of them; kept where its rms is under
     ``PUSH_KEEP_GAIN`` x the fitted coefficients', else the fitted ones stay.
     -> {"friction", "tip_friction", "rms" (the twin's: kept), "restitution", "rms_fitted" (the fitted
     coefficients'), "frames": [0, T-1], "kept" ("searched" | "fitted"), "searched" {"friction",
@@ -156,7 +159,12 @@ def calibrate_push(art, jp, poses, shapes: dict[str, Shape], fps: float, post, t
         searched = {"friction": round(best[1], 4), "tip_friction": round(best[2], 4), "rms": float(np.sqrt(best[0])),
                     "floor_profile": [[round(m, 4), round(float(np.sqrt(c)), 6)] for c, m in zip(grid[:, j], floors)]}
         if masses:   # several parts: their mass ratios steer the linkage as much as the friction does
-            searched.update(refine_push(pt, art, poses, shapes, post, masses, searched))
+            refined: dict = {}
+            for f0 in [searched["friction"]] + [f for f in PUSH_REFINE_FLOORS if lo <= f <= hi]:
+                r = refine_push(pt, art, poses, shapes, post, masses, dict(searched, friction=f0))
+                if r and r["rms"] < refined.get("rms", searched["rms"]):
+                    refined = r
+            searched.update(refined)
     finally:
         pt.close()
     keep = searched["rms"] < PUSH_KEEP_GAIN * np.sqrt(fitted)

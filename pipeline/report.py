@@ -5,13 +5,15 @@ file is absent (or unreadable): segmentation overlay; tracking overlay (the trac
 shapes ray-cast over the frames) and the per-frame residual; the kinematic tree with
 joint axes and pivots drawn on frame 0; q(t); the posterior (per-parameter particle
 histograms with estimate and limits, pairwise scatter); with known actuators
-(``actuation.npz``) their recorded path over a frame, the contacts and their fit
+(``actuation.npz``) their recorded path over a frame, where the tip touched which part
+and the fit from above (``report_contacts.py``), the contact coefficients and their fit
 (``report_actuators.py``); the forecast strip (observed |
 predicted | error) with the metrics table; links to ``model.urdf`` / ``model.xml`` with
 a table of links and joints; and any other PNG a stage left in the folder. Images are
 base64-embedded PNGs; the page has no script and loads nothing, so it opens anywhere.
 
-It deliberately computes nothing new about the mechanism: it only shows the files.
+It deliberately computes nothing new about the mechanism: it only shows the files (and the
+tip-part gaps, geometry of the tracked poses against the recorded tip).
 """
 from __future__ import annotations
 

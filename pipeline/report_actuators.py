@@ -3,9 +3,11 @@
 Shown when the recording has one: a frame with each actuator's recorded path drawn over
 it (the tracking overlay's tiles get the path up to their frame, ``draw_paths``) (its shape centre projected every frame, in one colour over the recording's frames and
 another over the rows past its end, a circle of the tip's radius every ``MARK_EVERY`` frames);
+where the tip touched which part and the twin's fit from above (``report_contacts``);
 the contact model and its coefficients from ``contacts.json`` (export's side file) or
 params.json's ``extra.pusher``; the fit of the floor and tip friction (estimate and the
-particles' 5-95 % range from params.json); and a known joint effort plotted over time.
+particles' 5-95 % range from params.json, the twin's PyBullet calibration and what the
+floor mu rests on: ``twin_fit_html``); and a known joint effort plotted over time.
 """
 from __future__ import annotations
 
@@ -113,7 +115,29 @@ def fit_table(run: Path) -> str:
     if not rows:
         return ""
     return ("<div><p>contact fit (params.json)</p><table><tr><th>parameter</th><th>estimate</th>"
-            "<th>particles 5-95 %</th></tr>" + "".join(rows) + "</table></div>")
+            "<th>particles 5-95 %</th></tr>" + "".join(rows) + "</table>" + twin_fit_html(params) + "</div>")
+
+
+def twin_fit_html(params: dict) -> str:
+    """How the twin's friction was chosen (params.json ``extra``): its PyBullet calibration over the fitted frames
+    (``floor_bullet``: the twin's pose rms against the tracks at its coefficients and at the penalty fit's, which
+    it kept) and what the floor friction rests on (``floor_release``: the tip's releases, or the note that the
+    push never released the part), or ''."""
+    extra = params.get("extra") or {}
+    out = []
+    cal = extra.get("floor_bullet")
+    if cal and "tip_friction" in cal:
+        out.append(f"the twin (PyBullet) against the tracks over frames {cal.get('frames')}: pose rms "
+                   f"{1e3 * cal['rms']:.2f} mm at floor / tip mu {cal['friction']:.3g} / {cal['tip_friction']:.3g} "
+                   f"(the {html.escape(str(cal.get('kept')))} ones kept; {1e3 * cal.get('rms_fitted', float('nan')):.2f} mm at the "
+                   "penalty fit's)" + ("; masses and joint damping refitted there" if cal.get("refined") else ""))
+    rel = extra.get("floor_release")
+    if rel and rel.get("windows"):
+        out.append(f"floor mu from {len(rel['windows'])} release(s) of the part by the tip: "
+                   f"{rel.get('estimate', float('nan')):.3g} ({' .. '.join(f'{v:.3g}' for v in rel.get('interval', []))})")
+    elif rel:
+        out.append(html.escape(str(rel.get("note", ""))))
+    return "".join(f"<p class='j'>{t}</p>" for t in out if t)
 
 
 def effort_plot(rec, act) -> str:
@@ -151,6 +175,15 @@ def actuators_section(rec, run: Path) -> str:
             parts.append(_img(png_data_uri(path_image(rec, act, rec.num_frames // 2)), "actuator path"))
         except Exception as e:   # a figure that cannot be drawn is reported, not fatal
             parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
+    if len(act.names):
+        from vid2sim.pipeline.report_contacts import contacts_html, fit_html
+
+        for part in (contacts_html, fit_html):
+            try:
+                parts.append(part(rec, run))
+            except Exception as e:   # a figure that cannot be drawn is reported, not fatal
+                parts.append(f'<p class="missing">{part.__name__} not drawn ({html.escape(type(e).__name__)}: '
+                             f'{html.escape(str(e))})</p>')
     parts.append("<div class='row'>" + contacts_table(run) + fit_table(run) + "</div>")
     parts.append(effort_plot(rec, act))
     return _section("Known actuators (actuation.npz): path, contacts, fit, effort", "".join(parts))

@@ -29,6 +29,13 @@ Reported per case, against the truth of the unseen frames:
   (``identify_push.release_profile``);
   (``driven_pendulum``: ``params_rel_err`` of the mass and the hinge damping, absolute: the
   known torque fixes the scale);
+- ``friction_profile_mm_20pct`` {"-20%", "+20%"}: whether a floor-friction error of 20 % is measurable
+  on these frames at all: the pose rms (mm) that the PyBullet twin of the true model, its floor mu held
+  20 % below or above the truth and its masses, joint damping and tip mu refitted, adds (in quadrature)
+  to the same refit at the true mu, on the true poses of the fitted frames; ``friction_observability``
+  holds the profile, the tracking error of the same frames (``tracking_rms_mm``: the tracked poses against
+  the truth, each body's constant frame offset taken out) and ``observable`` (the cheaper 20 % error costs
+  more than that tracking rms) (``bench_push_observe.observability``; ``--no-observability`` skips it);
 beside, in the same run: ``oracle_*`` (the true URDF, floor, tip and effort restarted from the
 true poses) and ``baseline_*`` (the pipeline's twin without the pusher and without the effort);
 with a known effort also ``no_effort_fit_*``: the same tracks identified without the effort
@@ -71,6 +78,7 @@ from vid2sim.pipeline.run import run_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forecast import truth_inputs  # noqa: E402
+from bench_push_observe import observability  # noqa: E402
 from bench_twin import add_split_arguments, chosen, first_part_configs, silhouettes  # noqa: E402
 
 log = logging.getLogger("bench_push")
@@ -175,7 +183,8 @@ def _parameter_errors(st, post: Posterior) -> dict:
     return out
 
 
-def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict, tracks: str = "pipeline") -> dict:
+def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict, tracks: str = "pipeline",
+          observe: bool = True) -> dict:
     t0 = time.time()
     frames = fit + steps
     rec_path = make_recording(name, out / "rec", seed=seed, frames=frames, fps=FPS, overwrite=True)
@@ -228,6 +237,11 @@ def bench(name: str, out: Path, fit: int, steps: int, seed: int, configs: dict, 
             res.update(_scores("no_effort_fit_", W, body_shapes, true, Wt[at], st.world_from_body[at], rec_path, real,
                                tip_px, true_shapes))
             res["no_effort_fit_params"] = _parameter_errors(st, post0)["params"]
+        if observe and st.tip_position is not None:   # is the floor mu's error measurable on these frames at all?
+            kinds = [rec.shapes[n].type for n in poses.shape_names]
+            obs = observability(name, seed, fit, poses.world_from_body[:fit], kinds)
+            res["friction_profile_mm_20pct"] = obs["cost_mm"]
+            res["friction_observability"] = obs
         res["joints"] = [f"{j.name}:{j.type}" for j in art.joints]
         res["side_file"] = (run / "contacts.json").exists()
     except Exception as e:  # a failing stage is a result to report, not to hide
@@ -245,6 +259,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="truth: articulate, identify and export run on the true poses of the seen frames (no segment, track)")
     ap.add_argument("--tracks-from", default=None, help="an earlier --out DIR of the same cases, seed and split: its "
                     "tracks (DIR/CASE/run/poses.npz) are reused, articulate on run again (no segment, track)")
+    ap.add_argument("--no-observability", action="store_true", help="skip the floor mu profile at the truth +-20 %% "
+                    "(friction_profile_mm_20pct, friction_observability: 3 PyBullet refits on the true poses)")
     add_split_arguments(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -255,7 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for name in names:
         print(f"bench_push: {name} ...", file=sys.stderr)
-        results[name] = bench(name, out / name, fit, steps, args.seed, configs, args.tracks_from or args.tracks)
+        results[name] = bench(name, out / name, fit, steps, args.seed, configs, args.tracks_from or args.tracks,
+                              not args.no_observability)
         print(f"bench_push: {name}: {json.dumps(results[name])}", file=sys.stderr)
     print(json.dumps(results))
     return results
