@@ -1,0 +1,162 @@
+"""Segment on depth recordings: which detections move over the clip, a cue for naming them.
+
+A table's leg, a shelf's post or a distractor can have a library part's class and size; the
+part itself moves (or is welded to one that does), the look-alike does not. ``DepthMotion``
+samples up to ``samples`` depth frames evenly over the whole recording (at the resolution
+segment works at). A pixel of a detection in the candidate frame i has *changed* in sampled
+frame j when it had a reading in frame i and in frame j it has none (a part moved away from
+in front of empty space) or a reading more than ``change_threshold`` (z) away (the part moved,
+or another surface now shows there). ``motion_shares`` gives each detection the median over
+the sampled frames j != i of the share of its pixels that changed: a still object's share is
+its sensor's dropouts and flying pixels at its edges (0.0-0.35 on the RealSense-like
+320 x 240 rott, seed 23), a swinging part's share is most of it (0.8-1.0 there).
+
+``match_shapes`` (segment.py) uses the shares only where some detection of the frame moves
+(share at least ``MOVING_SHARE``): a still detection's costs rise by ``STILL_COST``, so a
+moving look-alike of the same class and size takes the library name from it, and a still
+detection that repeats the name of a moving part is background. Where no moving detection
+competes for a name, a still one keeps it: a cabinet's carcass, a base welded to the world,
+and every part of a recording where nothing moves are named as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from vid2sim.datasets.recording import Recording
+from vid2sim.models.segmenter.normals import downsample_depth
+
+MOVING_SHARE = 0.5  # in [0, 1]: a detection whose pixels changed in at least this median share of sampled frames moves
+STILL_COST = 3.0  # naming cost added to a still detection where a moving one is in the frame (segment._match_cost units)
+NOISE_K = 0.03  # 1/m: the largest k of a change threshold k z^2 taken from a recording (noise_k)
+STEPS = 2.0  # noise_k: the threshold in 75th percentiles of a still scene's depth change
+MIN_CHANGE = 0.02  # m: the smallest depth change that counts as motion
+ATTACH_M = 0.05  # m: a still detection this close (in the image, at its depth) to a moving region may be a fixed part
+REGION_SHARE = 0.5  # in [0, 1]: a pixel changed in at least this share of the sampled frames is in a moving region
+MIN_REGION = 10  # px (at the working resolution): the smallest moving region a still part may be attached to
+
+
+def change_threshold(z: np.ndarray, k: float = NOISE_K) -> np.ndarray:
+    """Depth change (m) that counts as motion at depth z (m): the larger of ``MIN_CHANGE`` and
+    k z^2 (``noise_k``)."""
+    return np.maximum(MIN_CHANGE, k * z * z)
+
+
+def noise_k(depths: list[np.ndarray]) -> float:
+    """k (1/m) such that a still surface's depth changes between images of one camera (m, 0 =
+    none) by more than k z^2 seldom: ``STEPS`` times the 75th percentile of |difference| / z^2
+    over the pixels with a reading in the first and another image (most of a scene holds still;
+    a RealSense-like sensor's readings differ by 0 or one disparity step, about 0.0074 z^2 at
+    320 x 240, and Gaussian noise of sigma = c z^2 gives 1.63 c), at most ``NOISE_K``; 0 (only
+    ``MIN_CHANGE``) with fewer than two images or exact depth."""
+    if len(depths) < 2:
+        return 0.0
+    d0 = depths[0]
+    r = [np.abs(d - d0)[(d > 0) & (d0 > 0)] / d0[(d > 0) & (d0 > 0)] ** 2 for d in depths[1:]]
+    r = np.concatenate(r)
+    return float(min(STEPS * np.percentile(r, 75), NOISE_K)) if len(r) else 0.0
+
+
+@dataclass(frozen=True)
+class Motion:
+    """Motion cues of n detections of one frame: shares (n,) ``motion_shares`` (NaN: unknown);
+    attached (n,) bool, whether a moving region of the frame (``DepthMotion.changed``) lies on
+    the detection or within ``ATTACH_M`` of it."""
+
+    shares: np.ndarray
+    attached: np.ndarray
+    anything: bool = True  # whether any region of the frame moves
+
+    def still(self) -> np.ndarray | None:
+        """(n,) bool: the detections that are still (share under ``MOVING_SHARE``) where
+        something in the frame moves; None where motion says nothing (no shares, or nothing moving)."""
+        m = np.nan_to_num(np.asarray(self.shares, float), nan=-1.0)
+        if not len(m) or not self.anything:
+            return None
+        return (m >= 0) & (m < MOVING_SHARE)
+
+    def loose(self) -> np.ndarray | None:
+        """(n,) bool: still detections (``still``) with no moving region on or within ``ATTACH_M``
+        of them: no part of a mechanism that moves (a table's leg); None as ``still``."""
+        st = self.still()
+        return None if st is None else st & ~self.attached
+
+
+class DepthMotion:
+    """Sampled depth frames of one recording at 1/s resolution, for ``motion_shares``."""
+
+    def __init__(self, rec: Recording, s: int = 1, samples: int = 12):
+        n = rec.num_frames
+        self.frames = sorted({int(round(f)) for f in np.linspace(0, n - 1, min(samples, n))}) if rec.has_depth else []
+        self.depths = {j: downsample_depth(rec.depth(j), s) for j in self.frames}
+        self.fx = rec.camera.fx / s
+        self.k = noise_k([self.depths[j] for j in self.frames])
+        self._rec, self._s = rec, s
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _depth(self, i: int) -> np.ndarray:
+        if i not in self.depths:
+            self.depths[i] = downsample_depth(self._rec.depth(i), self._s)
+        return self.depths[i]
+
+    def changed(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """((F, H, W) bool: pixels changed between frame i and each sampled frame j != i
+        (``changed_pixels``), (H, W) bool: pixels with a reading in frame i, (H, W) bool: the
+        moving regions, pixels changed in at least ``REGION_SHARE`` of the sampled frames, opened
+        by 3 x 3 pixels and in regions of at least ``MIN_REGION`` px)."""
+        if i not in self._cache:
+            d0 = self._depth(i)
+            valid = d0 > 0
+            out = [changed_pixels(d0, d, self.k) for j, d in self.depths.items() if j != i]
+            changed = np.stack(out) if out else np.zeros((0,) + d0.shape, bool)
+            often = (changed.mean(0) >= REGION_SHARE) if len(changed) else np.zeros(d0.shape, bool)
+            often = cv2.morphologyEx(often.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+            n, lab, stats, _ = cv2.connectedComponentsWithStats(often, connectivity=8)
+            regions = np.isin(lab, [k for k in range(1, n) if stats[k, cv2.CC_STAT_AREA] >= MIN_REGION])
+            self._cache = {i: (changed, valid, regions)}
+        return self._cache[i]
+
+    def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
+        """``Motion`` of the masks (H, W) bool of frame i."""
+        changed, valid, regions = self.changed(i)
+        shares = motion_shares(masks, changed, valid)
+        d0 = self._depth(i)
+        attached = np.zeros(len(masks), bool)
+        for k, m in enumerate(masks):
+            z = float(np.median(d0[m & valid])) if (m & valid).any() else 0.0
+            if z <= 0:
+                continue
+            r = max(2, int(round(ATTACH_M * self.fx / z)))
+            near = cv2.dilate(m.astype(np.uint8), np.ones((2 * r + 1, 2 * r + 1), np.uint8)) > 0
+            attached[k] = bool((near & regions).sum() >= MIN_REGION // 2)
+        return Motion(shares, attached, bool(regions.any()))
+
+
+def changed_pixels(d0: np.ndarray, d1: np.ndarray, k: float = 0.0) -> np.ndarray:
+    """(H, W) bool: the pixels of depth image d0 (m, 0 = no reading) whose reading depth image d1
+    no longer shows: d1 has none there (a part moved away from in front of empty space) or one
+    more than ``change_threshold(z, k)`` away (another surface shows there). A still surface's
+    sensor dropouts at its edges count too; ``motion_shares`` takes medians over frames and
+    ``DepthMotion.changed`` opens its moving regions against them."""
+    thr = change_threshold(d0, k)
+    return (d0 > 0) & ((d1 <= 0) | (np.abs(d1 - d0) > thr))
+
+
+def motion_shares(masks: list[np.ndarray], changed: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """(n,) per mask: the median over the F sampled frames of the share of its valid pixels that
+    changed (``DepthMotion.changed``); NaN for a mask without valid pixels or with no sampled frame."""
+    out = np.full(len(masks), np.nan)
+    if not len(changed):
+        return out
+    for k, m in enumerate(masks):
+        m = m & valid
+        n = int(m.sum())
+        if n:
+            out[k] = float(np.median(changed[:, m].sum(1) / n))
+    return out
+
+
+__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "change_threshold", "changed_pixels",
+           "motion_shares"]
