@@ -33,7 +33,7 @@ STILL_COST = 3.0  # naming cost added to a still detection where a moving one is
 NOISE_K = 0.03  # 1/m: the largest k of a change threshold k z^2 taken from a recording (noise_k)
 STEPS = 2.0  # noise_k: the threshold in 75th percentiles of a still scene's depth change
 MIN_CHANGE = 0.02  # m: the smallest depth change that counts as motion
-ATTACH_M = 0.05  # m: a still detection this close (in the image, at its depth) to a moving region may be a fixed part
+ATTACH_M = 0.15  # m: a still detection this close (in the image, at its depth) to a moving region may be a fixed part
 REGION_SHARE = 0.5  # in [0, 1]: a pixel changed in at least this share of the sampled frames is in a moving region
 MIN_REGION = 10  # px (at the working resolution): the smallest moving region a still part may be attached to
 
@@ -94,12 +94,10 @@ class DepthMotion:
         self.fx = rec.camera.fx / s
         self.k = noise_k([self.depths[j] for j in self.frames])
         self._rec, self._s = rec, s
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._cache: dict[int, tuple[np.ndarray, ...]] = {}
 
     def _depth(self, i: int) -> np.ndarray:
-        if i not in self.depths:
-            self.depths[i] = downsample_depth(self._rec.depth(i), self._s)
-        return self.depths[i]
+        return self.depths[i] if i in self.depths else downsample_depth(self._rec.depth(i), self._s)
 
     def changed(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((F, H, W) bool: pixels changed between frame i and each sampled frame j != i
@@ -115,14 +113,14 @@ class DepthMotion:
             often = cv2.morphologyEx(often.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
             n, lab, stats, _ = cv2.connectedComponentsWithStats(often, connectivity=8)
             regions = np.isin(lab, [k for k in range(1, n) if stats[k, cv2.CC_STAT_AREA] >= MIN_REGION])
-            self._cache = {i: (changed, valid, regions)}
-        return self._cache[i]
+            self._cache = {i: (changed, valid, regions, d0)}
+        return self._cache[i][:3]
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
         """``Motion`` of the masks (H, W) bool of frame i."""
         changed, valid, regions = self.changed(i)
         shares = motion_shares(masks, changed, valid)
-        d0 = self._depth(i)
+        d0 = self._cache[i][3]
         attached = np.zeros(len(masks), bool)
         for k, m in enumerate(masks):
             z = float(np.median(d0[m & valid])) if (m & valid).any() else 0.0
