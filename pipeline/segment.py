@@ -57,7 +57,7 @@ from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion
+from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
@@ -323,7 +323,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
-    moves, the still ones cost ``STILL_COST`` more, a still one with nothing moving beside it
+    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one with nothing moving beside it
     is background, and a still surplus part does not repeat a moving part's name.
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with
@@ -344,10 +344,11 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
                 raise RecordingError(where, f"frame {frame}: segment saw {seen_as} that matches no library shape; "
                                             f"library: {lib} (segment.unmatched=ignore takes it for background)")
             log.info("segment: frame %d: background: %s matches no library shape", frame, seen_as)
-    still = motion.still() if motion is not None else None
+    nameable = np.isfinite(cost).any(1)
+    still = motion.still(nameable) if motion is not None else None
     if still is not None:
         cost = cost + STILL_COST * still[:, None]
-        for k in np.flatnonzero(motion.loose()):
+        for k in np.flatnonzero(motion.loose(nameable)):
             if np.isfinite(cost[k]).any():
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
                          "(%.0f %% of its depth changes)", frame, CLASSES[dets[k].label], *seen[k],
@@ -394,7 +395,7 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     sure = [k for k in range(len(dets)) if dets[k].score >= score_threshold]
     taken = {names[k] for k in sure}
     rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
-    still = motion.still() if motion is not None else None
+    still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
               + (STILL_COST if still is not None and still[k] else 0.0))
     keep = list(sure)
@@ -516,6 +517,13 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                 matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore",
                                        moving(dets))
                 total = sum(d.score for d in dets)
+            if motion is not None and metric:
+                more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed,
+                                                   cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)))
+                if more:
+                    dets, seen_i = dets + more, seen_i + more_seen
+                    matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i,
+                                           "ignore", moving(dets))
         fit = {n for n, e in zip(matched, seen_i)
                if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
         doubtful = sum(n is not None for n in matched) - len(fit)

@@ -42,19 +42,33 @@ def test_a_still_part_beside_a_moving_one_keeps_its_name_and_a_loose_one_does_no
     # still with nothing moving within ATTACH_M (a distractor of the cart's size): background
     loose = Motion(np.array([0.05, 0.95]), np.array([False, True]))
     assert match_shapes(dets, seen, shapes, True, 1.6, Path("r"), 0, motion=loose) == [None, "pole"]
-    # nothing in the frame moves: motion says nothing, every still part is named
-    nothing = Motion(np.array([0.05, 0.05]), np.array([False, False]), anything=False)
+    # nothing that could be a part moves (a recording where nothing moves, or only a distractor
+    # that fits no library shape): motion says nothing, every still part is named
+    nothing = Motion(np.array([0.05, 0.05]), np.array([False, False]))
     assert match_shapes(dets, seen, shapes, True, 1.6, Path("r"), 0, motion=nothing) == ["cart", "pole"]
+    ball = Detection(M, 2, 0.9, np.array([0.0, 0.0, 0.9, 0.0]))  # a moving sphere: no library shape
+    distractor = Motion(np.array([0.05, 0.05, 0.9]), np.array([False, False, True]))
+    assert match_shapes(dets + [ball], seen + [(0.1, 0.1)], shapes, True, 1.6, Path("r"), 0, "ignore",
+                        motion=distractor) == ["cart", "pole", None]
 
 
-def test_changed_pixels_counts_vanished_and_moved_readings_not_noise_within_the_threshold():
-    d0 = np.full((2, 3), 2.0, np.float32)
-    d1 = np.array([[2.0, 2.05, 0.0], [2.2, 2.0, 2.0]], np.float32)
-    d0[1, 2] = 0.0  # no reading in frame i: never changed
-    # k = 0.02: threshold 0.02 * 4 = 0.08 m at 2 m; 0.05 m is noise, 0.2 m and a vanished reading are not
-    assert changed_pixels(d0, d1, 0.02).tolist() == [[False, False, True], [True, False, False]]
-    # exact depth (k = 0): the 0.02 m floor (MIN_CHANGE) holds
-    assert changed_pixels(d0, d1, 0.0).tolist() == [[False, True, True], [True, False, False]]
+def test_changed_pixels_counts_a_surface_gone_from_the_neighbourhood_not_noise_or_dropouts():
+    d0 = np.full((5, 5), 2.0, np.float32)
+    d0[:, 4] = 0.0  # no reading in frame i: never changed
+    d1 = d0.copy()
+    d1[0, 0] = 0.0  # a dropout beside readings of the same surface
+    d1[1:4, 1:4] = 2.05  # noise within the threshold
+    d1[3:, :3] = 2.2  # a surface 0.2 m away: the first one's readings 1 px beside all but (4, 0) and (4, 1)
+    want = np.zeros((5, 5), bool)
+    want[4, :2] = True
+    # k = 0.02: threshold 0.02 * 4 = 0.08 m at 2 m
+    assert changed_pixels(d0, d1, 0.02).tolist() == want.tolist()
+    # exact depth (k = 0): the 0.02 m floor (MIN_CHANGE); 0.05 m counts, so (2, 2) and (2, 3) see
+    # no reading within it beside them
+    want[2, 2:4] = True
+    assert changed_pixels(d0, d1, 0.0).tolist() == want.tolist()
+    gone = np.zeros_like(d0)  # everything moved away from in front of empty space
+    assert changed_pixels(d0, gone, 0.02).sum() == 20
 
 
 def test_noise_k_from_a_quantised_still_scene():
