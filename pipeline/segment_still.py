@@ -2,21 +2,27 @@
 
 A table's leg, a shelf's post or a distractor can have a library part's class and size; the
 part itself moves (or is welded to one that does), the look-alike does not. ``DepthMotion``
-samples up to ``samples`` depth frames evenly over the whole recording (at the resolution
-segment works at). A pixel of a detection in the candidate frame i has *changed* in sampled
-frame j when it had a reading in frame i and in frame j it has none (a part moved away from
-in front of empty space) or a reading more than ``change_threshold`` (z) away (the part moved,
-or another surface now shows there). ``motion_shares`` gives each detection the median over
-the sampled frames j != i of the share of its pixels that changed: a still object's share is
-its sensor's dropouts and flying pixels at its edges (0.0-0.35 on the RealSense-like
-320 x 240 rott, seed 23), a swinging part's share is most of it (0.8-1.0 there).
+samples ``samples`` depth frames evenly over the whole recording (at the resolution segment
+works at). A pixel of the candidate frame i has *changed* in sampled frame j when frame j
+shows no reading within ``change_threshold`` of it in the pixel's 3 x 3 neighbourhood
+(``changed_pixels``: the part moved away, leaving empty space or another surface; a still
+surface's dropouts and flying pixels at its edges leave a reading of it beside them). The
+threshold is k z^2, k measured from the recording's own frame-to-frame depth changes
+(``noise_k``). ``motion_shares`` gives each detection the median over the sampled frames of
+the share of its pixels that changed; the *moving regions* are the pixels changed in at
+least ``REGION_SHARE`` of the sampled frames.
 
-``match_shapes`` (segment.py) uses the shares only where some detection of the frame moves
-(share at least ``MOVING_SHARE``): a still detection's costs rise by ``STILL_COST``, so a
-moving look-alike of the same class and size takes the library name from it, and a still
-detection that repeats the name of a moving part is background. Where no moving detection
-competes for a name, a still one keeps it: a cabinet's carcass, a base welded to the world,
-and every part of a recording where nothing moves are named as before.
+``Motion`` holds the cues segment's naming uses (``segment.match_shapes``), only where a
+detection that fits some library shape moves (share at least ``MOVING_SHARE``):
+- a still detection costs ``STILL_COST`` more, so a moving look-alike of the same class and
+  size takes the library name from it, and it does not repeat a moving part's name;
+- a still detection with no moving region on or within ``ATTACH_M`` of it is background: a
+  fixed part of a moving mechanism (a cabinet's carcass, a base welded to the world) holds
+  or touches a part that moves;
+- ``moving_proposals``: a moving region no named detection covers becomes a detection where a
+  library shape is open (a thin pole the network never proposes).
+Where nothing that fits a library shape moves (a recording where nothing moves, or only a
+distractor), every detection is named as without motion.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ PROPOSAL_SCORE = 0.2  # score of a moving region no detection covers, proposed a
 MIN_REGION = 10  # px (at the working resolution): the smallest moving region a still part may be attached to
 
 
-def change_threshold(z: np.ndarray, k: float = NOISE_K) -> np.ndarray:
+def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
     """Depth change (m) that counts as motion at depth z (m): the larger of ``MIN_CHANGE`` and
     k z^2 (``noise_k``)."""
     return np.maximum(MIN_CHANGE, k * z * z)
