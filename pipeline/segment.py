@@ -26,7 +26,7 @@ learned segmenter looks at them again with the parts' region magnified (``predic
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
-look-alikes (``segment_still``): where a part moves, a still detection loses a library name
+look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part moves, a still detection loses a library name
 to a moving one, a still one with nothing moving beside it (a table's leg) is background, and
 moving regions no detection covers are proposed as parts where a library shape is open.
 Writes ``segmentation_overlay.png`` beside the artifact.
@@ -101,8 +101,9 @@ class SegmentConfig:
     # also take the magnified second look when the parts found cover less than this share of
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
-    # depth recordings: frames sampled over the clip to tell moving detections from still look-alikes
-    # (a table's leg), which lose a library name to a moving one (segment_still); 0 = motion not looked at
+    # depth recordings without known actuators: frames sampled over the clip to tell moving detections
+    # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
+    # 0 = motion not looked at
     motion_samples: int = 12
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
@@ -118,7 +119,8 @@ class SegmentConfig:
         if self.missing not in ("error", "allow"):
             raise ValueError(f"segment: missing must be 'error' or 'allow', got {self.missing!r}")
         if self.motion_samples < 0:
-            raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), got {self.motion_samples}")
+            raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), "
+                             f"got {self.motion_samples}")
         if self.work_width < 0:
             raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
@@ -327,8 +329,9 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
-    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one with nothing moving beside it
-    is background, and a still surplus part does not repeat a moving part's name.
+    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one
+    with nothing moving beside it is background, and a still surplus part does not repeat a
+    moving part's name.
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
@@ -522,8 +525,9 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                                        moving(dets))
                 total = sum(d.score for d in dets)
             if motion is not None and metric:
+                least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
                 more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed,
-                                                   cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)))
+                                                   cfg.size_tolerance, least)
                 if more:
                     dets, seen_i = dets + more, seen_i + more_seen
                     matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i,
@@ -559,7 +563,10 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
-    motion = DepthMotion(rec, s, cfg.motion_samples) if cfg.motion_samples > 1 and rec.has_depth else None
+    # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
+    pushed = getattr(rec, "actuation", None) is not None
+    looked = cfg.motion_samples > 1 and rec.has_depth and not pushed
+    motion = DepthMotion(rec, s, cfg.motion_samples) if looked else None
     candidates = _candidates(cfg, rec, frames, 1.0, s, motion)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable

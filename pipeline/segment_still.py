@@ -38,7 +38,7 @@ from vid2sim.models.segmenter.normals import downsample_depth
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 
 MOVING_SHARE = 0.15  # in [0, 1]: a detection whose pixels changed in at least this median share of sampled frames moves
-STILL_COST = 3.0  # naming cost added to a still detection where a moving one is in the frame (segment._match_cost units)
+STILL_COST = 3.0  # naming cost (segment._match_cost units) added to a still detection where a nameable one moves
 NOISE_K = 0.03  # 1/m: the largest k of a change threshold k z^2 taken from a recording (noise_k)
 STEPS = 2.0  # noise_k: the threshold in 75th percentiles of a still scene's depth change
 MIN_CHANGE = 0.02  # m: the smallest depth change that counts as motion
@@ -178,8 +178,8 @@ def motion_shares(masks: list[np.ndarray], changed: np.ndarray, valid: np.ndarra
     return out
 
 
-__all__ = ["ATTACH_M", "moving_proposals", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "change_threshold", "changed_pixels",
-           "motion_shares"]
+__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "change_threshold", "changed_pixels",
+           "motion_shares", "moving_proposals"]
 
 
 def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: list[str | None],
