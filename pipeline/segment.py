@@ -26,9 +26,10 @@ learned segmenter looks at them again with the parts' region magnified (``predic
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
-look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part moves, a still detection loses a library name
-to a moving one, a still one with nothing moving beside it (a table's leg) is background, and
-moving regions no detection covers are proposed as parts where a library shape is open.
+look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part
+moves, a still detection loses a library name to a moving one, a still one with nothing
+moving beside it (a table's leg) is background, and moving regions no detection covers are
+proposed as parts where a library shape is open.
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
