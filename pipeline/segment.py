@@ -25,6 +25,11 @@ Where they leave library shapes unexplained (a far camera: parts a few pixels ac
 learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
+On depth recordings, depth frames sampled over the clip tell moving detections from still
+look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part
+moves, a still detection loses a library name to a moving one, a still one with nothing
+moving beside it (a table's leg) is background, and moving regions no detection covers are
+proposed as parts where a library shape is open.
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
@@ -57,6 +62,7 @@ from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
+from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
@@ -96,6 +102,10 @@ class SegmentConfig:
     # also take the magnified second look when the parts found cover less than this share of
     # the image (a far camera: a small part missed and a distractor taken for it), in [0, 1]
     zoom_below: float = 0.015
+    # depth recordings without known actuators: frames sampled over the clip to tell moving detections
+    # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
+    # 0 = motion not looked at
+    motion_samples: int = 12
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -109,6 +119,9 @@ class SegmentConfig:
             raise ValueError(f"segment: unmatched must be 'error' or 'ignore', got {self.unmatched!r}")
         if self.missing not in ("error", "allow"):
             raise ValueError(f"segment: missing must be 'error' or 'allow', got {self.missing!r}")
+        if self.motion_samples < 0:
+            raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), "
+                             f"got {self.motion_samples}")
         if self.work_width < 0:
             raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
@@ -310,11 +323,16 @@ def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: b
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
-                 metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error") -> list[str | None]:
+                 metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error",
+                 motion: Motion | None = None) -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
     used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
+    motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
+    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one
+    with nothing moving beside it is background, and a still surplus part does not repeat a
+    moving part's name.
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
@@ -334,6 +352,16 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
                 raise RecordingError(where, f"frame {frame}: segment saw {seen_as} that matches no library shape; "
                                             f"library: {lib} (segment.unmatched=ignore takes it for background)")
             log.info("segment: frame %d: background: %s matches no library shape", frame, seen_as)
+    nameable = np.isfinite(cost).any(1)
+    still = motion.still(nameable) if motion is not None else None
+    if still is not None:
+        cost = cost + STILL_COST * still[:, None]
+        for k in np.flatnonzero(motion.loose(nameable)):
+            if np.isfinite(cost[k]).any():
+                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
+                         "(%.0f %% of its depth changes)", frame, CLASSES[dets[k].label], *seen[k],
+                         100 * motion.shares[k])
+            cost[k] = np.inf
     big = 1e6
     c = np.where(np.isfinite(cost), cost, big)
     rows, cols = linear_sum_assignment(c)
@@ -347,7 +375,11 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
             size = size_cost(seen[i], shapes[names[j]], metric, tol)
-            if size <= SURPLUS_SIZE_COST:
+            holder = [k for k in range(len(dets)) if out[k] == names[j]]
+            if still is not None and still[i] and holder and not any(still[k] for k in holder):
+                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m looks like library "
+                         "shape %s, which a moving part has", frame, CLASSES[dets[i].label], *seen[i], names[j])
+            elif size <= SURPLUS_SIZE_COST:
                 out[i] = names[j]
             else:
                 log.info("segment: frame %d: background: a %s about %.3g x %.3g m repeats library shape %s "
@@ -357,7 +389,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
 
 
 def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
-               shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float) -> list[int]:
+               shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float,
+               motion: Motion | None = None) -> list[int]:
     """Indices of the detections to keep: all scored at or above the threshold, and those
     below it (kept by ``refine_detections`` for what the depth shows) only where they
     explain a library shape that no more confident part explains: a low-score piece of
@@ -365,11 +398,14 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     that name one library shape, the one that fits it best (``_match_cost``) keeps it: their
     scores do not compare (a part only the depth shows has a fixed score; on random scene 18
     a distractor box seen only in the depth, 0.22 x 0.11 m, outscored the network's own
-    low-score detection of the 0.30 x 0.16 x 0.10 m cart)."""
+    low-score detection of the 0.30 x 0.16 x 0.10 m cart). motion: as ``match_shapes``'s, a
+    still part's fit costing ``STILL_COST`` more where one moves."""
     sure = [k for k in range(len(dets)) if dets[k].score >= score_threshold]
     taken = {names[k] for k in sure}
     rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
-    rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol))
+    still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
+    rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
+              + (STILL_COST if still is not None and still[k] else 0.0))
     keep = list(sure)
     for k in rest:
         if names[k] not in taken:
@@ -443,10 +479,12 @@ def logging_disabled():
         log.disabled = previous
 
 
-def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1) -> list[tuple]:
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1,
+                motion: DepthMotion | None = None) -> list[tuple]:
     """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
     frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
-    normal image and masks at 1/s resolution (``work_scale``)."""
+    normal image and masks at 1/s resolution (``work_scale``). motion: the recording's sampled
+    depth at 1/s, whose ``motion_shares`` name moving parts before still look-alikes."""
     shapes_path = Path(rec.path) / "shapes.json"
     K = downsample_intrinsics(rec.camera.K, s)
     candidates = []
@@ -466,12 +504,16 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         # fewer frames before it the better (a fast pole is lost from a later start).
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
         seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
+        def moving(dets: list[Detection]) -> Motion | None:
+            return motion.cues(i, [d.mask for d in dets]) if motion is not None and metric else None
         with logging_disabled():
-            matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
-            keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold)
+            mv = moving(dets)
+            matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore", mv)
+            keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold, mv)
             if len(keep) < len(dets):
                 dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
-                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore",
+                                       moving(dets))
                 total = sum(d.score for d in dets)
             n = len(dets)
             dets, matched, seen_i = join_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
@@ -480,8 +522,17 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
             dets, seen_i = complete_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
                                            cfg.size_tolerance)
             if len(dets) < n or seen_i != grown:
-                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore")
+                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore",
+                                       moving(dets))
                 total = sum(d.score for d in dets)
+            if motion is not None and metric:
+                least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
+                more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed,
+                                                   cfg.size_tolerance, least)
+                if more:
+                    dets, seen_i = dets + more, seen_i + more_seen
+                    matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i,
+                                           "ignore", moving(dets))
         fit = {n for n, e in zip(matched, seen_i)
                if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
         doubtful = sum(n is not None for n in matched) - len(fit)
@@ -513,13 +564,17 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
-    candidates = _candidates(cfg, rec, frames, 1.0, s)
+    # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
+    pushed = getattr(rec, "actuation", None) is not None
+    looked = cfg.motion_samples > 1 and rec.has_depth and not pushed
+    motion = DepthMotion(rec, s, cfg.motion_samples) if looked else None
+    candidates = _candidates(cfg, rec, frames, 1.0, s, motion)
     findable = sum(s.type in CLASSES for s in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable
                                                      or _coverage(candidates) < cfg.zoom_below):
         # library shapes unexplained, or parts small in the image: look again, magnified where
         # the parts fill a small region
-        candidates += _candidates(cfg, rec, frames, cfg.zoom, s)
+        candidates += _candidates(cfg, rec, frames, cfg.zoom, s, motion)
     top = max(c[0][:3] for c in candidates)
     good = [c for c in candidates if c[0][:3] == top]
     best_total = max(c[0][3] for c in good)
@@ -527,7 +582,8 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not dets:
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
-    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched)
+    shares = motion.cues(i, [d.mask for d in dets]) if motion is not None and metric else None
+    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares)
     keep = [k for k, n in enumerate(names) if n is not None]
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
     if not dets:
