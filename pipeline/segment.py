@@ -104,8 +104,8 @@ class SegmentConfig:
     zoom_below: float = 0.015
     # depth recordings without known actuators: frames sampled over the clip to tell moving detections
     # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
-    # 0 = motion not looked at
-    motion_samples: int = 12
+    # 0 = motion not looked at (the default: the cue also changes which frame is segmented)
+    motion_samples: int = 0
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
