@@ -296,6 +296,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
     row["scene"] = truth["scene"]
     for stage in stages:
         extra = ["--checkpoint", str(args.segment_checkpoint)] if stage == "segment" and args.segment_checkpoint else []
+        extra += [a for kv in args.set if kv.split(".", 1)[0] == stage for a in ("--set", kv)]
         res = _run(_cli("--threads", "1", stage, str(rec), "--out", str(run), *extra), args.timeout)
         row["stages"][stage] = res
         if res["rc"] != 0:
@@ -406,6 +407,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--to", choices=STAGES, default=STAGES[-1], help="the last stage to run (scores of later ones stay unset)")
     ap.add_argument("--segment-checkpoint", type=Path, default=None,
                     help="learned segmenter weights the segment stage uses (default: the shipped ones)")
+    ap.add_argument("--set", action="append", default=[], metavar="STAGE.KEY=VALUE",
+                    help="a setting passed to that stage's command (repeatable), e.g. segment.motion_samples=12")
     args = ap.parse_args(argv)
     mechs = [m for s in args.mechanisms for m in s.split(",") if m]
     unknown = [m for m in mechs if m not in MECHANISMS]
