@@ -319,9 +319,7 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
         rest = nx.node_connected_component(cut, a)
         if "world" in comp:
             comp, rest = rest, comp
-        anchor = a if a in rest else b
-        welds = nx.Graph([(u, v) for u, v, k in cut.edges(data="kind") if k == "fixed"])
-        rigid = nx.node_connected_component(welds, anchor) if anchor in welds else {anchor}
+        rigid = _welded(cut, a if a in rest else b)
         options = []
         for c in sorted(comp, key=str):
             for o in sorted((n for n in G.neighbors(c) if n in rest), key=str):
@@ -378,6 +376,12 @@ def _from(parent: str, child: str, kind: str, f: fit.JointFit, G: nx.Graph, trac
     return fit.fit_model(kind, X, _valid(tracks.valid, tracks.names, parent, child), st, np.random.default_rng(st.seed))
 
 
+def _welded(tree: nx.Graph, body: str) -> set:
+    """``body`` and the bodies welded to it (fixed joints) in ``tree``."""
+    welds = nx.Graph([(u, v) for u, v, k in tree.edges(data="kind") if k == "fixed"])
+    return nx.node_connected_component(welds, body) if body in welds else {body}
+
+
 def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.Graph:
     """A rigid group (bodies welded together) hung by a prismatic or revolute joint hangs by the
     member's joint to the same parent that carries the whole group best (``_group_cost``). The
@@ -390,10 +394,9 @@ def _group_joints(tree: nx.Graph, G: nx.Graph, tracks: Tracks, settings) -> nx.G
             continue
         cut = tree.copy()
         cut.remove_edge(a, b)
-        welds = nx.Graph([(u, v) for u, v, k in cut.edges(data="kind") if k == "fixed"])
         parent = a if tree.edges[a, b]["parent"] == a else b
         child = b if parent == a else a
-        group = sorted(nx.node_connected_component(welds, child) if child in welds else {child}, key=str)
+        group = sorted(_welded(cut, child), key=str)
         if len(group) < 2 or "world" in group:
             continue
         options = [(kind, m, _from(parent, m, kind, f, G, tracks, settings)) for m in group if G.has_edge(parent, m)

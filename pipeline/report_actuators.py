@@ -176,11 +176,14 @@ def actuators_section(rec, run: Path) -> str:
         except Exception as e:   # a figure that cannot be drawn is reported, not fatal
             parts.append(f'<p class="missing">path not drawn ({html.escape(type(e).__name__)}: {html.escape(str(e))})</p>')
     if len(act.names):
+        from vid2sim.pipeline.artifacts import PoseTracks
+        from vid2sim.pipeline.report import _try
         from vid2sim.pipeline.report_contacts import contacts_html, fit_html
 
+        poses, _ = _try(run / PoseTracks.FILE, PoseTracks.load)
         for part in (contacts_html, fit_html):
             try:
-                parts.append(part(rec, run))
+                parts.append(part(rec, run, poses))
             except Exception as e:   # a figure that cannot be drawn is reported, not fatal
                 parts.append(f'<p class="missing">{part.__name__} not drawn ({html.escape(type(e).__name__)}: '
                              f'{html.escape(str(e))})</p>')

@@ -92,13 +92,10 @@ def contacts_figure(tc: dict, fps: float) -> str:
     return _img(fig_data_uri(fig), "tip contacts")
 
 
-def contacts_html(rec, run) -> str:
+def contacts_html(rec, run, poses) -> str:
     """The figure and a table (part, frames touched, contact points' centroid in the body frame) of
-    where the recording's pusher touched which tracked part, or '' without tracks or a pusher."""
-    from vid2sim.pipeline.artifacts import PoseTracks
-    from vid2sim.pipeline.report import _try
-
-    poses, _ = _try(Path(run) / PoseTracks.FILE, PoseTracks.load)
+    where the recording's pusher touched which tracked part (``poses``: the run's PoseTracks, None
+    if it has none), or '' without tracks or a pusher."""
     tc = touches(rec, poses, rec.shapes or {}) if poses is not None else None
     if tc is None:
         return ""
@@ -118,16 +115,15 @@ def contacts_html(rec, run) -> str:
               "</th></tr>" + "".join(rows) + "</table>")
 
 
-def fit_html(rec, run) -> str:
-    """<img> of the fit seen from above: each part's tracked centre path (solid) and the twin's predicted one over the
-    held-back frames (dashed; forecast.json ``twin_centres``), the pusher's recorded path (grey), and the distance
-    (mm) between the twin's and the tracked centres per held-back frame; '' without tracks or a forecast."""
+def fit_html(rec, run, poses) -> str:
+    """<img> of the fit seen from above: each part's tracked centre path (solid; ``poses``, the run's PoseTracks or
+    None) and the twin's predicted one over the held-back frames (dashed; forecast.json ``twin_centres``), the
+    pusher's recorded path (grey), and the distance (mm) between the twin's and the tracked centres per held-back
+    frame; '' without tracks or a forecast."""
     import json
 
-    from vid2sim.pipeline.artifacts import PoseTracks
-    from vid2sim.pipeline.report import _img, _plt, _try, fig_data_uri
+    from vid2sim.pipeline.report import _img, _plt, fig_data_uri
 
-    poses, _ = _try(Path(run) / PoseTracks.FILE, PoseTracks.load)
     try:
         fc = json.loads((Path(run) / "forecast.json").read_text())
     except (OSError, json.JSONDecodeError):
