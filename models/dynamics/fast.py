@@ -22,7 +22,7 @@ rather than recomputed in each rotation entry's loop. The tree's static part
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -122,8 +122,8 @@ class FastPrep:
     contact_active: list | None = None  # each contact point's body as a place in ``active`` (None with it)
 
 
-def _structure(model: Model) -> tuple:
-    """FastPrep's fields after ``model`` except ``a_grav``."""
+def _structure(model: Model) -> FastPrep:
+    """``model``'s FastPrep, its gravity ``a_grav`` left empty (``fast_prepare`` sets it)."""
     n, nv = model.num_bodies, model.nv
     dt = model.dtype
     anc = torch.zeros(n, nv, dtype=dt)
@@ -160,13 +160,14 @@ def _structure(model: Model) -> tuple:
     some = len(active) < n
     rows = [[k for k in range(nv) if anc[i, k]] for i in (active if some else range(n))]
     cols = [[j for j, r in enumerate(rows) if k in r] for k in range(nv)]
-    return (anc, rows, cols, dof_body, S[:, :3], S[:, 3:], (rev_b, rev_q, K, K @ K), (pri_b, pri_q, model.joint_axis[pri_b]),
-            others, list(model.spring_index), torch.tensor(model.spring_mask, dtype=dt), active if some else None,
-            [place[b] for b in dof_body] if some else None,
-            [place[b] for b in model.contact_body] if some else None)
+    return FastPrep(model, anc, rows, cols, dof_body, S[:, :3], S[:, 3:], (rev_b, rev_q, K, K @ K),
+                    (pri_b, pri_q, model.joint_axis[pri_b]), others, list(model.spring_index),
+                    torch.tensor(model.spring_mask, dtype=dt), torch.zeros(0, 6, dtype=dt),
+                    active if some else None, [place[b] for b in dof_body] if some else None,
+                    [place[b] for b in model.contact_body] if some else None)
 
 
-_STRUCTURES: dict = {}      # _structure by the model's tree, joint axes, contact bodies, dtype, device
+_STRUCTURES: dict = {}      # _structure (a FastPrep) by the model's tree, joint axes, contact bodies, dtype, device
 _STRUCTURES_MAX = 64
 
 
@@ -187,10 +188,7 @@ def fast_prepare(model: Model) -> FastPrep:
                 _STRUCTURES.pop(next(iter(_STRUCTURES)))
             _STRUCTURES[key] = st
     g = model.gravity
-    anc, rows, cols, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask, active, dof_active, \
-        contact_active = st
-    return FastPrep(model, anc, rows, cols, dof_body, S_w, S_v, rev, pri, others, spring_index, spring_mask,
-                    torch.cat([torch.zeros_like(g), g], -1), active, dof_active, contact_active)
+    return replace(st, model=model, a_grav=torch.cat([torch.zeros_like(g), g], -1))
 
 
 def world_poses(fp: FastPrep, q: torch.Tensor):
