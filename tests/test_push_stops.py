@@ -14,6 +14,7 @@ from vid2sim.pipeline import export, export_stops, forecast
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 FIT, STEPS = 90, 30
+SHOOT = forecast.shoot_state
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +29,27 @@ def pressed(tmp_path_factory):
     return st, art, poses, jp, post, shapes, urdf
 
 
-def _restart_error(pressed) -> float:
-    """Largest body-centre distance (m) of the twin restarted at the last fitted frame from the truth."""
+def _restart(pressed, monkeypatch) -> tuple[float, float, float]:
+    """The twin restarted at the last fitted frame (its state fitted over frames 80-89): the largest
+    body-centre distance (m) from the truth over the 30 frames after it; the rms of the state fit's own
+    residual at its solution (``forecast.pose_residual`` over the window, with the limits as the fit
+    had them; m, rotations at 0.1 m/rad); hinge_3's fitted q (rad) minus its exported lower limit."""
     st, art, poses, jp, post, shapes, urdf = pressed
+    fits = []
+
+    def recorded(residual, x0, n):
+        x = SHOOT(residual, x0, n)
+        fits.append((x, float(np.sqrt(np.mean(residual(x, n) ** 2)))))
+        return x
+
+    monkeypatch.setattr(forecast, "shoot_state", recorded)
     W = forecast.simulate_twin(urdf, art, poses.head(FIT), FIT - 1, STEPS, 30.0, floor=forecast.default_floor(art, post),
                                tip=forecast.Tip.from_truth(st), jp=jp, shapes=shapes)
     order = [poses.body_names.index(b) for b in art.bodies]
     true = st.world_from_body[FIT:FIT + STEPS][:, order]
-    return float(np.linalg.norm(W[:, :, :3, 3] - true[:, :, :3, 3], axis=-1).max())
+    j3 = list(jp.names).index("hinge_3")
+    (x, rms), = fits
+    return float(np.linalg.norm(W[:, :, :3, 3] - true[:, :, :3, 3], axis=-1).max()), rms, x[j3] - jp.q[:FIT, j3].min()
 
 
 def test_export_limits_the_hinge_at_the_stop_it_rests_on(pressed):
@@ -52,13 +66,17 @@ def test_export_limits_the_hinge_at_the_stop_it_rests_on(pressed):
 
 
 def test_the_restart_keeps_the_stop_a_joint_rests_on(pressed, monkeypatch):
-    """Restarted from the true frames 80-89 with the stop kept during the state fit, the twin
-    (true masses and friction) follows the truth within 1 mm for 1 s; with every limit off during
-    that fit (forecast.at_stop finding none), the fitted state drives hinge_3 through its stop:
-    several mm off."""
-    assert _restart_error(pressed) < 1e-3
+    """Restarted from the true frames 80-89 with the stop kept during the state fit, the fit explains
+    the window (0.004 mm rms), its hinge_3 no more than 1 mrad beyond the stop (0.17 mrad inside it),
+    and the twin (true masses and friction) follows the truth within 1 mm for 1 s. With every limit off
+    during that fit (forecast.at_stop finding none), no start state explains a hinge pressed against
+    nothing yet resting: 1.8 mm rms (1.8-2.7 with other least-squares settings). Where that state
+    goes after the fit is the optimiser's: 8 mrad beyond the stop here, its replay 11 mm off within
+    the window but 0.97 mm after it on this install (6.5 mm measured on 2026-12-01), so not asserted."""
+    error, rms, q3 = _restart(pressed, monkeypatch)
+    assert error < 1e-3 and rms < 1e-4 and q3 > -1e-3
     monkeypatch.setattr(forecast, "at_stop", lambda twin, names, Q: ())
-    assert _restart_error(pressed) > 5e-3
+    assert _restart(pressed, monkeypatch)[1] > 1e-3
 
 
 # The pipeline's tracked coordinate of seed 2's hinge link2_to_link3 (bench_push --cases pushed --seed 2,
