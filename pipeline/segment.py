@@ -26,10 +26,11 @@ learned segmenter looks at them again with the parts' region magnified (``predic
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
-look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part
-moves, a still detection loses a library name to a moving one, a still one with nothing
-moving beside it (a table's leg) is background, and moving regions no detection covers are
-proposed as parts where a library shape is open.
+look-alikes (``segment_still``; not where a known actuator pushes the parts), in the frame
+the ranking chose only (frames are ranked without motion): where a part moves, a still
+detection loses a library name to a moving one, a still one with nothing moving beside it
+(a table's leg) is background, and a moving region no detection covers is proposed as a
+part where a library shape is unnamed (one per such shape).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
@@ -107,7 +108,7 @@ class SegmentConfig:
     zoom_below: float = 0.015
     # depth recordings without known actuators: frames sampled over the clip to tell moving detections
     # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
-    # 0 = motion not looked at (the default: the cue also changes which frame is segmented)
+    # in the frame chosen by the motion-free ranking only; 0 = motion not looked at
     motion_samples: int = 0
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
