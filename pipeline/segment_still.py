@@ -212,8 +212,10 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     n, lab, stats, _ = cv2.connectedComponentsWithStats(regions.astype(np.uint8), connectivity=8)
     masks, seen = [], []
     for k in range(1, n):
+        if stats[k, cv2.CC_STAT_AREA] < min_px:
+            continue
         m = lab == k
-        if stats[k, cv2.CC_STAT_AREA] < min_px or (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
+        if (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
             continue
         masks.append(m)
         seen.append(measure_extents(m, depth, K, smoothed))
