@@ -26,10 +26,11 @@ learned segmenter looks at them again with the parts' region magnified (``predic
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
-look-alikes (``segment_still``; not where a known actuator pushes the parts): where a part
-moves, a still detection loses a library name to a moving one, a still one with nothing
-moving beside it (a table's leg) is background, and moving regions no detection covers are
-proposed as parts where a library shape is open.
+look-alikes (``segment_still``; not where a known actuator pushes the parts), in the frame
+the ranking chose only (frames are ranked without motion): where a part moves, a still
+detection loses a library name to a moving one, a still one with nothing moving beside it
+(a table's leg) is background, and a moving region no detection covers is proposed as a
+part where a library shape is unnamed (one per such shape).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
@@ -45,7 +46,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import cv2
 import numpy as np
@@ -55,14 +56,17 @@ from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.geometric import frame_geometry
-from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter, mask_iou
+from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmenter
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
+from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
+                                          predict_zoomed, zoom_tiles)
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
@@ -104,7 +108,7 @@ class SegmentConfig:
     zoom_below: float = 0.015
     # depth recordings without known actuators: frames sampled over the clip to tell moving detections
     # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
-    # 0 = motion not looked at (the default: the cue also changes which frame is segmented)
+    # in the frame chosen by the motion-free ranking only; 0 = motion not looked at
     motion_samples: int = 0
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
@@ -195,110 +199,6 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
         raise ValueError(f"segment: unknown method {method!r}; choose one of {', '.join(METHODS)}")
     least = min_pixels if scale == 1.0 else max(min_pixels / scale**2, MIN_PIXELS_ZOOMED)
     return [d for d in dets if d.mask.sum() >= least]
-
-
-ZOOM_MIN = 1.5  # a region that would be upscaled less than this is seen at full frame
-MIN_PIXELS_ZOOMED = 20  # frame pixels of the smallest part kept from a magnified view
-ZOOM_TILES = 3  # at most this many overlapping views along the region's long side (an elongated region)
-
-
-def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[list[tuple[int, int, int, int]], float]:
-    """The views (x0, y0, x1, y1) pixels, of the frame's aspect, to look at again magnified,
-    and their magnification; ([], 1.0) for none.
-
-    The region is the box around the detections narrower and lower than half the frame (a
-    wall or the floor is no part to magnify; else around the pixels with depth, where they
-    cover less than half the frame), grown by a quarter of its size and 8 px on every
-    side. One view holds it where that magnifies it at least ``ZOOM_MIN`` times; a region
-    much taller or wider than the frame's aspect (a hanging chain) that one view cannot
-    magnify so much is instead covered by up to ``ZOOM_TILES`` views along its long side,
-    each overlapping the next by half. The magnification is at most ``zoom``; none below
-    ``ZOOM_MIN``.
-    """
-    h, w = depth.shape
-    dets = [d for d in dets if all(a < b / 2 for a, b in zip(_span(d.mask), (w, h)))]  # not a wall or floor
-    if dets:
-        mask = np.any([d.mask for d in dets], axis=0)
-    else:
-        mask = depth > 0
-        if mask.mean() > 0.5:
-            return [], 1.0
-    v, u = np.nonzero(mask)
-    if not len(u):
-        return [], 1.0
-    cx, cy = 0.5 * (u.min() + u.max() + 1), 0.5 * (v.min() + v.max() + 1)
-    bw, bh = 1.5 * (u.max() + 1 - u.min()) + 16, 1.5 * (v.max() + 1 - v.min()) + 16
-    one = min(w / bw, h / bh)
-    along_x = min(2 * w / bw, h / bh)  # views side by side, overlapping by half
-    along_y = min(w / bw, 2 * h / bh)
-    s = min(one if one >= ZOOM_MIN else max(along_x, along_y), zoom)
-    if s < ZOOM_MIN:
-        return [], 1.0
-    tw, th = w / s, h / s
-    nx = 1 if bw <= tw else min(ZOOM_TILES, math.ceil(2 * bw / tw - 1))
-    ny = 1 if bh <= th or nx > 1 else min(ZOOM_TILES, math.ceil(2 * bh / th - 1))
-    views = []
-    for x in np.linspace(cx - bw / 2 + tw / 2, cx + bw / 2 - tw / 2, nx) if nx > 1 else [cx]:
-        for y in np.linspace(cy - bh / 2 + th / 2, cy + bh / 2 - th / 2, ny) if ny > 1 else [cy]:
-            x0 = int(round(min(max(x - tw / 2, 0), w - tw)))
-            y0 = int(round(min(max(y - th / 2, 0), h - th)))
-            views.append((x0, y0, min(x0 + int(round(tw)), w), min(y0 + int(round(th)), h)))
-    return views, s
-
-
-def _span(mask: np.ndarray) -> tuple[int, int]:
-    """(width, height) pixels of a mask's bounding box."""
-    v, u = np.nonzero(mask)
-    return (int(np.ptp(u)) + 1, int(np.ptp(v)) + 1) if len(u) else (0, 0)
-
-
-def _touches_cut(mask: np.ndarray, box: tuple[int, int, int, int], shape: tuple[int, int]) -> bool:
-    """The view's mask reaches a side of the view that is not the frame's border (a part cut by the view)."""
-    x0, y0, x1, y1 = box
-    h, w = shape
-    return bool((x0 > 0 and mask[:, 0].any()) or (x1 < w and mask[:, -1].any())
-                or (y0 > 0 and mask[0].any()) or (y1 < h and mask[-1].any()))
-
-
-def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, score_threshold: float,
-                   zoom: float) -> tuple[list[Detection], float]:
-    """The network's detections (class scores mirror-averaged), looking again at the parts
-    magnified where they fill little of the frame, and the magnification used (1: none).
-
-    The network sees frames resized to ``network.INPUT_SIZE`` and proposes nothing much
-    narrower than its smallest anchors (16 px at 1/4 aspect): a rod 3-5 px across at 320 x 240
-    is missed or merged. Where ``zoom_tiles`` finds a small region, each of its views is cut
-    out, upscaled (nearest neighbour) and detected again; their masks, mapped back to the
-    frame, replace the first pass's detections inside them. With several views, a mask that
-    reaches a side a view cut through is dropped (the overlapping view holds that part
-    whole), a part seen in two views is kept once (mask IoU above 0.5: the higher score), and
-    a first-pass detection stays unless the views' masks cover half of it.
-    """
-    first = net.predict(normal_img, score_threshold)
-    views, scale = zoom_tiles(first, depth, zoom) if zoom > 1 else ([], 1.0)
-    if not views:
-        return net.mirror_average(normal_img, first), 1.0
-    h, w = normal_img.shape[:2]
-    out: list[Detection] = []
-    inside = np.zeros((h, w), bool)
-    for box in views:
-        x0, y0, x1, y1 = box
-        inside[y0:y1, x0:x1] = True
-        crop = normal_img[y0:y1, x0:x1]
-        big = cv2.resize(crop, (w, int(round(w * (y1 - y0) / (x1 - x0)))), interpolation=cv2.INTER_NEAREST)
-        for d in net.predict(big, score_threshold, mirror=True):
-            small = cv2.resize(d.mask.astype(np.float32), (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA) >= 0.5
-            if not small.any() or (len(views) > 1 and _touches_cut(small, box, (h, w))):
-                continue
-            m = np.zeros((h, w), bool)
-            m[y0:y1, x0:x1] = small
-            out.append(Detection(m, d.label, d.score, d.class_scores))
-    out = _dedupe(sorted(out, key=lambda d: -d.score))
-    if len(views) > 1:  # a part longer than the views' overlap is cut in every view: the first pass's stays
-        inside = np.any([d.mask for d in out], axis=0) if out else np.zeros((h, w), bool)
-    rest = [d for d in net.mirror_average(normal_img, first) if (d.mask & inside).sum() < 0.5 * d.mask.sum()]
-    log.debug("segment: looked again at %s magnified %.1f times: %d parts", views, scale, len(out))
-    return sorted(out + rest, key=lambda d: -d.score), scale
 
 
 ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
@@ -414,32 +314,6 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     return sorted(keep)
 
 
-def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:
-    kept: list[Detection] = []
-    for d in dets:
-        if all(mask_iou(d.mask, k.mask) <= iou for k in kept):
-            kept.append(d)
-    return kept
-
-
-def _overlay(normal_img: np.ndarray, rgb: np.ndarray | None, masks: np.ndarray, names: list[str],
-             scores: np.ndarray) -> np.ndarray:
-    base = rgb if rgb is not None else normal_img
-    img = base.astype(np.float32).copy()
-    rng = np.random.default_rng(3)
-    for m in masks:
-        img[m > 0] = 0.45 * img[m > 0] + 0.55 * rng.uniform(60, 255, 3)
-    img = np.clip(img, 0, 255).astype(np.uint8)
-    for m, n, s in zip(masks, names, scores):
-        cnts, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
-        cv2.drawContours(img, cnts, -1, (255, 255, 255), 1)
-        v, u = np.nonzero(m)
-        if len(u):
-            cv2.putText(img, f"{n} {s:.2f}", (int(u.mean()) - 20, int(v.mean())), cv2.FONT_HERSHEY_SIMPLEX, 0.35,
-                        (255, 255, 255), 1, cv2.LINE_AA)
-    return img
-
-
 def _check_missing(cfg: SegmentConfig, shapes: dict[str, Shape], names: list[str], frames: list[int],
                    shapes_path: Path) -> None:
     """Every library shape segment can find (box, capsule, sphere, cylinder) must have been
@@ -479,79 +353,128 @@ def logging_disabled():
         log.disabled = previous
 
 
-def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1,
-                motion: DepthMotion | None = None) -> list[tuple]:
-    """(rank, frame, depth, normal image, metric?, detections, seen extents) of each candidate
-    frame, the detections made with the network's view magnified up to ``zoom`` times; depth,
-    normal image and masks at 1/s resolution (``work_scale``). motion: the recording's sampled
-    depth at 1/s, whose ``motion_shares`` name moving parts before still look-alikes."""
+class Candidate(NamedTuple):
+    """One candidate frame i, segmented without the motion cue; depth (H, W) m, normal image
+    (H, W, 3) uint8 and masks at segment's working resolution (1/s, ``work_scale``)."""
+
+    rank: tuple  # (library shapes explained, -parts not so explained, -doubtful names, total score)
+    frame: int
+    depth: np.ndarray
+    nimg: np.ndarray
+    metric: bool
+    dets: list[Detection]  # the parts kept and named (``_name_frame``)
+    seen: list[tuple[float, float]]  # their seen extents, m
+    found: list[Detection]  # the segmenter's detections before naming
+    smoothed: np.ndarray  # smooth_depth(depth)
+
+
+def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
+                found: list[Detection], metric: bool, s: int = 1, motion: DepthMotion | None = None
+                ) -> tuple[list[Detection], list[str | None], list[tuple[float, float]], float]:
+    """(parts, their library names (None: background), seen extents m, total score) of frame i
+    from the segmenter's detections ``found``: low-score parts kept only where they explain an
+    open library shape (``_confirmed``), pieces of one part joined and completed
+    (``segment_pieces``). motion: the recording's sampled depth at 1/s (None: motion not looked
+    at); with it, still look-alikes lose names to moving parts (``match_shapes``) and moving
+    regions no part covers are proposed where a library shape is unnamed (``moving_proposals``).
+    Logs nothing (the names are logged once, for the chosen frame)."""
     shapes_path = Path(rec.path) / "shapes.json"
+    tol = cfg.size_tolerance
+    dets = list(found)
+    seen = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
+    total = sum(d.score for d in dets)
+
+    def moving(dets: list[Detection]) -> Motion | None:
+        return motion.cues(i, [d.mask for d in dets]) if motion is not None and metric else None
+
+    with logging_disabled():
+        mv = moving(dets)
+        matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", mv)
+        keep = _confirmed(dets, matched, seen, rec.shapes, metric, tol, cfg.score_threshold, mv)
+        if len(keep) < len(dets):
+            dets, seen = [dets[k] for k in keep], [seen[k] for k in keep]
+            matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
+            total = sum(d.score for d in dets)
+        n = len(dets)
+        dets, matched, seen = join_pieces(dets, matched, seen, depth, K, smoothed, rec.shapes, metric, tol)
+        grown = seen
+        dets, seen = complete_pieces(dets, matched, seen, depth, K, smoothed, rec.shapes, metric, tol)
+        if len(dets) < n or seen != grown:
+            matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
+            total = sum(d.score for d in dets)
+        if motion is not None and metric:
+            least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
+            more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed, tol, least)
+            if more:
+                dets, seen = dets + more, seen + more_seen
+                matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
+    return dets, matched, seen, total
+
+
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1) -> list[Candidate]:
+    """Each candidate frame segmented and ranked without the motion cue, the detections made
+    with the network's view magnified up to ``zoom`` times, at 1/s resolution (``work_scale``)."""
     K = downsample_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
         depth, nimg, metric = frame_input(rec, i, s)
-        dets = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
-                              max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
-        total = sum(d.score for d in dets)
+        found = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
+                               max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
+        smoothed = smooth_depth(depth)  # once per frame, for every part's extents
+        dets, matched, seen, total = _name_frame(cfg, rec, i, depth, K, smoothed, found, metric, s)
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched at a size the shape can have), then by parts not so explained (left
         # unexplained, repeating a library shape, or named at a size cost above
         # SURPLUS_SIZE_COST), then by the names among those: a frame where the pole cuts the
         # cart's image in two is worse than one where each is seen once, and a distractor
         # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
-        # that rank best, the earliest within 10 % of the best total score: the tracker
-        # runs backward from the segmentation frame without a velocity history, so the
-        # fewer frames before it the better (a fast pole is lost from a later start).
-        smoothed = smooth_depth(depth)  # once per frame, for every part's extents
-        seen_i = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
-        def moving(dets: list[Detection]) -> Motion | None:
-            return motion.cues(i, [d.mask for d in dets]) if motion is not None and metric else None
-        with logging_disabled():
-            mv = moving(dets)
-            matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore", mv)
-            keep = _confirmed(dets, matched, seen_i, rec.shapes, metric, cfg.size_tolerance, cfg.score_threshold, mv)
-            if len(keep) < len(dets):
-                dets, seen_i = [dets[k] for k in keep], [seen_i[k] for k in keep]
-                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore",
-                                       moving(dets))
-                total = sum(d.score for d in dets)
-            n = len(dets)
-            dets, matched, seen_i = join_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
-                                                cfg.size_tolerance)
-            grown = seen_i
-            dets, seen_i = complete_pieces(dets, matched, seen_i, depth, K, smoothed, rec.shapes, metric,
-                                           cfg.size_tolerance)
-            if len(dets) < n or seen_i != grown:
-                matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, "ignore",
-                                       moving(dets))
-                total = sum(d.score for d in dets)
-            if motion is not None and metric:
-                least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
-                more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed,
-                                                   cfg.size_tolerance, least)
-                if more:
-                    dets, seen_i = dets + more, seen_i + more_seen
-                    matched = match_shapes(dets, seen_i, rec.shapes, metric, cfg.size_tolerance, shapes_path, i,
-                                           "ignore", moving(dets))
-        fit = {n for n, e in zip(matched, seen_i)
+        # that rank best, the earliest within 10 % of the best total score (``_choose``).
+        fit = {n for n, e in zip(matched, seen)
                if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
         doubtful = sum(n is not None for n in matched) - len(fit)
         rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
                  rank[0], total)
-        candidates.append((rank, i, depth, nimg, metric, dets, seen_i))
+        candidates.append(Candidate(rank, i, depth, nimg, metric, dets, seen, found, smoothed))
     return candidates
 
 
-def _coverage(candidates: list[tuple]) -> float:
+def _choose(candidates: list[Candidate]) -> Candidate:
+    """The candidate to segment: among those of the best rank (ignoring the total score), the
+    earliest frame within 10 % of their best total score (the first such in the list on a tie).
+    The tracker runs backward from the segmentation frame without a velocity history, so the
+    fewer frames before it the better (a fast pole is lost from a later start)."""
+    top = max(c.rank[:3] for c in candidates)
+    good = [c for c in candidates if c.rank[:3] == top]
+    best_total = max(c.rank[3] for c in good)
+    return min((c for c in good if c.rank[3] >= 0.9 * best_total), key=lambda c: c.frame)
+
+
+def _coverage(candidates: list[Candidate]) -> float:
     """The median over candidate frames of the share of the image their detections cover."""
-    return float(np.median([float(np.any([d.mask for d in c[5]], axis=0).mean()) if c[5] else 0.0
+    return float(np.median([float(np.any([d.mask for d in c.dets], axis=0).mean()) if c.dets else 0.0
                             for c in candidates]))
 
 
+def segment_frames(cfg: SegmentConfig, rec: Recording, frames: list[int], s: int = 1) -> tuple[list[Candidate], Candidate]:
+    """(every candidate, the chosen one) of ``frames``, ranked without the motion cue; where
+    the first look leaves library shapes unexplained or the parts small in the image
+    (``zoom_below``), the learned segmenter looks again with the parts' region magnified."""
+    candidates = _candidates(cfg, rec, frames, 1.0, s)
+    findable = sum(sh.type in CLASSES for sh in rec.shapes.values())
+    if cfg.method == "learned" and cfg.zoom > 1 and (max(c.rank[0] for c in candidates) < findable
+                                                     or _coverage(candidates) < cfg.zoom_below):
+        # library shapes unexplained, or parts small in the image: look again, magnified where
+        # the parts fill a small region
+        candidates += _candidates(cfg, rec, frames, cfg.zoom, s)
+    return candidates, _choose(candidates)
+
+
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
-    """Segment the most confident of ``cfg.frames``; returns the artifact (the runner saves it)."""
+    """Segment the best of ``cfg.frames`` (ranked without motion, ``segment_frames``), with the
+    motion cue in that frame only where ``cfg.motion_samples`` asks; returns the artifact (the
+    runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.datasets.atomic import write_bytes
     from vid2sim.pipeline.actuators import explain_actuators
@@ -564,25 +487,21 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
+    _, best = segment_frames(cfg, rec, frames, s)
+    i, depth, nimg, metric, dets, seen = best.frame, best.depth, best.nimg, best.metric, best.dets, best.seen
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
-    looked = cfg.motion_samples > 1 and rec.has_depth and not pushed
-    motion = DepthMotion(rec, s, cfg.motion_samples) if looked else None
-    candidates = _candidates(cfg, rec, frames, 1.0, s, motion)
-    findable = sum(s.type in CLASSES for s in rec.shapes.values())
-    if cfg.method == "learned" and cfg.zoom > 1 and (max(c[0][0] for c in candidates) < findable
-                                                     or _coverage(candidates) < cfg.zoom_below):
-        # library shapes unexplained, or parts small in the image: look again, magnified where
-        # the parts fill a small region
-        candidates += _candidates(cfg, rec, frames, cfg.zoom, s, motion)
-    top = max(c[0][:3] for c in candidates)
-    good = [c for c in candidates if c[0][:3] == top]
-    best_total = max(c[0][3] for c in good)
-    _, i, depth, nimg, metric, dets, seen = min((c for c in good if c[0][3] >= 0.9 * best_total), key=lambda c: c[1])
+    motion = None
+    if cfg.motion_samples > 1 and metric and not pushed:
+        motion = DepthMotion(rec, s, cfg.motion_samples)
+        K = downsample_intrinsics(rec.camera.K, s)
+        dets, _, seen, _ = _name_frame(cfg, rec, i, depth, K, best.smoothed, best.found, metric, s, motion)
+        log.info("segment: frame %d with the motion cue (%d sampled frames): %d parts (%s)", i, len(motion.frames),
+                 len(dets), ", ".join(CLASSES[d.label] for d in dets))
     if not dets:
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
-    shares = motion.cues(i, [d.mask for d in dets]) if motion is not None and metric else None
+    shares = motion.cues(i, [d.mask for d in dets]) if motion is not None else None
     names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares)
     keep = [k for k, n in enumerate(names) if n is not None]
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
@@ -595,7 +514,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
     if cfg.overlay:
-        img = _overlay(upsample_mask(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
+        img = overlay(upsample_mask(nimg, s, (h, w)), rec.color(i) if rec.has_color else None, masks, names, scores)
         ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())

@@ -19,8 +19,9 @@ detection that fits some library shape moves (share at least ``MOVING_SHARE``):
 - a still detection with no moving region on or within ``ATTACH_M`` of it is background: a
   fixed part of a moving mechanism (a cabinet's carcass, a base welded to the world) holds
   or touches a part that moves;
-- ``moving_proposals``: a moving region no named detection covers becomes a detection where a
-  library shape is open (a thin pole the network never proposes).
+- ``moving_proposals``: a moving region no named detection covers, and not along one's rim,
+  becomes a detection of a library shape no detection names, at most one per such shape (a
+  thin pole the network never proposes).
 Where nothing that fits a library shape moves (a recording where nothing moves, or only a
 distractor), every detection is named as without motion.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
@@ -46,6 +48,8 @@ ATTACH_M = 0.2  # m: a still detection this close (in the image, at its depth) t
 REGION_SHARE = 0.5  # in [0, 1]: a pixel changed in at least this share of the sampled frames is in a moving region
 PROPOSAL_SCORE = 0.2  # score of a moving region no detection covers, proposed as a part (moving_proposals)
 MIN_REGION = 10  # px (at the working resolution): the smallest moving region a still part may be attached to
+RIM_PX = 3  # px (at the working resolution): moving pixels this close to a named detection may be its rim
+RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -186,35 +190,43 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
                      shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
                      tol: float, min_px: int) -> tuple[list[Detection], list[tuple[float, float]]]:
     """Detections (score ``PROPOSAL_SCORE``) for the moving regions of frame i that no named
-    detection covers, where a library shape is open (no detection names it, or only a still
-    one), and their seen extents (m). Each region of at least ``min_px`` px outside the named
-    detections (dilated by 1 px) is measured (``measure_extents``) and takes the class of the
-    open library shape whose size it fits best (``size_cost``); one that fits none is left.
-    A thin part the network never proposes (a pole 3-5 px across at 320 x 240) is still seen
-    to move. Masks, depth (m) and K at segment's working resolution."""
-    cue = motion.cues(i, [d.mask for d in dets])
-    moving = np.nan_to_num(cue.shares, nan=0.0) >= MOVING_SHARE
-    held = {n for n, mv in zip(names, moving) if n is not None and mv}
-    open_ = [n for n, s in shapes.items() if s.type in CLASSES and n not in held]
+    detection covers, at most one per library shape that no detection names (``names``, the
+    naming with the motion cue), and their seen extents (m). A region is a connected part of
+    the moving regions (``DepthMotion.changed``) outside the named detections (dilated by
+    1 px), of at least ``min_px`` px and with at most ``RIM_SHARE`` of its pixels within
+    ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
+    its motion's edge); regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
+    finite costs only), each region taking its shape's class. A thin part the network never
+    proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
+    K at segment's working resolution."""
+    named = [d.mask for d, n in zip(dets, names) if n is not None]
+    open_ = [n for n, s in shapes.items() if s.type in CLASSES and n not in set(names)]
     if not open_:
         return [], []
     _, _, regions = motion.changed(i)
-    named = [d.mask for d, n in zip(dets, names) if n is not None]
+    near = np.zeros(regions.shape, bool)
     if named:
-        claimed = cv2.dilate(np.any(named, axis=0).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        regions = regions & ~claimed
+        union = np.any(named, axis=0).astype(np.uint8)
+        regions = regions & ~(cv2.dilate(union, np.ones((3, 3), np.uint8)) > 0)
+        near = cv2.dilate(union, np.ones((2 * RIM_PX + 1, 2 * RIM_PX + 1), np.uint8)) > 0
     n, lab, stats, _ = cv2.connectedComponentsWithStats(regions.astype(np.uint8), connectivity=8)
-    out, seen = [], []
+    masks, seen = [], []
     for k in range(1, n):
         if stats[k, cv2.CC_STAT_AREA] < min_px:
             continue
         m = lab == k
-        e = measure_extents(m, depth, K, smoothed)
-        costs = [(size_cost(e, shapes[s], True, tol), s) for s in open_]
-        c, best = min(costs)
-        if not np.isfinite(c):
+        if (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
             continue
-        label = CLASSES.index(shapes[best].type)
-        out.append(Detection(m, label, PROPOSAL_SCORE, np.eye(len(CLASSES))[label] * PROPOSAL_SCORE))
-        seen.append(e)
-    return out, seen
+        masks.append(m)
+        seen.append(measure_extents(m, depth, K, smoothed))
+    if not masks:
+        return [], []
+    cost = np.array([[size_cost(e, shapes[s], True, tol) for s in open_] for e in seen])
+    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
+    out, out_seen = [], []
+    for r, c in zip(rows, cols):
+        if np.isfinite(cost[r, c]):
+            label = CLASSES.index(shapes[open_[c]].type)
+            out.append(Detection(masks[r], label, PROPOSAL_SCORE, np.eye(len(CLASSES))[label] * PROPOSAL_SCORE))
+            out_seen.append(seen[r])
+    return out, out_seen
