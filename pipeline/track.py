@@ -59,6 +59,7 @@ from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 from vid2sim.pipeline.track_scene import TrackScene
+from vid2sim.pipeline.track_shift import part_shifts
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,32 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
              "from the other (cost %.0f)", costs[0], costs[1], ("first", "second")[best],
              [seg.shape_names[m] for m in np.flatnonzero(swapped)] or "no body", c)
     return tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
+
+
+def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
+                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+    """``_Tracker.frame``'s result for a frame next to the segmentation frame (no velocity yet, no
+    motion prior): aligned from the parts at rest (``T_rest`` (M, 4, 4)) and, where some part's image
+    moved (``shift`` (M, 3) m, ``track_shift.py``) by more than ``gate_final_m``, also from the parts
+    moved by it; each body keeps the start whose aligned pose explains the frame better (``_mix``)."""
+    cfg = tracker.cfg
+    rest = tracker.frame(depth, T_rest, T_hold, use_prior=False, rgb=rgb)
+    moved = np.flatnonzero((shift.norm(dim=1) > cfg.gates.gate_final_m).numpy())
+    if len(moved) == 0:
+        return rest
+    T_shift = T_rest.clone()
+    T_shift[:, :3, 3] += shift
+    went = tracker.frame(depth, T_shift, T_hold, use_prior=False, rgb=rgb)
+    cost = tracker.cost_fn(depth, rgb, [rest[0], went[0]], cfg.gates.max_rays)
+    c_rest = cost(rest[0])
+    # a body lost from the moved start (out of view, unsupported) is no better start: only found ones are tried
+    T, swapped, c = _mix(cost, rest[0], went[0], [m for m in moved if not went[1][m]], c_rest)
+    log.info("track: first step from the segmentation frame: the images moved the parts %s mm; cost %.0f at rest, "
+             "%.0f with %s moved", np.round(1000 * shift.norm(dim=1).numpy()).astype(int).tolist(), c_rest, c,
+             np.flatnonzero(swapped).tolist() or "no body")
+    if not swapped.any():
+        return rest
+    return tracker.frame(depth, T, T_hold, use_prior=False, rgb=rgb)
 
 
 def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[torch.Tensor, np.ndarray, float]:
@@ -474,13 +501,18 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                         T0 = T0.clone()
                         T0[stop] = T_prev[stop]
                         motion.stop(stop)
-                T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
+                if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did they go?
+                    shift = part_shifts(scene, ((d0, c0), (depth, rec.color(i) if rec.has_color else None)), seg.masks,
+                                        cfg.prior.first_reach_m)
+                    T, lost_i, r, vis = _first_step(tracker, depth, rgb, T0, good, shift)
+                else:
+                    T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
-                if not first:  # no velocity across the seed frame (its pose is not a motion)
+                if i != seg.frame:  # no velocity across the seed frame's own re-alignment (not a motion)
                     motion.update(T, T_prev, keep & ~was_lost)  # a re-acquired body's jump from its held pose is no motion
                 was_lost = ~keep
                 first = False

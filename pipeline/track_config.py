@@ -80,6 +80,9 @@ class TrackPrior:
     # that explains the frame better (a part landing and stopping within a frame or two); 0: off
     stop_check_m: float = 0.01
     stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
+    # m: the frames next to the segmentation frame (no velocity yet) also start from each part moved as its
+    # image patch moved, searched within this distance (track_shift.py); 0: they start at rest only
+    first_reach_m: float = 0.2
 
 
 @dataclass(frozen=True)
