@@ -62,6 +62,9 @@ class TrackNoise:
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
     w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
+    # in [0, 1]: colour silhouettes are used only where, in the segmentation frame, at least this share of every
+    # part's mask pixels takes that part's label (else a part's shading or colour noise would push it off them)
+    color_min_recall: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ part's colour, regions of interest, depth edges, and the primitives' long axes (
 runs the frames)."""
 from __future__ import annotations
 
+import logging
+
 import cv2
 import numpy as np
 import torch
@@ -12,6 +14,8 @@ from vid2sim.models.render import Primitive
 from vid2sim.models.render.align import Observation, render_hits
 from vid2sim.pipeline.track_config import TrackConfig
 from vid2sim.pipeline.track_fit import FLOAT
+
+log = logging.getLogger(__name__)
 
 
 class TrackScene:
@@ -47,6 +51,26 @@ class TrackScene:
             ch = chroma(rgb)
             self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
             self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
+            recall = self.color_recall(rgb, masks)
+            if recall.size and recall.min() < self.cfg.noise.color_min_recall:
+                # a part whose own pixels do not take its label (shaded faces of another chromaticity than
+                # its mean, colour noise) would be pushed off them by its colour silhouettes: no colour
+                log.info("track: colour silhouettes off: in the segmentation frame only %s of the parts' pixels "
+                         "take their part's colour label (below noise.color_min_recall %.2f)",
+                         np.round(recall, 2).tolist(), self.cfg.noise.color_min_recall)
+                self.body_chroma = None
+
+    def color_recall(self, rgb: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """(M,) share of each mask's pixels (every 2nd in u and v) whose colour label (``labels``) is
+        its own part; NaN for an empty mask."""
+        out = np.full(len(masks), np.nan)
+        sub = np.zeros(masks.shape[1:], bool)
+        sub[::2, ::2] = True
+        for k, m in enumerate(masks):
+            flat = np.flatnonzero((m > 0) & sub)
+            if flat.size:
+                out[k] = float((self.labels(rgb, flat) == k).mean())
+        return out[np.isfinite(out)]
 
     def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
         """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
