@@ -59,6 +59,7 @@ from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 from vid2sim.pipeline.track_scene import TrackScene
+from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
 from vid2sim.pipeline.track_shift import part_shifts
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,31 @@ def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: TrackScene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
+        self.samples = [interior_samples(p) for p in scene.prims]
+        self.nested: np.ndarray | None = None   # (M, M) bool pairs that overlap at the start: not judged (``inside``)
+
+    def judge_overlaps(self, T_start: torch.Tensor) -> None:
+        """From now on, a body mostly inside another (``lost.inside_max``) is lost, except for pairs
+        already sharing some volume at the start poses T_start (M, 4, 4): a drawer in its carcass."""
+        share = inside_shares(self.scene.prims, T_start, self.samples)
+        self.nested = (share > NESTED_SHARE) | (share.T > NESTED_SHARE)
+
+    def inside(self, T: torch.Tensor, support: np.ndarray) -> np.ndarray:
+        """(M,) bool bodies whose volume lies mostly (over ``lost.inside_max``) inside another body's at
+        poses T: rigid parts cannot interpenetrate, so one of the two is wrong (a part slid onto its
+        neighbour's face explains that neighbour's points); of two such, the one whose render the depth
+        supports less (``support`` (M,), the share of its pixels that support it)."""
+        M = len(T)
+        out = np.zeros(M, bool)
+        if self.nested is None or self.cfg.lost.inside_max <= 0 or M < 2:
+            return out
+        share = inside_shares(self.scene.prims, T, self.samples)
+        for m in range(M):
+            for k in range(M):
+                if k != m and not self.nested[m, k] and share[m, k] > self.cfg.lost.inside_max:
+                    both = share[k, m] > self.cfg.lost.inside_max
+                    out[k if both and support[k] < support[m] else m] = True
+        return out
 
     def _observe(self, depth: np.ndarray, roi: np.ndarray, rgb: np.ndarray | None, max_rays: int,
                  reach_of: torch.Tensor | None = None) -> tuple[Observation, np.ndarray]:
@@ -339,12 +365,16 @@ class _Tracker:
             T, res = self._axis_search(obs, T, res)
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
+        supported = np.zeros(M)
         for m in range(M):
             visible = int((res.visible == m).sum())
             mine = res.assigned == m
             support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
-            r = res.point_res[mine]
+            supported[m] = support / max(visible, 1)
+        lost |= self.inside(T, supported)
+        for m in range(M):
+            r = res.point_res[res.assigned == m]
             per_body[m] = cfg.gates.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
         if lost.any():
             T = T.clone()
@@ -475,6 +505,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     scene.set_background(d0, seg.masks, c0, cover=scene.silhouettes(T_init))
     T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False,
                            rgb=c0 if cfg.noise.w_color > 0 else None)[0]
+    tracker.judge_overlaps(T_init)
     Tn, M = rec.num_frames, len(prims)
     poses = np.zeros((Tn, M, 4, 4))
     lost = np.zeros((Tn, M), bool)

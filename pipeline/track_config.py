@@ -97,6 +97,9 @@ class TrackLost:
     lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
     reacquire_reach: float = 2.5  # reacquire searches within this many bounding radii of the last pose
+    # in [0, 1): a body with more than this share of its volume inside another body's (parts that did not overlap at
+    # the start) is lost (track_overlap.py); 0: off
+    inside_max: float = 0.5
 
 
 @dataclass(frozen=True)
