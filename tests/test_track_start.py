@@ -87,7 +87,8 @@ def test_a_part_mostly_inside_another_is_lost_unless_they_were_nested_at_the_sta
 def test_colour_labels_that_miss_the_parts_own_pixels_switch_colour_off(tmp_path):
     """A part whose mask pixels mostly fall outside its mean colour's tolerance (two faces of
     different colour: half red, half green) would be pushed off its own pixels by colour
-    silhouettes: the scene keeps no part colours; one of a single colour keeps them."""
+    silhouettes: its colour is dropped (its pixels undecided, not "no part"), the other part's
+    kept; with no part's colour left, none is used."""
     truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
     rec = open_recording(tmp_path / "pair")
     prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
@@ -102,5 +103,12 @@ def test_colour_labels_that_miss_the_parts_own_pixels_switch_colour_off(tmp_path
     v, u = np.nonzero(seg.masks[0])
     left = u < np.median(u)
     two[v[left], u[left]] = (40, 200, 40)
+    scene.set_background(rec.depth(0), seg.masks, two)
+    assert np.isnan(scene.body_chroma[0]).all() and np.isfinite(scene.body_chroma[1]).all()
+    flat = np.flatnonzero(seg.masks.reshape(2, -1)[0])
+    assert set(scene.labels(two, flat).tolist()) == {-2}   # the box's pixels: undecided, not "no part"
+    v, u = np.nonzero(seg.masks[1])
+    left = u < np.median(u)
+    two[v[left], u[left]] = (200, 40, 40)   # the rod half red, half blue as well: no part keeps a colour
     scene.set_background(rec.depth(0), seg.masks, two)
     assert scene.body_chroma is None
