@@ -454,6 +454,31 @@ def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> Tr
     return replace(cfg, noise=replace(cfg.noise, depth_noise_k=noise.k))
 
 
+def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tuple, i: int, T_prev: torch.Tensor,
+                 good: torch.Tensor, motion: Motion, first: bool) -> tuple:
+    """Frame i aligned from ``motion``'s prediction from ``T_prev`` (M, 4, 4) (fast parts that stopped
+    start at rest); the frames next to the segmentation frame (no velocity yet) also from where the
+    images moved the parts (``_first_step``; ``seed``: that frame's depth and colour or None). Lost
+    bodies fall back to ``good``. Returns ``_Tracker.frame``'s (T, lost, residual, vis) and the colour
+    frame read (or None)."""
+    cfg, scene = tracker.cfg, tracker.scene
+    scene.hidden = scene.hidden_of(i)
+    depth = rec.depth(i)
+    rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
+    T0 = motion.predict(T_prev)
+    if not first and cfg.prior.stop_check_m > 0:
+        stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, motion.velocity))
+        if stop.any():
+            T0 = T0.clone()
+            T0[stop] = T_prev[stop]
+            motion.stop(stop)
+    if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
+        shift = part_shifts(scene, (seed, (depth, rec.color(i) if rec.has_color else None)), seg.masks,
+                            cfg.prior.first_reach_m)
+        return (*_first_step(tracker, depth, rgb, T0, good, shift), rgb)
+    return (*tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb), rgb)
+
+
 def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
                     out_dir: Path) -> None:
     """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``;
@@ -522,22 +547,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
-                scene.hidden = scene.hidden_of(i)
-                depth = rec.depth(i)
-                rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
-                T0 = motion.predict(T_prev)
-                if not first and cfg.prior.stop_check_m > 0:
-                    stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, motion.velocity))
-                    if stop.any():
-                        T0 = T0.clone()
-                        T0[stop] = T_prev[stop]
-                        motion.stop(stop)
-                if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did they go?
-                    shift = part_shifts(scene, ((d0, c0), (depth, rec.color(i) if rec.has_color else None)), seg.masks,
-                                        cfg.prior.first_reach_m)
-                    T, lost_i, r, vis = _first_step(tracker, depth, rgb, T0, good, shift)
-                else:
-                    T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
+                T, lost_i, r, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, good, motion, first)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
