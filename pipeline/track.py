@@ -8,7 +8,8 @@ moved by damped Gauss-Newton until the render explains the observation
 covers, point-to-surface distances of depth points it does not cover yet, and
 silhouette residuals where the render and the observation disagree about which part
 (if any) a ray sees, by depth (seen through) and, where colour is given, by colour
-(chromaticity of each part in the segmentation frame). Residuals are whitened by the
+(chromaticity of each part in the segmentation frame, for the parts whose own pixels there take
+it: ``TrackScene.set_background``). Residuals are whitened by the
 depth noise (sigma = k z^2, k measured from the recording's static pixels unless set:
 ``datasets/noise.py``) and Huber-weighted.
 
@@ -21,9 +22,12 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   competes, body by body.
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
-  then backward to frame 0. A body that finds too few of its points widens its gate.
+  then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
+  and from each part moved as its image moved (``track_shift.py``), per body whichever aligns to
+  the lower cost. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
-  no longer supported by the depth is flagged ``lost`` and held at its last good pose
+  no longer supported by the depth, or that lies mostly inside another body (``track_overlap.py``),
+  is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose.
