@@ -8,7 +8,8 @@ moved by damped Gauss-Newton until the render explains the observation
 covers, point-to-surface distances of depth points it does not cover yet, and
 silhouette residuals where the render and the observation disagree about which part
 (if any) a ray sees, by depth (seen through) and, where colour is given, by colour
-(chromaticity of each part in the segmentation frame). Residuals are whitened by the
+(chromaticity of each part in the segmentation frame, for the parts whose own pixels there take
+it: ``TrackScene.set_background``). Residuals are whitened by the
 depth noise (sigma = k z^2, k measured from the recording's static pixels unless set:
 ``datasets/noise.py``) and Huber-weighted.
 
@@ -21,9 +22,12 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   competes, body by body.
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
-  then backward to frame 0. A body that finds too few of its points widens its gate.
+  then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
+  and from each part moved as its image moved (``track_shift.py``), per body whichever aligns to
+  the lower cost. A body that finds too few of its points widens its gate.
 - A body whose visible pixels vanish (left the view, fully occluded) or whose render is
-  no longer supported by the depth is flagged ``lost`` and held at its last good pose
+  no longer supported by the depth, or that lies mostly inside another body (``track_overlap.py``),
+  is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose.
@@ -59,6 +63,8 @@ from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 from vid2sim.pipeline.track_scene import TrackScene
+from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
+from vid2sim.pipeline.track_shift import part_shifts
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +162,32 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     return tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
 
 
+def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
+                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+    """``_Tracker.frame``'s result for a frame next to the segmentation frame (no velocity yet, no
+    motion prior): aligned from the parts at rest (``T_rest`` (M, 4, 4)) and, where some part's image
+    moved (``shift`` (M, 3) m, ``track_shift.py``) by more than ``gate_final_m``, also from the parts
+    moved by it; each body keeps the start whose aligned pose explains the frame better (``_mix``)."""
+    cfg = tracker.cfg
+    rest = tracker.frame(depth, T_rest, T_hold, use_prior=False, rgb=rgb)
+    moved = np.flatnonzero((shift.norm(dim=1) > cfg.gates.gate_final_m).numpy())
+    if len(moved) == 0:
+        return rest
+    T_shift = T_rest.clone()
+    T_shift[:, :3, 3] += shift
+    went = tracker.frame(depth, T_shift, T_hold, use_prior=False, rgb=rgb)
+    cost = tracker.cost_fn(depth, rgb, [rest[0], went[0]], cfg.gates.max_rays)
+    c_rest = cost(rest[0])
+    # a body lost from the moved start (out of view, unsupported) is no better start: only found ones are tried
+    T, swapped, c = _mix(cost, rest[0], went[0], [m for m in moved if not went[1][m]], c_rest)
+    log.info("track: first step from the segmentation frame: the images moved the parts %s mm; cost %.0f at rest, "
+             "%.0f with %s moved", np.round(1000 * shift.norm(dim=1).numpy()).astype(int).tolist(), c_rest, c,
+             np.flatnonzero(swapped).tolist() or "no body")
+    if not swapped.any():
+        return rest
+    return tracker.frame(depth, T, T_hold, use_prior=False, rgb=rgb)
+
+
 def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[torch.Tensor, np.ndarray, float]:
     """Greedy per-body choice between two pose sets: from ``T`` (cost ``c``), each body in
     ``bodies`` takes its pose from ``other`` where that lowers ``cost`` of the whole frame.
@@ -173,6 +205,31 @@ def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[
 class _Tracker:
     def __init__(self, cfg: TrackConfig, scene: TrackScene, planar: bool):
         self.cfg, self.scene, self.planar = cfg, scene, planar
+        self.samples = [interior_samples(p) for p in scene.prims]
+        self.nested: np.ndarray | None = None   # (M, M) bool pairs that overlap at the start: not judged (``inside``)
+
+    def judge_overlaps(self, T_start: torch.Tensor) -> None:
+        """From now on, a body mostly inside another (``lost.inside_max``) is lost, except for pairs
+        already sharing some volume at the start poses T_start (M, 4, 4): a drawer in its carcass."""
+        share = inside_shares(self.scene.prims, T_start, self.samples)
+        self.nested = (share > NESTED_SHARE) | (share.T > NESTED_SHARE)
+
+    def inside(self, T: torch.Tensor, support: np.ndarray) -> np.ndarray:
+        """(M,) bool bodies whose volume lies mostly (over ``lost.inside_max``) inside another body's at
+        poses T: rigid parts cannot interpenetrate, so one of the two is wrong (a part slid onto its
+        neighbour's face explains that neighbour's points); of two such, the one whose render the depth
+        supports less (``support`` (M,), the share of its pixels that support it)."""
+        M = len(T)
+        out = np.zeros(M, bool)
+        if self.nested is None or self.cfg.lost.inside_max <= 0 or M < 2:
+            return out
+        share = inside_shares(self.scene.prims, T, self.samples)
+        for m in range(M):
+            for k in range(M):
+                if k != m and not self.nested[m, k] and share[m, k] > self.cfg.lost.inside_max:
+                    both = share[k, m] > self.cfg.lost.inside_max
+                    out[k if both and support[k] < support[m] else m] = True
+        return out
 
     def _observe(self, depth: np.ndarray, roi: np.ndarray, rgb: np.ndarray | None, max_rays: int,
                  reach_of: torch.Tensor | None = None) -> tuple[Observation, np.ndarray]:
@@ -312,12 +369,16 @@ class _Tracker:
             T, res = self._axis_search(obs, T, res)
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
+        supported = np.zeros(M)
         for m in range(M):
             visible = int((res.visible == m).sum())
             mine = res.assigned == m
             support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
-            r = res.point_res[mine]
+            supported[m] = support / max(visible, 1)
+        lost |= self.inside(T, supported)
+        for m in range(M):
+            r = res.point_res[res.assigned == m]
             per_body[m] = cfg.gates.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
         if lost.any():
             T = T.clone()
@@ -397,6 +458,31 @@ def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> Tr
     return replace(cfg, noise=replace(cfg.noise, depth_noise_k=noise.k))
 
 
+def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tuple, i: int, T_prev: torch.Tensor,
+                 good: torch.Tensor, motion: Motion, first: bool) -> tuple:
+    """Frame i aligned from ``motion``'s prediction from ``T_prev`` (M, 4, 4) (fast parts that stopped
+    start at rest); the frames next to the segmentation frame (no velocity yet) also from where the
+    images moved the parts (``_first_step``; ``seed``: that frame's depth and colour or None). Lost
+    bodies fall back to ``good``. Returns ``_Tracker.frame``'s (T, lost, residual, vis) and the colour
+    frame read (or None)."""
+    cfg, scene = tracker.cfg, tracker.scene
+    scene.hidden = scene.hidden_of(i)
+    depth = rec.depth(i)
+    rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
+    T0 = motion.predict(T_prev)
+    if not first and cfg.prior.stop_check_m > 0:
+        stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, motion.velocity))
+        if stop.any():
+            T0 = T0.clone()
+            T0[stop] = T_prev[stop]
+            motion.stop(stop)
+    if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
+        shift = part_shifts(scene, (seed, (depth, rec.color(i) if rec.has_color else None)), seg.masks,
+                            cfg.prior.first_reach_m)
+        return (*_first_step(tracker, depth, rgb, T0, good, shift), rgb)
+    return (*tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb), rgb)
+
+
 def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
                     out_dir: Path) -> None:
     """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``;
@@ -448,6 +534,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     scene.set_background(d0, seg.masks, c0, cover=scene.silhouettes(T_init))
     T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False,
                            rgb=c0 if cfg.noise.w_color > 0 else None)[0]
+    tracker.judge_overlaps(T_init)
     Tn, M = rec.num_frames, len(prims)
     poses = np.zeros((Tn, M, 4, 4))
     lost = np.zeros((Tn, M), bool)
@@ -464,23 +551,13 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
-                scene.hidden = scene.hidden_of(i)
-                depth = rec.depth(i)
-                rgb = rec.color(i) if rec.has_color and cfg.noise.w_color > 0 else None
-                T0 = motion.predict(T_prev)
-                if not first and cfg.prior.stop_check_m > 0:
-                    stop = torch.as_tensor(tracker.stopped(depth, rgb, T0, T_prev, motion.velocity))
-                    if stop.any():
-                        T0 = T0.clone()
-                        T0[stop] = T_prev[stop]
-                        motion.stop(stop)
-                T, lost_i, r, vis = tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb)
+                T, lost_i, r, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, good, motion, first)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
                 keep = torch.as_tensor(~lost_i)
                 good[keep] = T[keep]
-                if not first:  # no velocity across the seed frame (its pose is not a motion)
+                if i != seg.frame:  # no velocity across the seed frame's own re-alignment (not a motion)
                     motion.update(T, T_prev, keep & ~was_lost)  # a re-acquired body's jump from its held pose is no motion
                 was_lost = ~keep
                 first = False

@@ -62,6 +62,9 @@ class TrackNoise:
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
     w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
+    # in [0, 1]: colour silhouettes are used only where, in the segmentation frame, at least this share of every
+    # part's mask pixels takes that part's label (else a part's shading or colour noise would push it off them)
+    color_min_recall: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class TrackPrior:
     # that explains the frame better (a part landing and stopping within a frame or two); 0: off
     stop_check_m: float = 0.01
     stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
+    # m: the frames next to the segmentation frame (no velocity yet) also start from each part moved as its
+    # image patch moved, searched within this distance (track_shift.py); 0: they start at rest only
+    first_reach_m: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,9 @@ class TrackLost:
     lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
     reacquire_reach: float = 2.5  # reacquire searches within this many bounding radii of the last pose
+    # in [0, 1): a body with more than this share of its volume inside another body's (parts that did not overlap at
+    # the start) is lost (track_overlap.py); 0: off
+    inside_max: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ part's colour, regions of interest, depth edges, and the primitives' long axes (
 runs the frames)."""
 from __future__ import annotations
 
+import logging
+
 import cv2
 import numpy as np
 import torch
@@ -12,6 +14,8 @@ from vid2sim.models.render import Primitive
 from vid2sim.models.render.align import Observation, render_hits
 from vid2sim.pipeline.track_config import TrackConfig
 from vid2sim.pipeline.track_fit import FLOAT
+
+log = logging.getLogger(__name__)
 
 
 class TrackScene:
@@ -47,6 +51,30 @@ class TrackScene:
             ch = chroma(rgb)
             self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
             self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
+            # a part whose own pixels do not take its label (shaded faces of another chromaticity than its
+            # mean, colour noise) would be pushed off them by its colour silhouettes: its colour is unknown
+            recall = self.color_recall(rgb, masks)
+            off = ~(recall >= self.cfg.noise.color_min_recall)
+            if off.any():
+                log.info("track: colour silhouettes off for %s: in the segmentation frame %s of each part's pixels "
+                         "take its colour label (noise.color_min_recall %.2f)", "every part" if off.all() else
+                         f"parts {np.flatnonzero(off).tolist()}", np.round(recall, 2).tolist(),
+                         self.cfg.noise.color_min_recall)
+                self.body_chroma[off] = np.nan
+            if np.isnan(self.body_chroma).all():
+                self.body_chroma = None
+
+    def color_recall(self, rgb: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """(M,) share of each mask's pixels (every 2nd in u and v) whose colour label (``labels``) is
+        its own part; NaN for an empty mask (or a part without a colour)."""
+        out = np.full(len(masks), np.nan)
+        sub = np.zeros(masks.shape[1:], bool)
+        sub[::2, ::2] = True
+        for k, m in enumerate(masks):
+            flat = np.flatnonzero((m > 0) & sub)
+            if flat.size:
+                out[k] = float((self.labels(rgb, flat) == k).mean())
+        return out
 
     def labels(self, rgb: np.ndarray, flat: np.ndarray) -> np.ndarray:
         """(N,) colour label of the pixels ``flat``: body index, -1 no body, -2 undecided."""
@@ -56,7 +84,10 @@ class TrackScene:
         best = np.nanargmin(np.where(np.isnan(d_body), np.inf, d_body), 1)
         d_best = d_body[np.arange(len(flat)), best]
         tau = self.cfg.noise.color_tol
-        label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, -1, -2))
+        # with some part's colour unknown (``color_min_recall``) a pixel far from every known colour may be that
+        # part's: undecided, unless it has the background's colour
+        far = -2 if np.isnan(self.body_chroma).any() else -1
+        label = np.where(d_best < tau, best, np.where(d_best > 2 * tau, far, -2))
         label = np.where(np.isfinite(d_bg) & (d_bg < d_best) & (d_bg < tau), -1, label)
         return label
 

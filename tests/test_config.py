@@ -27,7 +27,9 @@ UNGROUPED_TRACK = {
     # track speed (issue 31): the constant-acceleration prediction, stopping a frame's steps on no progress
     "acceleration": 1.0, "patience": 2,
     # the search along an elongated part's long axis (issue 27)
-    "axis_search": 4}
+    "axis_search": 4,
+    # the first step from the segmentation frame, the colour check, parts inside parts (issue 25)
+    "first_reach_m": 0.2, "color_min_recall": 0.5, "inside_max": 0.5}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():
