@@ -477,8 +477,8 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
             T0[stop] = T_prev[stop]
             motion.stop(stop)
     if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
-        shift = part_shifts(scene, (seed, (depth, rec.color(i) if rec.has_color else None)), seg.masks,
-                            cfg.prior.first_reach_m)
+        c = rgb if rgb is not None or not rec.has_color else rec.color(i)   # the colour frame read once
+        shift = part_shifts(scene, (seed, (depth, c)), seg.masks, cfg.prior.first_reach_m)
         return (*_first_step(tracker, depth, rgb, T0, good, shift), rgb)
     return (*tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb), rgb)
 
