@@ -30,7 +30,9 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
-  again, each frame, among the depth points no body explains near its last pose.
+  again, each frame, among the depth points no body explains near its last pose, and aligned
+  again from where its motion and its image since its last good frame say it went
+  (``track_refind.py``).
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The settings are in ``track_config.py``, the camera, background and regions of interest in
@@ -379,7 +381,7 @@ class _Tracker:
             supported[m] = support / max(visible, 1)
         inside = self.inside(T, supported)
         lost |= inside
-        if lost.any():
+        if lost.any() and log.isEnabledFor(logging.DEBUG):
             log.debug("track: lost %s: visible %s, supported %s, inside another %s", np.flatnonzero(lost).tolist(),
                       [int((res.visible == m).sum()) for m in range(M)], np.round(supported, 2).tolist(),
                       np.flatnonzero(inside).tolist())
