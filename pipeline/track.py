@@ -30,7 +30,9 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
-  again, each frame, among the depth points no body explains near its last pose.
+  again, each frame, among the depth points no body explains near its last pose, and aligned
+  again from where its motion and its image since its last good frame say it went
+  (``track_refind.py``).
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The settings are in ``track_config.py``, the camera, background and regions of interest in
@@ -64,6 +66,7 @@ from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 from vid2sim.pipeline.track_scene import TrackScene
 from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
+from vid2sim.pipeline.track_refind import LastSeen, refind
 from vid2sim.pipeline.track_shift import part_shifts
 
 log = logging.getLogger(__name__)
@@ -376,7 +379,12 @@ class _Tracker:
             support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
             supported[m] = support / max(visible, 1)
-        lost |= self.inside(T, supported)
+        inside = self.inside(T, supported)
+        lost |= inside
+        if lost.any() and log.isEnabledFor(logging.DEBUG):
+            log.debug("track: lost %s: visible %s, supported %s, inside another %s", np.flatnonzero(lost).tolist(),
+                      [int((res.visible == m).sum()) for m in range(M)], np.round(supported, 2).tolist(),
+                      np.flatnonzero(inside).tolist())
         for m in range(M):
             r = res.point_res[res.assigned == m]
             per_body[m] = cfg.gates.gate_final_m if lost[m] or r.numel() == 0 else float(r.square().mean().sqrt())
@@ -459,12 +467,13 @@ def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> Tr
 
 
 def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tuple, i: int, T_prev: torch.Tensor,
-                 good: torch.Tensor, motion: Motion, first: bool) -> tuple:
+                 seen: LastSeen, motion: Motion, first: bool) -> tuple:
     """Frame i aligned from ``motion``'s prediction from ``T_prev`` (M, 4, 4) (fast parts that stopped
     start at rest); the frames next to the segmentation frame (no velocity yet) also from where the
     images moved the parts (``_first_step``; ``seed``: that frame's depth and colour or None). Lost
-    bodies fall back to ``good``. Returns ``_Tracker.frame``'s (T, lost, residual, vis) and the colour
-    frame read (or None)."""
+    bodies fall back to their last good pose (``seen``) and, with ``lost.reacquire``, are looked for
+    again from their motion and image since (``track_refind.py``). Returns ``_Tracker.frame``'s
+    (T, lost, residual, vis) and the colour frame read (or None)."""
     cfg, scene = tracker.cfg, tracker.scene
     scene.hidden = scene.hidden_of(i)
     depth = rec.depth(i)
@@ -479,8 +488,12 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
     if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
         c = rgb if rgb is not None or not rec.has_color else rec.color(i)   # the colour frame read once
         shift = part_shifts(scene, (seed, (depth, c)), seg.masks, cfg.prior.first_reach_m)
-        return (*_first_step(tracker, depth, rgb, T0, good, shift), rgb)
-    return (*tracker.frame(depth, T0, good, use_prior=not first, rgb=rgb), rgb)
+        out = _first_step(tracker, depth, rgb, T0, seen.pose, shift)
+    else:
+        out = tracker.frame(depth, T0, seen.pose, use_prior=not first, rgb=rgb)
+    if out[1].any() and cfg.lost.reacquire:
+        out = refind(tracker, rec, seen, i, depth, rgb, out)
+    return (*out, rgb)
 
 
 def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
@@ -547,18 +560,19 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 continue
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
             motion = Motion(prims, planar, cfg.prior.velocity_smoothing, cfg.prior.acceleration)
-            good = T_prev.clone()
+            seen = LastSeen(T_prev, seg.frame, seg.masks)
             was_lost = torch.zeros(M, dtype=torch.bool)
             first = True
             for i in frames:
-                T, lost_i, r, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, good, motion, first)
+                T, lost_i, r, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, seen, motion, first)
                 poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
                 keep = torch.as_tensor(~lost_i)
-                good[keep] = T[keep]
                 if i != seg.frame:  # no velocity across the seed frame's own re-alignment (not a motion)
                     motion.update(T, T_prev, keep & ~was_lost)  # a re-acquired body's jump from its held pose is no motion
+                seen.update(i, T, ~lost_i & ~was_lost.numpy(), motion.velocity)
+                seen.update(i, T, ~lost_i & was_lost.numpy(), seen.velocity)   # re-found: its velocity kept
                 was_lost = ~keep
                 first = False
                 T_prev = T
