@@ -22,7 +22,10 @@ Several early frames can be looked at; the one with the most confident parts is 
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
 averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
-learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
+learned segmenter looks at them again with each group of parts magnified (``predict_zoomed``).
+Parts touch the parts they are joined to: of the clusters of touching masks, the one that
+explains most library shapes is kept, others only for shapes it leaves unexplained
+(``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
