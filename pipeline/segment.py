@@ -22,7 +22,10 @@ Several early frames can be looked at; the one with the most confident parts is 
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
 averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
-learned segmenter looks at them again with the parts' region magnified (``predict_zoomed``).
+learned segmenter looks at them again with each group of parts magnified (``predict_zoomed``).
+Parts touch the parts they are joined to: of the clusters of touching masks, the one that
+explains most library shapes is kept, others only for shapes it leaves unexplained
+(``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
 library shape no part matched is an error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
@@ -61,6 +64,7 @@ from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_overlay import overlay
+from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -400,6 +404,12 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
         grown = seen
         dets, seen = complete_pieces(dets, matched, seen, depth, K, smoothed, rec.shapes, metric, tol)
         if len(dets) < n or seen != grown:
+            matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
+            total = sum(d.score for d in dets)
+        keep = assembly(dets, lambda ks: match_shapes([dets[k] for k in ks], [seen[k] for k in ks], rec.shapes,
+                                                      metric, tol, shapes_path, i, "ignore"), depth.shape[1])
+        if len(keep) < len(dets):  # look-alikes apart from the mechanism (segment_assembly)
+            dets, seen = [dets[k] for k in keep], [seen[k] for k in keep]
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
             total = sum(d.score for d in dets)
         if motion is not None and metric:

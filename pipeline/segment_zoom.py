@@ -19,31 +19,89 @@ ZOOM_TILES = 3  # at most this many overlapping views along the region's long si
 
 
 def zoom_tiles(dets: list[Detection], depth: np.ndarray, zoom: float) -> tuple[list[tuple[int, int, int, int]], float]:
-    """The views (x0, y0, x1, y1) pixels, of the frame's aspect, to look at again magnified,
-    and their magnification; ([], 1.0) for none.
+    """Every view of ``zoom_groups`` (x0, y0, x1, y1) pixels, and the least magnification
+    among them; ([], 1.0) for none."""
+    groups = zoom_groups(dets, depth, zoom)
+    return ([v for views, _ in groups for v in views], min(s for _, s in groups)) if groups else ([], 1.0)
 
-    The region is the box around the detections narrower and lower than half the frame (a
-    wall or the floor is no part to magnify; else around the pixels with depth, where they
-    cover less than half the frame), grown by a quarter of its size and 8 px on every
-    side. One view holds it where that magnifies it at least ``ZOOM_MIN`` times; a region
-    much taller or wider than the frame's aspect (a hanging chain) that one view cannot
-    magnify so much is instead covered by up to ``ZOOM_TILES`` views along its long side,
-    each overlapping the next by half. The magnification is at most ``zoom``; none below
-    ``ZOOM_MIN``.
+
+def zoom_groups(dets: list[Detection], depth: np.ndarray, zoom: float
+                ) -> list[tuple[list[tuple[int, int, int, int]], float]]:
+    """The regions to look at again magnified: per region, its views (x0, y0, x1, y1)
+    pixels, of the frame's aspect, and their magnification (at most ``zoom``, at least
+    ``ZOOM_MIN``); regions that cannot be magnified so much are left out.
+
+    A region is a group of detections narrower and lower than half the frame (a wall or the
+    floor is no part to magnify; without any, the pixels with depth, where they cover less
+    than half the frame): masks within ``GROUP_GAP`` of the frame's width of each other are
+    one group, and two groups are one region where the box around both is still magnified
+    ``zoom`` times (``_region_views``). A mechanism and a distractor across the frame are
+    so looked at apart, each magnified as its own size allows (one box around both, at
+    far framing, is too large to magnify at all). A region's views are ``_region_views``'s.
     """
     h, w = depth.shape
     dets = [d for d in dets if all(a < b / 2 for a, b in zip(_span(d.mask), (w, h)))]  # not a wall or floor
     if dets:
-        mask = np.any([d.mask for d in dets], axis=0)
+        masks = [d.mask for d in dets]
     else:
-        mask = depth > 0
-        if mask.mean() > 0.5:
-            return [], 1.0
-    v, u = np.nonzero(mask)
-    if not len(u):
-        return [], 1.0
-    cx, cy = 0.5 * (u.min() + u.max() + 1), 0.5 * (v.min() + v.max() + 1)
-    bw, bh = 1.5 * (u.max() + 1 - u.min()) + 16, 1.5 * (v.max() + 1 - v.min()) + 16
+        masks = [depth > 0]
+        if masks[0].mean() > 0.5:
+            return []
+    boxes = _groups(masks, max(1, int(round(GROUP_GAP * w))))
+    merged = True
+    while merged:  # regions whose common box is still magnified fully are one
+        merged = False
+        for a in range(len(boxes)):
+            for b in range(a + 1, len(boxes)):
+                both = (min(boxes[a][0], boxes[b][0]), min(boxes[a][1], boxes[b][1]),
+                        max(boxes[a][2], boxes[b][2]), max(boxes[a][3], boxes[b][3]))
+                if _region_views(both, (h, w), zoom)[1] >= zoom:
+                    boxes[a] = both
+                    del boxes[b]
+                    merged = True
+                    break
+            if merged:
+                break
+    out = []
+    for box in sorted(boxes):
+        views, s = _region_views(box, (h, w), zoom)
+        if views:
+            out.append((list(dict.fromkeys(views)), s))
+    return out
+
+
+GROUP_GAP = 0.02  # share of the frame's width: masks this close are one group (zoom_groups)
+
+
+def _groups(masks: list[np.ndarray], gap: int) -> list[tuple[int, int, int, int]]:
+    """Boxes (u0, v0, u1, v1) pixels, end exclusive, of the groups of ``masks`` (H, W) bool
+    whose pixels come within ``gap`` px of each other (8-connected after dilation by gap / 2)."""
+    union = np.any(masks, axis=0).astype(np.uint8)
+    k = 2 * (gap // 2) + 1
+    n, lab = cv2.connectedComponents(cv2.dilate(union, np.ones((k, k), np.uint8)), connectivity=8)
+    boxes = []
+    for i in range(1, n):
+        v, u = np.nonzero((lab == i) & (union > 0))
+        if len(u):
+            boxes.append((int(u.min()), int(v.min()), int(u.max()) + 1, int(v.max()) + 1))
+    return boxes
+
+
+def _region_views(box: tuple[int, int, int, int], shape: tuple[int, int], zoom: float
+                  ) -> tuple[list[tuple[int, int, int, int]], float]:
+    """The views (x0, y0, x1, y1) of a frame of ``shape`` (H, W) that magnify the region
+    ``box`` (u0, v0, u1, v1), end exclusive, and their magnification; ([], 1.0) for none.
+
+    The region is grown by a quarter of its size and 8 px on every side. One view holds it
+    where that magnifies it at least ``ZOOM_MIN`` times; a region much taller or wider than
+    the frame's aspect (a hanging chain) that one view cannot magnify so much is instead
+    covered by up to ``ZOOM_TILES`` views along its long side, each overlapping the next by
+    half. The magnification is at most ``zoom``; none below ``ZOOM_MIN``.
+    """
+    h, w = shape
+    u0, v0, u1, v1 = box
+    cx, cy = 0.5 * (u0 + u1), 0.5 * (v0 + v1)
+    bw, bh = 1.5 * (u1 - u0) + 16, 1.5 * (v1 - v0) + 16
     one = min(w / bw, h / bh)
     along_x = min(2 * w / bw, h / bh)  # views side by side, overlapping by half
     along_y = min(w / bw, 2 * h / bh)
@@ -79,42 +137,59 @@ def _touches_cut(mask: np.ndarray, box: tuple[int, int, int, int], shape: tuple[
 def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, score_threshold: float,
                    zoom: float) -> tuple[list[Detection], float]:
     """The network's detections (class scores mirror-averaged), looking again at the parts
-    magnified where they fill little of the frame, and the magnification used (1: none).
+    magnified where they fill little of the frame, and the least magnification used (1: none).
 
     The network sees frames resized to ``network.INPUT_SIZE`` and proposes nothing much
     narrower than its smallest anchors (16 px at 1/4 aspect): a rod 3-5 px across at 320 x 240
-    is missed or merged. Where ``zoom_tiles`` finds a small region, each of its views is cut
+    is missed or merged. For each region ``zoom_groups`` finds, each of its views is cut
     out, upscaled (nearest neighbour) and detected again; their masks, mapped back to the
-    frame, replace the first pass's detections inside them. With several views, a mask that
-    reaches a side a view cut through is dropped (the overlapping view holds that part
-    whole), a part seen in two views is kept once (mask IoU above 0.5: the higher score), and
-    a first-pass detection stays unless the views' masks cover half of it.
+    frame, replace the first pass's detections inside them. With several views of a region,
+    a mask that reaches a side a view cut through is dropped (the overlapping view holds
+    that part whole) and a first-pass detection stays unless the views' masks cover half of
+    it; a part seen in two views is kept once (mask IoU above 0.5: the higher score).
     """
     first = net.predict(normal_img, score_threshold)
-    views, scale = zoom_tiles(first, depth, zoom) if zoom > 1 else ([], 1.0)
-    if not views:
+    groups = zoom_groups(first, depth, zoom) if zoom > 1 else []
+    if not groups:
         return net.mirror_average(normal_img, first), 1.0
     h, w = normal_img.shape[:2]
     out: list[Detection] = []
     inside = np.zeros((h, w), bool)
-    for box in views:
-        x0, y0, x1, y1 = box
-        inside[y0:y1, x0:x1] = True
-        crop = normal_img[y0:y1, x0:x1]
-        big = cv2.resize(crop, (w, int(round(w * (y1 - y0) / (x1 - x0)))), interpolation=cv2.INTER_NEAREST)
-        for d in net.predict(big, score_threshold, mirror=True):
-            small = cv2.resize(d.mask.astype(np.float32), (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA) >= 0.5
-            if not small.any() or (len(views) > 1 and _touches_cut(small, box, (h, w))):
-                continue
-            m = np.zeros((h, w), bool)
-            m[y0:y1, x0:x1] = small
-            out.append(Detection(m, d.label, d.score, d.class_scores))
+    for views, _ in groups:
+        found = [d for box in views for d in _view_detections(net, normal_img, box, score_threshold, len(views) > 1)]
+        if len(views) > 1:  # a part longer than the views' overlap is cut in every view: the first pass's stays
+            for d in found:
+                inside |= d.mask
+        else:
+            x0, y0, x1, y1 = views[0]
+            inside[y0:y1, x0:x1] = True
+        out += found
     out = _dedupe(sorted(out, key=lambda d: -d.score))
-    if len(views) > 1:  # a part longer than the views' overlap is cut in every view: the first pass's stays
-        inside = np.any([d.mask for d in out], axis=0) if out else np.zeros((h, w), bool)
     rest = [d for d in net.mirror_average(normal_img, first) if (d.mask & inside).sum() < 0.5 * d.mask.sum()]
-    log.debug("segment: looked again at %s magnified %.1f times: %d parts", views, scale, len(out))
+    scale = min(s for _, s in groups)
+    log.debug("segment: looked again at %s magnified %s times: %d parts", [v for v, _ in groups],
+              [round(s, 1) for _, s in groups], len(out))
     return sorted(out + rest, key=lambda d: -d.score), scale
+
+
+def _view_detections(net: Segmenter, normal_img: np.ndarray, box: tuple[int, int, int, int],
+                     score_threshold: float, drop_cut: bool) -> list[Detection]:
+    """The network's detections (mirror-averaged) in view ``box`` (x0, y0, x1, y1) of the
+    (H, W, 3) normal image, upscaled to the frame's width; masks (H, W) bool back in the
+    frame. drop_cut: leave out masks reaching a side of the view inside the frame."""
+    h, w = normal_img.shape[:2]
+    x0, y0, x1, y1 = box
+    crop = normal_img[y0:y1, x0:x1]
+    big = cv2.resize(crop, (w, int(round(w * (y1 - y0) / (x1 - x0)))), interpolation=cv2.INTER_NEAREST)
+    out = []
+    for d in net.predict(big, score_threshold, mirror=True):
+        small = cv2.resize(d.mask.astype(np.float32), (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA) >= 0.5
+        if not small.any() or (drop_cut and _touches_cut(small, box, (h, w))):
+            continue
+        m = np.zeros((h, w), bool)
+        m[y0:y1, x0:x1] = small
+        out.append(Detection(m, d.label, d.score, d.class_scores))
+    return out
 
 
 def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:

@@ -1,0 +1,73 @@
+"""Segment: a mechanism's parts are one assembly; a look-alike apart from it is background.
+
+Every part of a mechanism is joined to another, so in the image each part's mask touches
+another part's (or the parts it is joined through are hidden or missed). A distractor
+across the scene that the size of some library shape fits (a 0.12 x 0.03 m box beside a
+linkage of 0.16 x 0.05 x 0.03 m links) is not joined to the parts. ``assembly`` groups
+the detections into clusters of masks that come within ``GAP`` of the frame's width of
+each other, names each cluster on its own (``match_shapes``) and keeps the cluster that
+explains the most library shapes; other clusters are kept only where they explain a
+library shape that no kept cluster explains (a part cut off by a missed or hidden part
+between). A distractor that touches the mechanism in the image stays in its cluster and
+is left to the naming.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import cv2
+import numpy as np
+
+from vid2sim.models.segmenter.model import Detection
+
+GAP = 0.015  # share of the frame's width: masks this close (at least 4 px) are one cluster
+
+
+def clusters(masks: list[np.ndarray], gap_px: int) -> list[list[int]]:
+    """Indices of ``masks`` (H, W) bool grouped by touch: two masks whose pixels come within
+    ``gap_px`` of each other (each dilated by half of it) are in one cluster, and so are
+    masks joined through others. Clusters in the order of their first mask."""
+    n = len(masks)
+    if n == 0:
+        return []
+    k = 2 * ((gap_px + 1) // 2) + 1
+    grown = [cv2.dilate(m.astype(np.uint8), np.ones((k, k), np.uint8)) > 0 for m in masks]
+    parent = list(range(n))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a in range(n):
+        for b in range(a + 1, n):
+            if root(a) != root(b) and (grown[a] & grown[b]).any():
+                parent[root(b)] = root(a)
+    out: dict[int, list[int]] = {}
+    for a in range(n):
+        out.setdefault(root(a), []).append(a)
+    return list(out.values())
+
+
+def assembly(dets: list[Detection], name: Callable[[list[int]], list[str | None]], width: int) -> list[int]:
+    """Indices (ascending) of the detections in the mechanism's clusters (module docstring).
+
+    name: the library names (None: background) ``match_shapes`` gives a subset of the
+    detections, by their indices. width: px of the frame the masks are of. Clusters are
+    ranked by the library shapes they explain, then by their total score; the first is
+    kept, each next one only where it names a shape no kept cluster names."""
+    if len(dets) < 2:
+        return list(range(len(dets)))
+    groups = clusters([d.mask for d in dets], max(4, int(round(GAP * width))))
+    if len(groups) < 2:
+        return list(range(len(dets)))
+    named = [{n for n in name(g) if n is not None} for g in groups]
+    order = sorted(range(len(groups)), key=lambda c: (-len(named[c]), -sum(dets[k].score for k in groups[c])))
+    keep: list[int] = []
+    taken: set[str] = set()
+    for c in order:
+        if not keep or named[c] - taken:
+            keep += groups[c]
+            taken |= named[c]
+    return sorted(keep)
