@@ -14,6 +14,7 @@ from vid2sim.pipeline import segment
 from vid2sim.pipeline.run import StageError
 from vid2sim.pipeline.segment import SegmentConfig, run
 from vid2sim.pipeline.segment_split import split_pieces
+from vid2sim.pipeline.segment_still import DepthMotion
 
 CARCASS = Shape("carcass", "box", size=(0.5, 0.4, 0.6))
 DRAWER = Shape("drawer", "box", size=(0.4, 0.36, 0.12))
@@ -43,14 +44,15 @@ def _cabinet(path: Path, n: int = 24) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _swing(path: Path, n: int = 24) -> np.ndarray:
-    """A 0.5 m rod at 2.0 m swinging +-0.5 rad about its top end; its mask in frame 0."""
+    """A 0.5 x 0.05 m rod at 2.0 m (75 x 8 px) swinging +-0.25 rad about its top end; its mask in
+    frame 0. Its pixels within about 20 px of the pivot stay on the rod: a still piece."""
     with RecordingWriter(path, CAM, {"pole": POLE}) as w:
         for f in range(n):
             d = np.zeros((240, 320), np.float32)
-            a = 0.5 * np.sin(2 * np.pi * f / n)
+            a = 0.25 * np.sin(2 * np.pi * f / n)
             for t in np.linspace(0, 75, 300):
                 u, v = int(round(160 + t * np.sin(a))), int(round(60 + t * np.cos(a)))
-                d[v - 2:v + 2, u - 2:u + 2] = 2.0
+                d[v - 4:v + 4, u - 4:u + 4] = 2.0
             w.add(d)
     return open_recording(path).depth(0) > 0
 
@@ -78,6 +80,9 @@ def test_a_drawer_front_in_the_carcass_face_is_split_off_as_it_slides_out(tmp_pa
 
 def test_a_rod_swinging_about_its_end_is_not_cut_at_its_still_end(tmp_path, monkeypatch):
     rod = _swing(tmp_path / "rec")
+    dm = DepthMotion(open_recording(tmp_path / "rec"), 1, 12)
+    changed, _, regions = dm.changed(0)
+    assert len(split_pieces(_det(rod), regions, changed.mean(0), 100)) == 2  # a moving tip and a still top
     _one_detection(monkeypatch, CLASSES.index("capsule"))
     seg = run(SegmentConfig(overlay=False, frames=(0,)), open_recording(tmp_path / "rec"), tmp_path / "run")
     assert list(seg.shape_names) == ["pole"]
@@ -98,3 +103,17 @@ def test_split_pieces_needs_a_share_moving_and_a_share_still():
     regions[:] = False
     regions[10:90, 10:85] = True  # 94 % moving, 400 px still
     assert split_pieces(_det(mask), regions, regions.astype(float), 20) == []
+
+
+def test_pixels_changed_in_a_few_frames_join_the_moving_part_they_touch():
+    mask = np.zeros((100, 100), bool)
+    mask[10:90, 10:90] = True
+    regions = np.zeros((100, 100), bool)
+    regions[10:30, 10:90] = True  # the moving core (a door's free side)
+    freq = regions.astype(float)
+    freq[30:40, 10:90] = 0.3  # beside the core, changed in its widest swing only (near the hinge)
+    freq[60:70, 10:90] = 0.3  # apart from it: still (noise)
+    pieces = split_pieces(_det(mask), regions, freq, 20)
+    assert [int(p.mask.sum()) for p in pieces] == [31 * 80, 49 * 80]  # the core, its 10 rows and 1 px
+    freq[30:40, 10:90] = 0.1  # under GROW_SHARE: the core and its 1 px rim only
+    assert [int(p.mask.sum()) for p in split_pieces(_det(mask), regions, freq, 20)] == [21 * 80, 59 * 80]
