@@ -113,8 +113,9 @@ class SegmentConfig:
     motion_samples: int = 0
     # depth recordings without known actuators: frames sampled over the clip to find detections partly
     # still and partly moving (a drawer's front and the carcass around it in one mask), split in every
-    # candidate frame where the naming is then better (segment_split); 0 = no split
-    split_samples: int = 12
+    # candidate frame where the naming is then better (segment_split); 0 = no split (the default:
+    # docs/decisions.md 2026-12-05)
+    split_samples: int = 0
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution

@@ -66,7 +66,7 @@ def test_a_drawer_front_in_the_carcass_face_is_split_off_as_it_slides_out(tmp_pa
     front, drawer = _cabinet(tmp_path / "rec")
     _one_detection(monkeypatch, BOX)
     rec = open_recording(tmp_path / "rec")
-    seg = run(SegmentConfig(overlay=False), rec, tmp_path / "run")
+    seg = run(SegmentConfig(overlay=False, split_samples=12), rec, tmp_path / "run")
     names = list(seg.shape_names)
     assert sorted(names) == ["carcass", "drawer"]
     m_drawer = seg.masks[names.index("drawer")] > 0
@@ -75,7 +75,7 @@ def test_a_drawer_front_in_the_carcass_face_is_split_off_as_it_slides_out(tmp_pa
     assert not (m_carcass & drawer).any() and (m_carcass & front & ~drawer).sum() > 0.9 * (front & ~drawer).sum()
     # without the split the one mask is the carcass and the drawer is missing
     with pytest.raises(StageError, match="drawer is missing"):
-        run(SegmentConfig(overlay=False, split_samples=0), rec, tmp_path / "run0")
+        run(SegmentConfig(overlay=False), rec, tmp_path / "run0")  # split_samples=0, the default
 
 
 def test_a_rod_swinging_about_its_end_is_not_cut_at_its_still_end(tmp_path, monkeypatch):
@@ -84,7 +84,7 @@ def test_a_rod_swinging_about_its_end_is_not_cut_at_its_still_end(tmp_path, monk
     changed, _, regions = dm.changed(0)
     assert len(split_pieces(_det(rod), regions, changed.mean(0), 100)) == 2  # a moving tip and a still top
     _one_detection(monkeypatch, CLASSES.index("capsule"))
-    seg = run(SegmentConfig(overlay=False, frames=(0,)), open_recording(tmp_path / "rec"), tmp_path / "run")
+    seg = run(SegmentConfig(overlay=False, frames=(0,), split_samples=12), open_recording(tmp_path / "rec"), tmp_path / "run")
     assert list(seg.shape_names) == ["pole"]
     assert (seg.masks[0] > 0).tolist() == rod.tolist()  # the whole rod, its still top included
 
@@ -105,15 +105,17 @@ def test_split_pieces_needs_a_share_moving_and_a_share_still():
     assert split_pieces(_det(mask), regions, regions.astype(float), 20) == []
 
 
-def test_pixels_changed_in_a_few_frames_join_the_moving_part_they_touch():
+def test_pixels_changed_in_a_few_frames_join_the_moving_part_they_touch_or_stop_the_split():
     mask = np.zeros((100, 100), bool)
     mask[10:90, 10:90] = True
     regions = np.zeros((100, 100), bool)
     regions[10:30, 10:90] = True  # the moving core (a door's free side)
     freq = regions.astype(float)
     freq[30:40, 10:90] = 0.3  # beside the core, changed in its widest swing only (near the hinge)
-    freq[60:70, 10:90] = 0.3  # apart from it: still (noise)
+    freq[60:62, 10:90] = 0.3  # apart from it: 4 % of the still piece (noise)
     pieces = split_pieces(_det(mask), regions, freq, 20)
     assert [int(p.mask.sum()) for p in pieces] == [31 * 80, 49 * 80]  # the core, its 10 rows and 1 px
-    freq[30:40, 10:90] = 0.1  # under GROW_SHARE: the core and its 1 px rim only
-    assert [int(p.mask.sum()) for p in split_pieces(_det(mask), regions, freq, 20)] == [21 * 80, 59 * 80]
+    # changed in under GROW_SHARE of the frames: not moving, and a still piece with 20 % of its
+    # pixels changed at times is no fixed part (the side of a door near its hinge): no split
+    freq[30:40, 10:90] = 0.1
+    assert split_pieces(_det(mask), regions, freq, 20) == []
