@@ -424,7 +424,8 @@ def _naming_key(dets: list[Detection], matched: list[str | None], seen: list[tup
     """(library shapes explained at a size they can have (size cost at most ``SURPLUS_SIZE_COST``),
     -parts not so explained, -names among those, -the named parts' total ``_match_cost``) of one
     frame's naming: larger is better."""
-    fit = {n for n, e in zip(matched, seen) if n is not None and size_cost(e, shapes[n], metric, tol) <= SURPLUS_SIZE_COST}
+    fit = {n for n, e in zip(matched, seen)
+           if n is not None and size_cost(e, shapes[n], metric, tol) <= SURPLUS_SIZE_COST}
     doubtful = sum(n is not None for n in matched) - len(fit)
     cost = sum(_match_cost(d, e, shapes[n], metric, tol) for d, n, e in zip(dets, matched, seen) if n is not None)
     return len(fit), -(len(matched) - len(fit)), -doubtful, -float(cost)
@@ -486,7 +487,8 @@ def segment_frames(cfg: SegmentConfig, rec: Recording, frames: list[int], s: int
     the first look leaves library shapes unexplained or the parts small in the image
     (``zoom_below``), the learned segmenter looks again with the parts' region magnified."""
     pushed = getattr(rec, "actuation", None) is not None  # stillness says nothing of a pushed mechanism's parts
-    split = DepthMotion(rec, s, cfg.split_samples) if cfg.split_samples > 1 and rec.has_depth and not pushed else None
+    split = (DepthMotion(rec, s, cfg.split_samples) if cfg.split_samples > 1 and rec.has_depth and not pushed
+             else None)
     candidates = _candidates(cfg, rec, frames, 1.0, s, split)
     findable = sum(sh.type in CLASSES for sh in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c.rank[0] for c in candidates) < findable

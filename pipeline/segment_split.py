@@ -53,10 +53,11 @@ N = TypeVar("N")  # the caller's naming of a list of detections
 
 def split_pieces(det: Detection, regions: np.ndarray, freq: np.ndarray, min_px: int) -> list[Detection]:
     """[moving piece, still piece] of ``det`` (its moving part's connected pieces of at least
-    ``min_px`` px as one mask, its largest still piece of at least ``min_px``), or [] where the mask is not partly moving: its
-    moving or its still pixels under ``MIN_SHARE`` of it or ``min_px``. regions: (H, W) bool, the
-    frame's moving regions; freq: (H, W) the share of sampled frames in which each pixel changed
-    (both ``DepthMotion.changed``)."""
+    ``min_px`` px as one mask, its largest still piece of at least ``min_px``), or [] where the
+    mask is not partly moving (its moving or its still pixels under ``MIN_SHARE`` of it or
+    ``min_px``) or the still piece is not still over the clip (``STILL_CHANGED``). regions:
+    (H, W) bool, the frame's moving regions; freq: (H, W) the share of sampled frames in which
+    each pixel changed (both ``DepthMotion.changed``)."""
     m = det.mask.astype(bool)
     n = int(m.sum())
     least = max(min_px, MIN_SHARE * n)

@@ -84,7 +84,8 @@ def test_a_rod_swinging_about_its_end_is_not_cut_at_its_still_end(tmp_path, monk
     changed, _, regions = dm.changed(0)
     assert len(split_pieces(_det(rod), regions, changed.mean(0), 100)) == 2  # a moving tip and a still top
     _one_detection(monkeypatch, CLASSES.index("capsule"))
-    seg = run(SegmentConfig(overlay=False, frames=(0,), split_samples=12), open_recording(tmp_path / "rec"), tmp_path / "run")
+    cfg = SegmentConfig(overlay=False, frames=(0,), split_samples=12)
+    seg = run(cfg, open_recording(tmp_path / "rec"), tmp_path / "run")
     assert list(seg.shape_names) == ["pole"]
     assert (seg.masks[0] > 0).tolist() == rod.tolist()  # the whole rod, its still top included
 
