@@ -67,6 +67,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
+from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
 from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
@@ -114,6 +115,11 @@ class SegmentConfig:
     # from still look-alikes (a table's leg), which lose a library name to a moving one (segment_still);
     # in the frame chosen by the motion-free ranking only; 0 = motion not looked at
     motion_samples: int = 0
+    # depth recordings without known actuators: frames sampled over the clip to find detections partly
+    # still and partly moving (a drawer's front and the carcass around it in one mask), split in every
+    # candidate frame where the naming is then better (segment_split); 0 = no split (the default:
+    # docs/decisions.md 2026-12-05)
+    split_samples: int = 0
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -130,6 +136,8 @@ class SegmentConfig:
         if self.motion_samples < 0:
             raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), "
                              f"got {self.motion_samples}")
+        if self.split_samples < 0:
+            raise ValueError(f"segment: split_samples must be >= 0 (0 = no motion split), got {self.split_samples}")
         if self.work_width < 0:
             raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
@@ -421,9 +429,24 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
     return dets, matched, seen, total
 
 
-def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1) -> list[Candidate]:
+def _naming_key(dets: list[Detection], matched: list[str | None], seen: list[tuple[float, float]],
+                shapes: dict[str, Shape], metric: bool, tol: float) -> tuple[int, int, int, float]:
+    """(library shapes explained at a size they can have (size cost at most ``SURPLUS_SIZE_COST``),
+    -parts not so explained, -names among those, -the named parts' total ``_match_cost``) of one
+    frame's naming: larger is better."""
+    fit = {n for n, e in zip(matched, seen)
+           if n is not None and size_cost(e, shapes[n], metric, tol) <= SURPLUS_SIZE_COST}
+    doubtful = sum(n is not None for n in matched) - len(fit)
+    cost = sum(_match_cost(d, e, shapes[n], metric, tol) for d, n, e in zip(dets, matched, seen) if n is not None)
+    return len(fit), -(len(matched) - len(fit)), -doubtful, -float(cost)
+
+
+def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: float, s: int = 1,
+                split: DepthMotion | None = None) -> list[Candidate]:
     """Each candidate frame segmented and ranked without the motion cue, the detections made
-    with the network's view magnified up to ``zoom`` times, at 1/s resolution (``work_scale``)."""
+    with the network's view magnified up to ``zoom`` times, at 1/s resolution (``work_scale``).
+    split: the recording's sampled depth (None: no motion split); with it, a detection partly
+    still and partly moving is split where the frame's naming is then better (``segment_split``)."""
     K = downsample_intrinsics(rec.camera.K, s)
     candidates = []
     for i in frames:
@@ -432,6 +455,11 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                                max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
         dets, matched, seen, total = _name_frame(cfg, rec, i, depth, K, smoothed, found, metric, s)
+        if split is not None and metric:  # a mask partly still, partly moving: split where that names better
+            found, (dets, matched, seen, total) = split_moving(
+                split, i, found, (dets, matched, seen, total), max(1, round(cfg.min_pixels / s**2)),
+                lambda f: _name_frame(cfg, rec, i, depth, K, smoothed, f, metric, s),
+                lambda r: _naming_key(r[0], r[1], r[2], rec.shapes, metric, cfg.size_tolerance))
         # Rank frames by how much of the library they explain (distinct library shapes
         # matched at a size the shape can have), then by parts not so explained (left
         # unexplained, repeating a library shape, or named at a size cost above
@@ -439,10 +467,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         # cart's image in two is worse than one where each is seen once, and a distractor
         # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
         # that rank best, the earliest within 10 % of the best total score (``_choose``).
-        fit = {n for n, e in zip(matched, seen)
-               if n is not None and size_cost(e, rec.shapes[n], metric, cfg.size_tolerance) <= SURPLUS_SIZE_COST}
-        doubtful = sum(n is not None for n in matched) - len(fit)
-        rank = (len(fit), -(len(matched) - len(fit)), -doubtful, total)
+        rank = _naming_key(dets, matched, seen, rec.shapes, metric, cfg.size_tolerance)[:3] + (total,)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
                  rank[0], total)
@@ -471,13 +496,16 @@ def segment_frames(cfg: SegmentConfig, rec: Recording, frames: list[int], s: int
     """(every candidate, the chosen one) of ``frames``, ranked without the motion cue; where
     the first look leaves library shapes unexplained or the parts small in the image
     (``zoom_below``), the learned segmenter looks again with the parts' region magnified."""
-    candidates = _candidates(cfg, rec, frames, 1.0, s)
+    pushed = getattr(rec, "actuation", None) is not None  # stillness says nothing of a pushed mechanism's parts
+    split = (DepthMotion(rec, s, cfg.split_samples) if cfg.split_samples > 1 and rec.has_depth and not pushed
+             else None)
+    candidates = _candidates(cfg, rec, frames, 1.0, s, split)
     findable = sum(sh.type in CLASSES for sh in rec.shapes.values())
     if cfg.method == "learned" and cfg.zoom > 1 and (max(c.rank[0] for c in candidates) < findable
                                                      or _coverage(candidates) < cfg.zoom_below):
         # library shapes unexplained, or parts small in the image: look again, magnified where
         # the parts fill a small region
-        candidates += _candidates(cfg, rec, frames, cfg.zoom, s)
+        candidates += _candidates(cfg, rec, frames, cfg.zoom, s, split)
     return candidates, _choose(candidates)
 
 
