@@ -36,7 +36,8 @@ class StageError(RuntimeError):
 
 
 # Errors whose message already names the file and the problem; anything else a stage raises
-# is wrapped into a StageError "STAGE: RECORDING: ExceptionType: message".
+# is wrapped into a StageError "STAGE: RECORDING: ExceptionType: message" (a NotImplementedError,
+# something the inputs ask for that is not supported, into "STAGE: FIRST INPUT: message").
 USER_ERRORS = (RecordingError, ArtifactError, OutputError, StageError, ConfigError, FileExistsError, PermissionError,
                NotImplementedError)
 
@@ -178,6 +179,12 @@ def _call_stage_guarded(spec: StageSpec, cfg: Any, rec: Recording, run_dir: Path
     """``_call_stage``, its failures tagged with the stage (``e.stage``) for the one-line error."""
     try:
         _call_stage(spec, cfg, rec, run_dir, shared)
+    except NotImplementedError as e:  # what the inputs ask for is not supported: name the stage's first input
+        msg = " ".join(str(e).split())
+        msg = msg[len(spec.name) + 2:] if msg.startswith(f"{spec.name}: ") else msg
+        wrapped = StageError(f"{spec.name}: {run_dir / spec.inputs[0] if spec.inputs else rec.path}: {msg}")
+        wrapped.stage = spec.name  # type: ignore[attr-defined]
+        raise wrapped from e
     except USER_ERRORS as e:
         e.stage = spec.name  # type: ignore[attr-defined]
         raise

@@ -38,3 +38,23 @@ def test_saved_files_are_declared_outputs(spec):
 
 def test_stages_that_need_the_shape_library():
     assert {s.name for s in runner.STAGES if s.needs_shapes} == {"segment", "identify", "export"}
+
+
+def test_an_unsupported_input_names_the_stage_and_its_first_input(tmp_path, monkeypatch):
+    """A NotImplementedError (two floating roots...) ends as 'STAGE: RUN/FIRST INPUT: cause', the
+    form every one-line error has (cli.error_line)."""
+    from types import SimpleNamespace
+
+    from vid2sim.pipeline.cli import error_line
+
+    spec = next(s for s in runner.STAGES if s.name == "identify")
+
+    def refuse(*_):
+        raise NotImplementedError("identify: 2 floating roots (a, b); only one floating tree is supported")
+
+    monkeypatch.setattr(runner, "_call_stage", refuse)
+    with pytest.raises(runner.StageError) as e:
+        runner._call_stage_guarded(spec, None, SimpleNamespace(path=tmp_path / "rec"), tmp_path / "run", {})
+    assert e.value.stage == "identify"
+    line = error_line(e.value, ["run", str(tmp_path / "rec")])
+    assert line == f"identify: {tmp_path / 'run' / 'articulation.json'}: 2 floating roots (a, b); only one floating tree is supported"
