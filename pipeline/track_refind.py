@@ -59,15 +59,18 @@ def body_mask(scene, T: torch.Tensor, m: int) -> np.ndarray:
     return out.reshape(roi.shape)
 
 
-def _image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, mask: np.ndarray) -> torch.Tensor | None:
+def _image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, mask: np.ndarray,
+                 read: dict) -> torch.Tensor | None:
     """Body pose ``pose`` (4, 4) of frame j moved as its pixels ``mask`` (H, W) of frame j moved by frame i
-    (``now``: frame i's depth and colour or None), searched within first_reach_m per frame between."""
+    (``now``: frame i's depth and colour or None), searched within first_reach_m per frame between.
+    ``read``: frames already read in this call, frame -> (depth, colour or None)."""
     cfg = tracker.cfg
     reach = cfg.prior.first_reach_m * min(abs(i - j), REACH_FRAMES)
     if reach <= 0 or mask.sum() < cfg.lost.lost_min_pixels:
         return None
-    then = (rec.depth(j), rec.color(j) if now[1] is not None else None)
-    shift = part_shifts(tracker.scene, (then, now), mask[None], reach)[0]
+    if j not in read:
+        read[j] = (rec.depth(j), rec.color(j) if now[1] is not None else None)
+    shift = part_shifts(tracker.scene, (read[j], now), mask[None], reach)[0]
     if float(shift.norm()) == 0:
         return None
     out = pose.clone()
@@ -75,18 +78,18 @@ def _image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, m
     return out
 
 
-def starts(tracker, rec, seen: LastSeen, i: int, m: int, depth: np.ndarray, rgb: np.ndarray | None) -> list[torch.Tensor]:
-    """Start poses (4, 4) for lost body m at frame i: from its motion and from its image (module doc);
-    only those farther than ``gate_final_m`` from its last good pose (that one the frame tried)."""
+def starts(tracker, rec, seen: LastSeen, i: int, m: int, now: tuple, read: dict) -> list[torch.Tensor]:
+    """Start poses (4, 4) for lost body m at frame i (``now``: its depth and colour or None; ``read``: as
+    ``_image_start``): from its motion and from its image (module doc); only those farther than
+    ``gate_final_m`` from its last good pose (that one the frame tried)."""
     cfg, scene = tracker.cfg, tracker.scene
     j = int(seen.frame[m])
     good = seen.pose[m]
     out = [predict(good[None], abs(i - j) * seen.velocity[m][None])[0]]
-    now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))
-    out.append(_image_start(tracker, rec, i, now, j, good, body_mask(scene, seen.pose, m)))
+    out.append(_image_start(tracker, rec, i, now, j, good, body_mask(scene, seen.pose, m), read))
     a, T_a, masks = seen.anchor
     if masks is not None and a != j:   # lost since a wrong pose: from the direction's start
-        out.append(_image_start(tracker, rec, i, now, a, T_a[m], masks[m] > 0))
+        out.append(_image_start(tracker, rec, i, now, a, T_a[m], masks[m] > 0, read))
     return [T for T in out if T is not None and float((T[:3, 3] - good[:3, 3]).norm()) > cfg.gates.gate_final_m]
 
 
@@ -95,8 +98,10 @@ def refind(tracker, rec, seen: LastSeen, i: int, depth: np.ndarray, rgb: np.ndar
     from ``starts``; a start is kept when the body is found there, every body found before still is,
     and the frame's cost (``cost_fn``) falls."""
     T, lost, residual, vis = result
+    now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))   # read once for every lost body
+    read: dict = {}
     for m in np.flatnonzero(lost):
-        cands = starts(tracker, rec, seen, i, m, depth, rgb)
+        cands = starts(tracker, rec, seen, i, m, now, read)
         if not cands:
             continue
         tried = []

@@ -74,7 +74,7 @@ def test_a_lost_body_starts_from_its_motion_and_from_where_its_image_went(tmp_pa
     assert body_mask(scene, T2, 0).sum() > 100
     seen = LastSeen(torch.as_tensor(truth[0]), 0)
     seen.update(2, T2, np.array([True]), torch.tensor([[0.0, 0.07, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64))
-    out = starts(tracker, rec, seen, 5, 0, rec.depth(5), None)
+    out = starts(tracker, rec, seen, 5, 0, (rec.depth(5), rec.color(5) if rec.has_color else None), {})
     assert len(out) == 2
     err = [float(np.linalg.norm(T[:3, 3].numpy() - truth[5, 0, :3, 3])) for T in out]
     assert err[0] < 1e-9 and err[1] < 0.005, err
