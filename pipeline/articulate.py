@@ -13,8 +13,10 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
-   truncated chi-square + ``complexity_penalty`` per joint coordinate per frame +
-   log(#observations) per geometric parameter (BIC-like); a model fits when at least
+   truncated chi-square under Huber's loss beyond ``robust_scale`` (``fit.frame_cost``: a
+   few frames of tracking error do not buy a joint coordinate) + ``complexity_penalty`` per
+   joint coordinate per frame + log(#observations) per geometric parameter (BIC-like); a
+   model fits when at least
    ``min_inlier_ratio`` of the frames are inliers and, for a joint with coordinates,
    q moves by more than ``min_motion_sigma`` of its own noise (the isotropic noise in
    ``fit``; for a prismatic or revolute joint also the pair's full noise model and q's own
@@ -29,7 +31,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    joint (a chain link by its hinge to its neighbour instead of a planar joint to the
    world; a box welded to another instead of its own slider) or, instead of a planar
    joint, by its own world joint where model selection with a prior for mounted
-   mechanisms prefers it (a cartpole's cart on its rail, not its pole). So a planar
+   mechanisms prefers it (a cartpole's cart on its rail, not its pole), or, instead of a
+   joint with coordinates to a moving body, its weld to the world where that holds in every
+   frame (a still hub hung from its swinging arm by a hinge undoing the arm's swing). So a planar
    or free world joint remains only where no fixed, prismatic or revolute joint, to
    the world or to another body, explains the motion. A rigid group (welded bodies) hung by
    a 1-dof joint hangs by the member's joint that carries the whole group best
@@ -73,7 +77,7 @@ import numpy as np
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints import fit
 from vid2sim.pipeline.articulate_plots import plots as _plots
-from vid2sim.pipeline.articulate_motion import glitch_frames, still_reason
+from vid2sim.pipeline.articulate_motion import at_rest, glitch_frames, still_reason
 from vid2sim.pipeline.articulate_world import Edge, Forest, Root, Tracks, world_frame
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 from vid2sim.datasets.atomic import write_json
@@ -103,6 +107,9 @@ class ArticulateConfig:
                                            # tracker may be off for a while: pendulum3's middle link, realistic
                                            # depth, its first 15 of 120 frames)
     complexity_penalty: float = 2.0        # cost per joint coordinate per frame (AIC-like; + log(n) per parameter)
+    robust_scale: float = 9.0              # a frame's chi-square e above this costs 2 sqrt(9 e) - 9, not e: Huber's
+                                           # loss at 3 sigma of the whitened residual's norm (``fit.frame_cost``;
+                                           # 0 = e): a few frames of tracking error buy no joint coordinate
     min_motion_sigma: float = 6.0          # a joint must move more than this many sigmas of q, else it is fixed
     planar_roots: bool = True              # try a planar joint before a free one for floating roots
     mounted_prior: float = 1.0             # cost per saved coordinate per frame that a joint with fewer
@@ -196,7 +203,7 @@ def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str, child: s
     axes = axes or {}
     return fit.FitSettings(sp, sr, cfg.ransac_iterations, cfg.inlier_chi2, cfg.min_inlier_ratio,
                            cfg.complexity_penalty, cfg.min_motion_sigma, cfg.max_birge_ratio, cfg.seed,
-                           parent_noisy=parent != "world",
+                           parent_noisy=parent != "world", robust_scale=cfg.robust_scale,
                            child_axes=axes.get(child), parent_axes=axes.get(parent))
 
 
@@ -265,18 +272,18 @@ def _forest(cfg, W, valid, names, sp, sr, axes=None, unseen=None) -> tuple[nx.Gr
         best, every = _fit_pair(cfg, W, valid, names, a, b, sp, sr, kinds, axes)
         table[(a, b)] = {k: {"cost": f.cost if np.isfinite(f.cost) else None, "fits": f.fits, "why": f.why}
                          for k, f in every.items()}
+        n_ok = int(_valid(valid, names, a, b).sum())
         if best is not None:
             # frames where either body is lost carry no evidence: extrapolate the cost per
             # valid frame, so that a pair seen in few frames does not look cheap
-            n_ok = int(_valid(valid, names, a, b).sum())
             G.add_edge(a, b, weight=best.cost * len(W) / max(n_ok, 1), kind=best.kind, fit=best, parent=a,
                        every={k: f for k, f in every.items() if f.fits}, scale=len(W) / max(n_ok, 1))
             log.debug("pair %s-%s: %s (cost %.1f)", a, b, best.kind, best.cost)
-    tree = _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W))
+    tree = _rehang(nx.minimum_spanning_tree(G, algorithm="prim"), G, cfg.mounted_prior, len(W), cfg.max_birge_ratio)
     return _group_joints(tree, G, Tracks(W, valid, names), _settings_for(cfg, sp, sr, axes or {})), table
 
 
-def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
+def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int, max_birge: float) -> nx.Graph:
     """A part of the forest hung (from the world or from a body) by a joint with
     coordinates (planar, prismatic, revolute) is re-hung by a joint with fewer
     coordinates where one fits: a fixed, prismatic or revolute joint of one of its bodies
@@ -305,7 +312,12 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
     absorb tracking errors that are not noise): a precisely tracked pole sliding in a plane
     can beat the cart's prismatic rail in the spanning tree, and the cart's 1-D motion
     gains little from a planar joint, while an end link of a chain pushed over a floor,
-    which pivots about one point most of the time but also slides, gains a lot.
+    which pivots about one point most of the time but also slides, gains a lot. A part hung
+    by a joint with coordinates from a body that moves (not welded to the world) is welded
+    to the world instead where one of its bodies' welds to the world holds in every frame,
+    its residuals within ``max_birge`` of the noise (``articulate_motion.at_rest``): a joint whose motion undoes its parent's, leaving the part still, is a
+    coincidence the tracks cannot support (tree5's hub on a hinge to arm_a, the hub's slow
+    4-mm slide along the camera ray absorbed by arm_a's 10-mm noise along its own axis).
     """
     moving = [(a, b) if tree.edges[a, b]["parent"] == a else (b, a) for a, b in tree.edges
               if fit.DOF[tree.edges[a, b]["kind"]] >= 1]
@@ -328,9 +340,10 @@ def _rehang(tree: nx.Graph, G: nx.Graph, prior: float, frames: int) -> nx.Graph:
                     saved = prior * (fit.DOF[kind0] - fit.DOF[kind]) * frames
                     if saved <= 0 or (kind == "fixed" and fit.DOF[kind0] == 1 and o in rigid):
                         continue  # the 1-dof joint moves the part against o's rigid group: no weld to it
-                    if o == "world":  # only instead of a planar joint (the cart on its rail)
-                        own = attr["every"].get(kind0)
-                        ok = kind0 == "planar" and (own is None or f.cost <= own.cost + saved)
+                    if o == "world":  # instead of a planar joint (the cart on its rail), or a weld that holds
+                        own = attr["every"].get(kind0)  # in every frame instead of a joint to a moving body
+                        ok = (kind0 == "planar" and (own is None or f.cost <= own.cost + saved)) or \
+                            (kind == "fixed" and "world" not in rigid and at_rest(f, round(frames / attr["scale"]), max_birge))
                     else:  # the pair's own choice; instead of a 1-dof joint, within the prior of its cost
                         ok = kind == attr["kind"] and (kind0 == "planar" or f.cost * attr["scale"] <= w0 + saved)
                     if ok:

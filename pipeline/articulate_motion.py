@@ -6,7 +6,8 @@ frames trace and comes back; articulate treats them as lost. ``still_reason``: a
 revolute joint fitted to a pair shows motion only where its coordinate's spread is significant
 against the pair's full noise model (``coordinate_sigma``: each body's noise along its own
 axes, the rotations its shape cannot show) and against the coordinate's own frame-to-frame
-jitter (``steady_motion_sigma``). Not here: the joint fits themselves
+jitter (``steady_motion_sigma``). ``at_rest``: a body whose weld to the world holds in every
+frame it is seen in. Not here: the joint fits themselves
 (``vid2sim.models.joints.fit``), the tree (``vid2sim.pipeline.articulate``).
 """
 from __future__ import annotations
@@ -153,3 +154,13 @@ def still_reason(f: fit.JointFit, X: np.ndarray, st: fit.FitSettings, min_sigma:
     if z is not None and z < min_sigma:
         return f"q jitters: its running median moves {z:.1f} sigma of its jitter"
     return ""
+
+
+def at_rest(f: fit.JointFit | None, seen: int, max_birge: float) -> bool:
+    """Whether ``f``, a body's weld to the world, holds in every one of the ``seen`` frames the
+    body is seen in (each frame's chi-square within the fit's inlier gate) with residuals no
+    larger than the noise says (``fit.birge_ratio`` at most ``max_birge``): the body stays at
+    one pose within its noise, so it is at rest. A part that turns a few noise sigmas (pushed's
+    link1 pivoting 5 deg on 2-mm, 1-deg tracks: Birge ratio 1.5-1.7) is not."""
+    return f is not None and f.kind == "fixed" and f.fits and int(f.inliers.sum()) >= seen \
+        and fit.birge_ratio(f.chi2[f.inliers], 6) <= max_birge

@@ -70,6 +70,7 @@ class FitSettings:
     # (those stay as isotropic stand-ins for the closed-form q and the motion test).
     child_axes: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     parent_axes: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    robust_scale: float = 0.0      # > 0: Huber's loss on a frame's chi-square beyond this (``frame_cost``); 0: e
 
 
 @dataclass(frozen=True)
@@ -371,7 +372,7 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
     q = solve_q(kind, X, s, c, ref, sp, sr)
     e = chi2(X, predict(kind, s, c, ref, q), Lw)
     inl = valid & (e <= thr)
-    cost = (np.minimum(e[valid], thr).sum() + cfg.latent_penalty * DOF[kind] * n_valid
+    cost = (frame_cost(e[valid], thr, cfg.robust_scale).sum() + cfg.latent_penalty * DOF[kind] * n_valid
             + np.log(6 * max(n_valid, 1)) * K_GEOM[kind])
     ratio = inl.sum() / max(n_valid, 1)
     fits, why = ratio >= cfg.min_inlier_ratio, f"inlier ratio {ratio:.2f}"
@@ -390,6 +391,15 @@ def fit_model(kind: str, X: np.ndarray, valid: np.ndarray, cfg: FitSettings, rng
         if spread < cfg.min_motion_sigma * sq:
             fits, why = False, f"no significant motion (spread {spread / sq:.1f} sigma, Birge ratio {b:.2f})"
     return JointFit(kind, s, c, ref, q, e, inl, float(cost), bool(fits), why)
+
+
+def frame_cost(e: np.ndarray, thr: float, scale: float = 0.0) -> np.ndarray:
+    """Cost of each frame's chi-square e (n,), truncated at ``thr``: e itself, or, for ``scale``
+    k > 0, Huber's loss on the whitened residual's norm r = sqrt(e) at r = sqrt(k): e where
+    e <= k, 2 sqrt(k e) - k beyond (linear in r). Frames far off a model (a few frames of
+    tracking error) then weigh less against its complexity penalty than frames that fit it."""
+    e = np.minimum(e, thr)
+    return np.where(e <= scale, e, 2 * np.sqrt(scale * e) - scale) if scale > 0 else e
 
 
 def birge_ratio(e: np.ndarray, k: int) -> float:
