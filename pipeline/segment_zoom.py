@@ -126,12 +126,17 @@ def _span(mask: np.ndarray) -> tuple[int, int]:
     return (int(np.ptp(u)) + 1, int(np.ptp(v)) + 1) if len(u) else (0, 0)
 
 
-def _touches_cut(mask: np.ndarray, box: tuple[int, int, int, int], shape: tuple[int, int]) -> bool:
-    """The view's mask reaches a side of the view that is not the frame's border (a part cut by the view)."""
+def _touches_cut(mask: np.ndarray, box: tuple[int, int, int, int], shape: tuple[int, int], margin: int = 0) -> bool:
+    """The view's mask reaches within ``margin`` px of a side of the view that is not the frame's
+    border (a part cut by the view)."""
     x0, y0, x1, y1 = box
     h, w = shape
-    return bool((x0 > 0 and mask[:, 0].any()) or (x1 < w and mask[:, -1].any())
-                or (y0 > 0 and mask[0].any()) or (y1 < h and mask[-1].any()))
+    k = margin + 1
+    return bool((x0 > 0 and mask[:, :k].any()) or (x1 < w and mask[:, -k:].any())
+                or (y0 > 0 and mask[:k].any()) or (y1 < h and mask[-k:].any()))
+
+
+CUT_MARGIN = 0.01  # share of a view's width: a mask this near a side the view cuts through is cut there
 
 
 def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, score_threshold: float,
@@ -146,25 +151,29 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
     frame, replace the first pass's detections inside them. With several views of a region,
     a mask that reaches a side a view cut through is dropped (the overlapping view holds
     that part whole) and a first-pass detection stays unless the views' masks cover half of
-    it; a part seen in two views is kept once (mask IoU above 0.5: the higher score).
+    it; a part seen in two views is kept once (mask IoU above 0.5: the higher score). A neighbouring
+    region's part that reaches into a one-view region is cut there too: such a cut piece is
+    dropped where at least half of it lies in a mask another region's view holds whole
+    (``_drop_cut_pieces``).
     """
     first = net.predict(normal_img, score_threshold)
     groups = zoom_groups(first, depth, zoom) if zoom > 1 else []
     if not groups:
         return net.mirror_average(normal_img, first), 1.0
     h, w = normal_img.shape[:2]
-    out: list[Detection] = []
+    out: list[tuple[int, Detection, bool]] = []  # (region, detection, cut by its view)
     inside = np.zeros((h, w), bool)
-    for views, _ in groups:
-        found = [d for box in views for d in _view_detections(net, normal_img, box, score_threshold, len(views) > 1)]
+    for g, (views, _) in enumerate(groups):
+        found = [(d, cut) for box in views
+                 for d, cut in _view_detections(net, normal_img, box, score_threshold, len(views) > 1)]
         if len(views) > 1:  # a part longer than the views' overlap is cut in every view: the first pass's stays
-            for d in found:
+            for d, _ in found:
                 inside |= d.mask
         else:
             x0, y0, x1, y1 = views[0]
             inside[y0:y1, x0:x1] = True
-        out += found
-    out = _dedupe(sorted(out, key=lambda d: -d.score))
+        out += [(g, d, cut) for d, cut in found]
+    out = _dedupe(sorted(_drop_cut_pieces(out), key=lambda d: -d.score))
     rest = [d for d in net.mirror_average(normal_img, first) if (d.mask & inside).sum() < 0.5 * d.mask.sum()]
     scale = min(s for _, s in groups)
     log.debug("segment: looked again at %s magnified %s times: %d parts", [v for v, _ in groups],
@@ -173,10 +182,11 @@ def predict_zoomed(net: Segmenter, normal_img: np.ndarray, depth: np.ndarray, sc
 
 
 def _view_detections(net: Segmenter, normal_img: np.ndarray, box: tuple[int, int, int, int],
-                     score_threshold: float, drop_cut: bool) -> list[Detection]:
+                     score_threshold: float, drop_cut: bool) -> list[tuple[Detection, bool]]:
     """The network's detections (mirror-averaged) in view ``box`` (x0, y0, x1, y1) of the
-    (H, W, 3) normal image, upscaled to the frame's width; masks (H, W) bool back in the
-    frame. drop_cut: leave out masks reaching a side of the view inside the frame."""
+    (H, W, 3) normal image, upscaled to the frame's width, each with whether its mask reaches
+    a side of the view inside the frame (cut by the view: within ``CUT_MARGIN`` of its width);
+    masks (H, W) bool back in the frame. drop_cut: leave out the masks reaching such a side."""
     h, w = normal_img.shape[:2]
     x0, y0, x1, y1 = box
     crop = normal_img[y0:y1, x0:x1]
@@ -184,11 +194,28 @@ def _view_detections(net: Segmenter, normal_img: np.ndarray, box: tuple[int, int
     out = []
     for d in net.predict(big, score_threshold, mirror=True):
         small = cv2.resize(d.mask.astype(np.float32), (x1 - x0, y1 - y0), interpolation=cv2.INTER_AREA) >= 0.5
-        if not small.any() or (drop_cut and _touches_cut(small, box, (h, w))):
+        if not small.any():
             continue
+        if drop_cut and _touches_cut(small, box, (h, w)):
+            continue
+        cut = _touches_cut(small, box, (h, w), max(1, round(CUT_MARGIN * (x1 - x0))))
         m = np.zeros((h, w), bool)
         m[y0:y1, x0:x1] = small
-        out.append(Detection(m, d.label, d.score, d.class_scores))
+        out.append((Detection(m, d.label, d.score, d.class_scores), cut))
+    return out
+
+
+def _drop_cut_pieces(found: list[tuple[int, Detection, bool]], share: float = 0.5) -> list[Detection]:
+    """The detections of ``found`` (region, detection, cut by its view) less each cut one with at
+    least ``share`` of its pixels inside an uncut mask of another region's view: the piece of a
+    neighbouring region's part that the view cut through, which that region's own view holds whole."""
+    whole = [(g, d.mask) for g, d, cut in found if not cut]
+    out = []
+    for g, d, cut in found:
+        n = int(d.mask.sum())
+        if cut and any(k != g and int((d.mask & m).sum()) >= share * n for k, m in whole):
+            continue
+        out.append(d)
     return out
 
 
