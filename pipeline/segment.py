@@ -18,7 +18,8 @@ regions no detection explains added as low-score parts, class from the network's
 a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
-Several early frames can be looked at; the one with the most confident parts is kept.
+Several early frames can be looked at; the one with the most confident parts is kept, its
+parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
 averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
@@ -66,6 +67,7 @@ from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
+from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -218,9 +220,11 @@ SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that sha
 ROD_SIBLING_FLOOR = 0.06
 
 
-def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
+def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float,
+                size: float | None = None) -> float:
     """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
-    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)."""
+    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)
+    or, where given, ``size`` in its place (``segment_evidence.linked_sizes``)."""
     cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
     p = cs[CLASSES.index(shape.type)]
     if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
@@ -231,12 +235,12 @@ def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: b
         p = max(p, ROD_SIBLING_FLOOR * d.score)
     elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
         return math.inf
-    return -math.log(p / max(d.score, 1e-9)) + size_cost(seen, shape, metric, tol)
+    return -math.log(p / max(d.score, 1e-9)) + (size_cost(seen, shape, metric, tol) if size is None else size)
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
                  metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error",
-                 motion: Motion | None = None) -> list[str | None]:
+                 motion: Motion | None = None, sizes: np.ndarray | None = None) -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
     used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
@@ -244,13 +248,16 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
     that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one
     with nothing moving beside it is background, and a still surplus part does not repeat a
-    moving part's name.
+    moving part's name. sizes: (n, library shapes of a class segment knows, in ``shapes``'
+    order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
+    ``segment_evidence.linked_sizes``: over the candidate frames).
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in names] for d, e in zip(dets, seen)])
+    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol, None if sizes is None else sizes[i, j])
+                      for j, n in enumerate(names)] for i, (d, e) in enumerate(zip(dets, seen))])
     cost = cost.reshape(len(dets), len(names))
     for i, d in enumerate(dets):
         if not np.isfinite(cost[i]).any():
@@ -286,7 +293,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # a surplus part repeats a library shape (several identical parts share one entry)
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
-            size = size_cost(seen[i], shapes[names[j]], metric, tol)
+            size = size_cost(seen[i], shapes[names[j]], metric, tol) if sizes is None else sizes[i, j]
             holder = [k for k in range(len(dets)) if out[k] == names[j]]
             if still is not None and still[i] and holder and not any(still[k] for k in holder):
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m looks like library "
@@ -525,7 +532,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
-    _, best = segment_frames(cfg, rec, frames, s)
+    candidates, best = segment_frames(cfg, rec, frames, s)
     i, depth, nimg, metric, dets, seen = best.frame, best.depth, best.nimg, best.metric, best.dets, best.seen
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
@@ -540,7 +547,12 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
     shares = motion.cues(i, [d.mask for d in dets]) if motion is not None else None
-    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares)
+    # each part's size over the candidate frames it is seen in, not this frame's alone (segment_evidence)
+    sizes = linked_sizes([d.mask for d in dets], seen, [([d.mask for d in c.dets], c.seen) for c in candidates
+                                                        if c.frame != i], rec.shapes,
+                         [n for n, sh in rec.shapes.items() if sh.type in CLASSES], metric, cfg.size_tolerance)
+    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares,
+                         sizes)
     keep = [k for k, n in enumerate(names) if n is not None]
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
     if not dets:
