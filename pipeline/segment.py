@@ -71,7 +71,8 @@ from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
+from vid2sim.pipeline.segment_still import (MOVING_SHARE, STILL_COST, DepthMotion, Motion, StillMotion,
+                                           moving_proposals)
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
                                           predict_zoomed, zoom_tiles)
 
@@ -122,6 +123,11 @@ class SegmentConfig:
     # candidate frame where the naming is then better (segment_split); 0 = no split (the default:
     # docs/decisions.md 2026-12-05)
     split_samples: int = 0
+    # depth recordings without known actuators, used where motion_samples is 0: frames sampled over
+    # the clip for the narrow motion cue in the chosen frame, a still detection costing more where one
+    # that fits a library shape moves, nothing made background or proposed by it (segment_still.StillMotion;
+    # a still distractor of a part's class and size loses the name to the moving part); 0 = not looked at
+    still_samples: int = 12
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -138,6 +144,8 @@ class SegmentConfig:
         if self.motion_samples < 0:
             raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), "
                              f"got {self.motion_samples}")
+        if self.still_samples < 0:
+            raise ValueError(f"segment: still_samples must be >= 0 (0 = not looked at), got {self.still_samples}")
         if self.split_samples < 0:
             raise ValueError(f"segment: split_samples must be >= 0 (0 = no motion split), got {self.split_samples}")
         if self.work_width < 0:
@@ -274,7 +282,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     nameable = np.isfinite(cost).any(1)
     still = motion.still(nameable) if motion is not None else None
     if still is not None:
-        cost = cost + STILL_COST * still[:, None]
+        cost = cost + STILL_COST * still[:, None] * _contested(cost, motion, names)[None, :]
         for k in np.flatnonzero(motion.loose(nameable)):
             if np.isfinite(cost[k]).any():
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
@@ -307,6 +315,19 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return out
 
 
+def _contested(cost: np.ndarray, motion: Motion, names: list[str]) -> np.ndarray:
+    """(m,) 1.0 for each library shape of ``names`` a still detection pays ``STILL_COST`` for
+    (``cost`` (n, m) the detections' naming costs): every one, or with ``motion.narrow`` only
+    those some moving detection (share at least ``MOVING_SHARE``) fits best, else 0.0."""
+    if not motion.narrow:
+        return np.ones(len(names))
+    out = np.zeros(len(names))
+    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
+        if np.isfinite(cost[k]).any():
+            out[int(np.argmin(cost[k]))] = 1.0
+    return out
+
+
 def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
                shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float,
                motion: Motion | None = None) -> list[int]:
@@ -323,8 +344,12 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     taken = {names[k] for k in sure}
     rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
     still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
+    if still is not None:  # the library shapes a still part pays for (``_contested``)
+        lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
+        cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in lib] for d, e in zip(dets, seen)])
+        paid = {n for n, c in zip(lib, _contested(cost.reshape(len(dets), len(lib)), motion, lib)) if c}
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
-              + (STILL_COST if still is not None and still[k] else 0.0))
+              + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
     keep = list(sure)
     for k in rest:
         if names[k] not in taken:
@@ -427,7 +452,7 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
             dets, seen = [dets[k] for k in keep], [seen[k] for k in keep]
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
             total = sum(d.score for d in dets)
-        if motion is not None and metric:
+        if motion is not None and metric and motion.proposes:
             least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
             more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed, tol, least)
             if more:
@@ -537,8 +562,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
     motion = None
-    if cfg.motion_samples > 1 and metric and not pushed:
-        motion = DepthMotion(rec, s, cfg.motion_samples)
+    samples = cfg.motion_samples if cfg.motion_samples > 1 else cfg.still_samples
+    if samples > 1 and metric and not pushed:
+        motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
         K = downsample_intrinsics(rec.camera.K, s)
         dets, _, seen, _ = _name_frame(cfg, rec, i, depth, K, best.smoothed, best.found, metric, s, motion)
         log.info("segment: frame %d with the motion cue (%d sampled frames): %d parts (%s)", i, len(motion.frames),
