@@ -34,7 +34,10 @@ look-alikes (``segment_still``; not where a known actuator pushes the parts), in
 the ranking chose only (frames are ranked without motion): where a part moves, a still
 detection loses a library name to a moving one, a still one with nothing moving beside it
 (a table's leg) is background, and a moving region no detection covers is proposed as a
-part where a library shape is unnamed (one per such shape).
+part where a library shape is unnamed (one per such shape): the full cue, ``motion_samples``.
+By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``): a still
+detection pays more only for the library shapes a moving detection fits best (a still
+distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
@@ -71,7 +74,7 @@ from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import (MOVING_SHARE, STILL_COST, DepthMotion, Motion, StillMotion,
+from vid2sim.pipeline.segment_still import (STILL_COST, DepthMotion, Motion, StillMotion, contested,
                                            moving_proposals)
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
                                           predict_zoomed, zoom_tiles)
@@ -254,7 +257,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
-    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one
+    that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
+    ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
     with nothing moving beside it is background, and a still surplus part does not repeat a
     moving part's name. sizes: (n, library shapes of a class segment knows, in ``shapes``'
     order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
@@ -282,7 +286,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     nameable = np.isfinite(cost).any(1)
     still = motion.still(nameable) if motion is not None else None
     if still is not None:
-        cost = cost + STILL_COST * still[:, None] * _contested(cost, motion, names)[None, :]
+        cost = cost + STILL_COST * still[:, None] * contested(cost, motion)[None, :]
         for k in np.flatnonzero(motion.loose(nameable)):
             if np.isfinite(cost[k]).any():
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
@@ -315,19 +319,6 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return out
 
 
-def _contested(cost: np.ndarray, motion: Motion, names: list[str]) -> np.ndarray:
-    """(m,) 1.0 for each library shape of ``names`` a still detection pays ``STILL_COST`` for
-    (``cost`` (n, m) the detections' naming costs): every one, or with ``motion.narrow`` only
-    those some moving detection (share at least ``MOVING_SHARE``) fits best, else 0.0."""
-    if not motion.narrow:
-        return np.ones(len(names))
-    out = np.zeros(len(names))
-    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
-        if np.isfinite(cost[k]).any():
-            out[int(np.argmin(cost[k]))] = 1.0
-    return out
-
-
 def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
                shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float,
                motion: Motion | None = None) -> list[int]:
@@ -344,10 +335,10 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     taken = {names[k] for k in sure}
     rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
     still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
-    if still is not None:  # the library shapes a still part pays for (``_contested``)
+    if still is not None:  # the library shapes a still part pays for (``contested``)
         lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
         cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in lib] for d, e in zip(dets, seen)])
-        paid = {n for n, c in zip(lib, _contested(cost.reshape(len(dets), len(lib)), motion, lib)) if c}
+        paid = {n for n, c in zip(lib, contested(cost.reshape(len(dets), len(lib)), motion)) if c}
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
               + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
     keep = list(sure)

@@ -104,6 +104,20 @@ class Motion:
         return None if st is None else st & ~self.attached
 
 
+def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
+    """(m,) 1.0 for each of m library shapes a still detection pays ``STILL_COST`` for
+    (``cost`` (n, m) the n detections' naming costs, inf: not that shape): every one, or with
+    ``motion.narrow`` only those some moving detection (share at least ``MOVING_SHARE``) fits
+    best, else 0.0."""
+    if not motion.narrow:
+        return np.ones(cost.shape[1])
+    out = np.zeros(cost.shape[1])
+    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
+        if np.isfinite(cost[k]).any():
+            out[int(np.argmin(cost[k]))] = 1.0
+    return out
+
+
 class DepthMotion:
     """Sampled depth frames of one recording at 1/s resolution, for ``motion_shares``."""
 
@@ -202,7 +216,7 @@ def motion_shares(masks: list[np.ndarray], changed: np.ndarray, valid: np.ndarra
     return out
 
 
-__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "change_threshold", "changed_pixels",
+__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "contested", "change_threshold", "changed_pixels",
            "motion_shares", "moving_proposals"]
 
 

@@ -8,10 +8,10 @@ import numpy as np
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.segmenter.model import Detection
-from vid2sim.pipeline.segment import _confirmed, _contested, match_shapes
+from vid2sim.pipeline.segment import _confirmed, match_shapes
 from vid2sim.pipeline.segment_evidence import LINK_IOU, linked_sizes
 from vid2sim.pipeline.segment_size import size_cost
-from vid2sim.pipeline.segment_still import Motion
+from vid2sim.pipeline.segment_still import Motion, contested
 
 CABINET = {"carcass": Shape("carcass", "box", size=(0.5, 0.4, 0.6)),
            "drawer": Shape("drawer", "box", size=(0.4, 0.36, 0.12)),
@@ -125,4 +125,4 @@ def test_the_narrow_cue_leaves_the_still_carcass_its_name():
     cue = Motion(shares, np.ones(4, bool), narrow=True)
     assert match_shapes(dets, seen, CABINET, True, 1.6, Path("x"), 3, "ignore", cue) == ["door", "carcass", "drawer", None]
     cost = np.array([[0.53, 0.38, 0.38], [0.62, 1.13, 0.85], [2.12, 0.31, 1.96], [3.16, 1.36, 1.30]])
-    assert _contested(cost, cue, NAMES).tolist() == [0.0, 1.0, 1.0]
+    assert contested(cost, cue).tolist() == [0.0, 1.0, 1.0]
