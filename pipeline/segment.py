@@ -18,7 +18,8 @@ regions no detection explains added as low-score parts, class from the network's
 a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
-Several early frames can be looked at; the one with the most confident parts is kept.
+Several early frames can be looked at; the one with the most confident parts is kept, its
+parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
 averaged (``work_scale``), the masks scaled back up to the frame.
 Where they leave library shapes unexplained (a far camera: parts a few pixels across), the
@@ -33,7 +34,10 @@ look-alikes (``segment_still``; not where a known actuator pushes the parts), in
 the ranking chose only (frames are ranked without motion): where a part moves, a still
 detection loses a library name to a moving one, a still one with nothing moving beside it
 (a table's leg) is background, and a moving region no detection covers is proposed as a
-part where a library shape is unnamed (one per such shape).
+part where a library shape is unnamed (one per such shape): the full cue, ``motion_samples``.
+By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``): a still
+detection pays more only for the library shapes a moving detection fits best (a still
+distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 Writes ``segmentation_overlay.png`` beside the artifact.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
@@ -66,10 +70,12 @@ from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
+from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import STILL_COST, DepthMotion, Motion, moving_proposals
+from vid2sim.pipeline.segment_still import (STILL_COST, DepthMotion, Motion, StillMotion, contested,
+                                           moving_proposals)
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
                                           predict_zoomed, zoom_tiles)
 
@@ -120,6 +126,11 @@ class SegmentConfig:
     # candidate frame where the naming is then better (segment_split); 0 = no split (the default:
     # docs/decisions.md 2026-12-05)
     split_samples: int = 0
+    # depth recordings without known actuators, used where motion_samples is 0: frames sampled over
+    # the clip for the narrow motion cue in the chosen frame, a still detection costing more where one
+    # that fits a library shape moves, nothing made background or proposed by it (segment_still.StillMotion;
+    # a still distractor of a part's class and size loses the name to the moving part); 0 = not looked at
+    still_samples: int = 12
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -136,6 +147,8 @@ class SegmentConfig:
         if self.motion_samples < 0:
             raise ValueError(f"segment: motion_samples must be >= 0 (0 = motion not looked at), "
                              f"got {self.motion_samples}")
+        if self.still_samples < 0:
+            raise ValueError(f"segment: still_samples must be >= 0 (0 = not looked at), got {self.still_samples}")
         if self.split_samples < 0:
             raise ValueError(f"segment: split_samples must be >= 0 (0 = no motion split), got {self.split_samples}")
         if self.work_width < 0:
@@ -218,9 +231,11 @@ SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that sha
 ROD_SIBLING_FLOOR = 0.06
 
 
-def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float) -> float:
+def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float,
+                size: float | None = None) -> float:
     """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
-    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)."""
+    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)
+    or, where given, ``size`` in its place (``segment_evidence.linked_sizes``)."""
     cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
     p = cs[CLASSES.index(shape.type)]
     if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
@@ -231,26 +246,30 @@ def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: b
         p = max(p, ROD_SIBLING_FLOOR * d.score)
     elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
         return math.inf
-    return -math.log(p / max(d.score, 1e-9)) + size_cost(seen, shape, metric, tol)
+    return -math.log(p / max(d.score, 1e-9)) + (size_cost(seen, shape, metric, tol) if size is None else size)
 
 
 def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
                  metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error",
-                 motion: Motion | None = None) -> list[str | None]:
+                 motion: Motion | None = None, sizes: np.ndarray | None = None) -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
     used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
-    that some library shape fits moves, the still ones cost ``STILL_COST`` more, a still one
+    that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
+    ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
     with nothing moving beside it is background, and a still surplus part does not repeat a
-    moving part's name.
+    moving part's name. sizes: (n, library shapes of a class segment knows, in ``shapes``'
+    order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
+    ``segment_evidence.linked_sizes``: over the candidate frames).
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in names] for d, e in zip(dets, seen)])
+    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol, None if sizes is None else sizes[i, j])
+                      for j, n in enumerate(names)] for i, (d, e) in enumerate(zip(dets, seen))])
     cost = cost.reshape(len(dets), len(names))
     for i, d in enumerate(dets):
         if not np.isfinite(cost[i]).any():
@@ -267,7 +286,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     nameable = np.isfinite(cost).any(1)
     still = motion.still(nameable) if motion is not None else None
     if still is not None:
-        cost = cost + STILL_COST * still[:, None]
+        cost = cost + STILL_COST * still[:, None] * contested(cost, motion)[None, :]
         for k in np.flatnonzero(motion.loose(nameable)):
             if np.isfinite(cost[k]).any():
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
@@ -286,7 +305,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # a surplus part repeats a library shape (several identical parts share one entry)
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
-            size = size_cost(seen[i], shapes[names[j]], metric, tol)
+            size = size_cost(seen[i], shapes[names[j]], metric, tol) if sizes is None else sizes[i, j]
             holder = [k for k in range(len(dets)) if out[k] == names[j]]
             if still is not None and still[i] and holder and not any(still[k] for k in holder):
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m looks like library "
@@ -316,8 +335,12 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     taken = {names[k] for k in sure}
     rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
     still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
+    if still is not None:  # the library shapes a still part pays for (``contested``)
+        lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
+        cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in lib] for d, e in zip(dets, seen)])
+        paid = {n for n, c in zip(lib, contested(cost.reshape(len(dets), len(lib)), motion)) if c}
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
-              + (STILL_COST if still is not None and still[k] else 0.0))
+              + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
     keep = list(sure)
     for k in rest:
         if names[k] not in taken:
@@ -420,7 +443,7 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
             dets, seen = [dets[k] for k in keep], [seen[k] for k in keep]
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
             total = sum(d.score for d in dets)
-        if motion is not None and metric:
+        if motion is not None and metric and motion.proposes:
             least = max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
             more, more_seen = moving_proposals(motion, i, dets, matched, rec.shapes, depth, K, smoothed, tol, least)
             if more:
@@ -525,13 +548,14 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _by_motion(cfg, rec, out_dir)
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
-    _, best = segment_frames(cfg, rec, frames, s)
+    candidates, best = segment_frames(cfg, rec, frames, s)
     i, depth, nimg, metric, dets, seen = best.frame, best.depth, best.nimg, best.metric, best.dets, best.seen
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
     motion = None
-    if cfg.motion_samples > 1 and metric and not pushed:
-        motion = DepthMotion(rec, s, cfg.motion_samples)
+    samples = cfg.motion_samples if cfg.motion_samples > 1 else cfg.still_samples
+    if samples > 1 and metric and not pushed:
+        motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
         K = downsample_intrinsics(rec.camera.K, s)
         dets, _, seen, _ = _name_frame(cfg, rec, i, depth, K, best.smoothed, best.found, metric, s, motion)
         log.info("segment: frame %d with the motion cue (%d sampled frames): %d parts (%s)", i, len(motion.frames),
@@ -540,7 +564,12 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
                                              f"(score threshold {cfg.score_threshold})")
     shares = motion.cues(i, [d.mask for d in dets]) if motion is not None else None
-    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares)
+    # each part's size over the candidate frames it is seen in, not this frame's alone (segment_evidence)
+    sizes = linked_sizes([d.mask for d in dets], seen, [([d.mask for d in c.dets], c.seen) for c in candidates
+                                                        if c.frame != i], rec.shapes,
+                         [n for n, sh in rec.shapes.items() if sh.type in CLASSES], metric, cfg.size_tolerance)
+    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares,
+                         sizes)
     keep = [k for k, n in enumerate(names) if n is not None]
     dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
     if not dets:

@@ -81,6 +81,10 @@ class Motion:
 
     shares: np.ndarray
     attached: np.ndarray
+    # True (``StillMotion``): a still detection costs more only for the library shapes that some
+    # moving detection fits best (``segment.match_shapes``), so a mechanism's fixed part (a
+    # cabinet's carcass) keeps its name where its moving parts fit other shapes
+    narrow: bool = False
 
     def still(self, candidates: np.ndarray | None = None) -> np.ndarray | None:
         """(n,) bool: the detections that are still (share under ``MOVING_SHARE``) where one of
@@ -100,8 +104,24 @@ class Motion:
         return None if st is None else st & ~self.attached
 
 
+def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
+    """(m,) 1.0 for each of m library shapes a still detection pays ``STILL_COST`` for
+    (``cost`` (n, m) the n detections' naming costs, inf: not that shape): every one, or with
+    ``motion.narrow`` only those some moving detection (share at least ``MOVING_SHARE``) fits
+    best, else 0.0."""
+    if not motion.narrow:
+        return np.ones(cost.shape[1])
+    out = np.zeros(cost.shape[1])
+    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
+        if np.isfinite(cost[k]).any():
+            out[int(np.argmin(cost[k]))] = 1.0
+    return out
+
+
 class DepthMotion:
     """Sampled depth frames of one recording at 1/s resolution, for ``motion_shares``."""
+
+    proposes = True  # segment proposes moving regions no detection covers (``moving_proposals``)
 
     def __init__(self, rec: Recording, s: int = 1, samples: int = 12):
         n = rec.num_frames
@@ -148,6 +168,20 @@ class DepthMotion:
         return Motion(shares, attached)
 
 
+class StillMotion(DepthMotion):
+    """``DepthMotion`` whose cue only ranks names: a still detection costs ``STILL_COST`` more
+    for a library shape that a moving detection fits best (a still distractor of a part's class
+    and size loses the name to the moving part; ``Motion.narrow``), but none is made background for having nothing moving beside it
+    (``Motion.loose``: every detection counts as attached) and no moving region is proposed."""
+
+    proposes = False
+
+    def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
+        """``Motion`` of the masks (H, W) bool of frame i, every one attached."""
+        changed, valid, _ = self.changed(i)
+        return Motion(motion_shares(masks, changed, valid), np.ones(len(masks), bool), narrow=True)
+
+
 def changed_pixels(d0: np.ndarray, d1: np.ndarray, k: float = 0.0) -> np.ndarray:
     """(H, W) bool: the pixels of depth image d0 (m, 0 = no reading) whose surface depth image d1
     no longer shows: no reading of d1 in the pixel's 3 x 3 neighbourhood lies within
@@ -182,7 +216,7 @@ def motion_shares(masks: list[np.ndarray], changed: np.ndarray, valid: np.ndarra
     return out
 
 
-__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "change_threshold", "changed_pixels",
+__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "contested", "change_threshold", "changed_pixels",
            "motion_shares", "moving_proposals"]
 
 
