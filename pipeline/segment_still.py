@@ -27,17 +27,20 @@ distractor), every detection is named as without motion.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from vid2sim.datasets.recording import Recording
+from vid2sim.datasets.recording import Recording, RecordingError
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.models.segmenter.normals import downsample_depth
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
+
+log = logging.getLogger(__name__)
 
 MOVING_SHARE = 0.15  # in [0, 1]: a detection whose pixels changed in at least this median share of sampled frames moves
 STILL_COST = 3.0  # naming cost (segment._match_cost units) added to a still detection where a nameable one moves
@@ -125,8 +128,14 @@ class DepthMotion:
 
     def __init__(self, rec: Recording, s: int = 1, samples: int = 12):
         n = rec.num_frames
-        self.frames = sorted({int(round(f)) for f in np.linspace(0, n - 1, min(samples, n))}) if rec.has_depth else []
-        self.depths = {j: downsample_depth(rec.depth(j), s) for j in self.frames}
+        frames = sorted({int(round(f)) for f in np.linspace(0, n - 1, min(samples, n))}) if rec.has_depth else []
+        self.depths = {}
+        for j in frames:  # a sampled frame that cannot be read is left out: the cue is a hint, not the stage's input
+            try:
+                self.depths[j] = downsample_depth(rec.depth(j), s)
+            except RecordingError as e:
+                log.warning("segment: the motion cue leaves out frame %d (%s)", j, e)
+        self.frames = sorted(self.depths)
         self.fx = rec.camera.fx / s
         self.k = noise_k([self.depths[j] for j in self.frames])
         self._rec, self._s = rec, s
