@@ -231,6 +231,15 @@ SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that sha
 ROD_SIBLING_FLOOR = 0.06
 
 
+def _cost_matrix(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
+                 names: list[str], metric: bool, tol: float, sizes: np.ndarray | None = None) -> np.ndarray:
+    """(len(dets), len(names)) ``_match_cost`` of each detection against each library shape in
+    ``names`` (sizes: size costs in place of each detection's own, as in ``match_shapes``)."""
+    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol, None if sizes is None else sizes[i, j])
+                      for j, n in enumerate(names)] for i, (d, e) in enumerate(zip(dets, seen))])
+    return cost.reshape(len(dets), len(names))
+
+
 def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float,
                 size: float | None = None) -> float:
     """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
@@ -268,9 +277,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
     """
     names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol, None if sizes is None else sizes[i, j])
-                      for j, n in enumerate(names)] for i, (d, e) in enumerate(zip(dets, seen))])
-    cost = cost.reshape(len(dets), len(names))
+    cost = _cost_matrix(dets, seen, shapes, names, metric, tol, sizes)
     for i, d in enumerate(dets):
         if not np.isfinite(cost[i]).any():
             e = seen[i]
@@ -337,8 +344,7 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
     if still is not None:  # the library shapes a still part pays for (``contested``)
         lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
-        cost = np.array([[_match_cost(d, e, shapes[n], metric, tol) for n in lib] for d, e in zip(dets, seen)])
-        paid = {n for n, c in zip(lib, contested(cost.reshape(len(dets), len(lib)), motion)) if c}
+        paid = {n for n, c in zip(lib, contested(_cost_matrix(dets, seen, shapes, lib, metric, tol), motion)) if c}
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
               + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
     keep = list(sure)

@@ -21,14 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.segmenter.model import mask_iou
 from vid2sim.pipeline.segment_size import size_cost
 
 LINK_IOU = 0.5  # in [0, 1]: a mask of another candidate frame overlapping a part this much is that part
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter = np.logical_and(a, b).sum()
-    return float(inter / max(np.logical_or(a, b).sum(), 1))
 
 
 def linked_sizes(masks: list[np.ndarray], seen: list[tuple[float, float]],
@@ -46,7 +42,7 @@ def linked_sizes(masks: list[np.ndarray], seen: list[tuple[float, float]],
         for o_masks, o_seen in others:
             if not o_masks or o_masks[0].shape != m.shape:
                 continue
-            ious = [_iou(m, om) for om in o_masks]
+            ious = [mask_iou(m, om) for om in o_masks]
             j = int(np.argmax(ious))
             if ious[j] >= LINK_IOU:
                 rows.append(np.array([size_cost(o_seen[j], shapes[n], metric, tol) for n in names]))
