@@ -268,8 +268,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
     that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
     ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
-    with nothing moving beside it is background, and a still surplus part does not repeat a
-    moving part's name. sizes: (n, library shapes of a class segment knows, in ``shapes``'
+    with nothing moving beside it is background, and a still surplus part repeats no library
+    name (a second still drawer or hub beside a moving mechanism is clutter of the right size). sizes: (n, library shapes of a class segment knows, in ``shapes``'
     order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
     ``segment_evidence.linked_sizes``: over the candidate frames).
 
@@ -313,10 +313,9 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
             # only where its size fits that shape; anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
             size = size_cost(seen[i], shapes[names[j]], metric, tol) if sizes is None else sizes[i, j]
-            holder = [k for k in range(len(dets)) if out[k] == names[j]]
-            if still is not None and still[i] and holder and not any(still[k] for k in holder):
-                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m looks like library "
-                         "shape %s, which a moving part has", frame, CLASSES[dets[i].label], *seen[i], names[j])
+            if still is not None and still[i]:
+                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m repeats library "
+                         "shape %s while parts move", frame, CLASSES[dets[i].label], *seen[i], names[j])
             elif size <= SURPLUS_SIZE_COST:
                 out[i] = names[j]
             else:

@@ -15,7 +15,8 @@ least ``REGION_SHARE`` of the sampled frames.
 ``Motion`` holds the cues segment's naming uses (``segment.match_shapes``), only where a
 detection that fits some library shape moves (share at least ``MOVING_SHARE``):
 - a still detection costs ``STILL_COST`` more, so a moving look-alike of the same class and
-  size takes the library name from it, and it does not repeat a moving part's name;
+  size takes the library name from it, and it repeats no library name (a surplus still
+  detection of a part's size is clutter);
 - a still detection with no moving region on or within ``ATTACH_M`` of it is background: a
   fixed part of a moving mechanism (a cabinet's carcass, a base welded to the world) holds
   or touches a part that moves;

@@ -52,6 +52,20 @@ def test_a_still_part_beside_a_moving_one_keeps_its_name_and_a_loose_one_does_no
                         motion=distractor) == ["cart", "pole", None]
 
 
+def test_a_still_look_alike_does_not_repeat_a_still_parts_name_while_parts_move():
+    # a fixed hub (still, beside moving parts), a still distractor box of its size beside it, a
+    # moving pole: the hub keeps its name, the look-alike is background (not a second hub)
+    hub, twin = (Detection(M, 0, s, np.array([s, 0.0, 0.0, 0.0])) for s in (0.9, 0.5))
+    dets, seen = [hub, twin, _rod(0.8)], [(0.3, 0.16), (0.29, 0.15), (0.55, 0.05)]
+    shapes = {"cart": CART, "pole": POLE}
+    assert match_shapes(dets, seen, shapes, True, 1.6, Path("r"), 0) == ["cart", "cart", "pole"]
+    motion = Motion(np.array([0.02, 0.02, 0.9]), np.array([True, True, True]))
+    assert match_shapes(dets, seen, shapes, True, 1.6, Path("r"), 0, motion=motion) == ["cart", None, "pole"]
+    # two moving ones (identical moving parts sharing one entry) both take the name
+    moving = Motion(np.array([0.6, 0.6, 0.9]), np.array([True, True, True]))
+    assert match_shapes(dets, seen, shapes, True, 1.6, Path("r"), 0, motion=moving) == ["cart", "cart", "pole"]
+
+
 def test_changed_pixels_counts_a_surface_gone_from_the_neighbourhood_not_noise_or_dropouts():
     d0 = np.full((5, 5), 2.0, np.float32)
     d0[:, 4] = 0.0  # no reading in frame i: never changed
