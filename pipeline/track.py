@@ -19,7 +19,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
   the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
-  competes, body by body.
+  competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
+  face) are judged in the whole frame (``track_fit.other_placements``).
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest

@@ -109,8 +109,8 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation,
 def other_placements(tracker, depth: np.ndarray, rgb: np.ndarray | None, T: torch.Tensor,
                      fits: list[list[torch.Tensor]]) -> torch.Tensor:
     """Start poses T (M, 4, 4) with body m moved to another fit of its mask where that explains
-    the whole frame better. ``fits[m]``: body m's mask fits (4, 4), the one T started from first.
-    Each other fit is compared with that first one in the frame as T is (every body's render,
+    the whole frame better. ``fits[m]``: body m's mask fits (4, 4), its best fit first.
+    Each other fit is compared with that best one in the frame as T is (every body's render,
     silhouettes and colour: the frame's truncated cost on the rays around them all); the best one
     that does better is aligned in the frame (``tracker.frame``) and kept if it beats T.
 
