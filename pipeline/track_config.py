@@ -131,10 +131,8 @@ class TrackConfig:
 
     iterations: int = 6  # Gauss-Newton steps per frame (fewer once converged), >= 1
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
-    # other placements of each mask's fit (at most this many, fit cost within start_ratio of the best)
-    # tried at the start in the whole frame, kept where the frame's cost falls; 0 = the best fit only
-    start_alternatives: int = 4
-    start_ratio: float = 2.0
+    start_alternatives: int = 4  # other fits of each mask judged in the whole frame at the start; 0 = best fit only
+    start_ratio: float = 2.0  # those other fits: fit cost within this factor of the best fit's
     # depth recordings: "on" = (x, z, yaw) per body, "off" or "auto" = 6-D; RGB-only recordings are
     # always tracked in the image plane (track.rgb), "off" refuses them
     planar: str = "auto"
