@@ -57,19 +57,6 @@ def rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
     return hyps
 
 
-def view_depth(prim: Primitive, R: np.ndarray, view: np.ndarray) -> float:
-    """How far (m) behind its visible surface the centre of ``prim`` at orientation R (3, 3) lies
-    along the unit viewing ray ``view`` (3,), world frame: a box's (or mesh's bounding box's)
-    half-sizes weighted by the squared cosines of its axes with the ray (a face seen square on:
-    the half-size along its normal; a box seen along a diagonal: their mean), a round shape's radius.
-    Starting a box at its smallest half-size behind the points puts a part seen end on (a drawer's
-    front, 0.06 m where the drawer is 0.18 m deep) so far in front of its centre that the surface
-    fit settles on a side face instead."""
-    if prim.kind in ("box", "mesh"):
-        return float(np.square(R.T @ view) @ np.asarray(prim.half_size))
-    return prim.radius
-
-
 def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation,
                   fits: list | None = None) -> tuple[float, torch.Tensor]:
     """Fit one primitive to the foreground points of ``obs`` from every orientation hypothesis.
@@ -81,11 +68,13 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation,
     p = obs.points[obs.foreground].numpy()
     view = p.mean(0) - obs.origin.numpy()
     view /= np.linalg.norm(view)
+    # The visible surface lies in front of the centre by about half the shape's depth.
+    centre = p.mean(0) + view * (min(prim.half_size) if prim.kind in ("box", "mesh") else prim.radius)
     best = (float("inf"), None)
     started: list[torch.Tensor] = []
     for R in rot_hypotheses(prim, p):
         T = torch.eye(4, dtype=FLOAT)
-        T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(p.mean(0) + view * view_depth(prim, R, view))
+        T[:3, :3], T[:3, 3] = torch.as_tensor(R), torch.as_tensor(centre)
         T = T[None]
         kw = dict(gate=prim.bounding_radius * 2, scale=cfg.noise.huber_m, freespace_tol=cfg.noise.freespace_tol_m,
                   grazing=False)  # see gauss_newton_step

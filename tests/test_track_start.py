@@ -136,16 +136,6 @@ def _hub_behind_arm(path: Path) -> tuple[np.ndarray, Segmentation]:
     return truth, Segmentation(np.stack([body == 0, body == 1]).astype(np.uint8), 0, ["hub", "arm"], np.ones(2))
 
 
-def test_view_depth_is_the_half_size_along_the_ray():
-    """A drawer (0.4 x 0.36 x 0.12) seen along its 0.36 side: its centre 0.18 m behind its front (the
-    smallest half-size, 0.06, was used before); seen along a diagonal of two axes: their mean."""
-    prim = Primitive.from_shape(Shape("drawer", "box", size=(0.4, 0.36, 0.12)))
-    assert track_fit.view_depth(prim, np.eye(3), np.array([0.0, 1.0, 0.0])) == pytest.approx(0.18)
-    diagonal = np.array([1.0, 1.0, 0.0]) / np.sqrt(2.0)
-    assert track_fit.view_depth(prim, np.eye(3), diagonal) == pytest.approx(0.19)
-    assert track_fit.view_depth(Primitive.from_shape(ROD), np.eye(3), diagonal) == pytest.approx(0.03)
-
-
 @pytest.mark.slow  # about 10 s on the shared 2-core machine
 def test_a_box_started_with_its_sides_swapped_takes_the_other_fit_of_its_mask(tmp_path):
     """tree5 s36 (RealSense-like, ray cast): the hub's mask lost its half behind the arm to the arm's
