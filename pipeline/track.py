@@ -19,7 +19,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
   the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
-  competes, body by body.
+  competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
+  face) are judged in the whole frame (``track_fit.other_placements``).
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
@@ -61,7 +62,7 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
-from vid2sim.pipeline.track_fit import FLOAT, fit_primitive
+from vid2sim.pipeline.track_fit import FLOAT, fit_primitive, other_placements
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
 from vid2sim.pipeline.track_scene import TrackScene
@@ -106,8 +107,11 @@ def _ray_sample(edge: np.ndarray, budget: int, edge_share: float) -> tuple[np.nd
     return keep[order], np.concatenate(out_w)[order]
 
 
-def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: Segmentation) -> torch.Tensor:
-    """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud."""
+def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: Segmentation,
+                   others: list | None = None) -> torch.Tensor:
+    """(M, 4, 4) world poses at the segmentation frame from each mask's point cloud; ``others``, if
+    given, receives per body its fits (4, 4) worth trying: the returned one, then up to
+    ``start_alternatives`` others, best fit first, fit cost within ``start_ratio`` of the best's."""
     poses = []
     for k, prim in enumerate(scene.prims):
         mask = cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
@@ -123,7 +127,12 @@ def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: 
         # at most max_rays rays, as every later frame: a part filling the view needs no more to start from
         stride = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1))))
         obs, _ = scene.observe(depth, roi, foreground=mask, stride=stride)
-        poses.append(fit_primitive(cfg, prim, obs)[1])
+        fits: list = []
+        cost, T = fit_primitive(cfg, prim, obs, fits)
+        poses.append(T)
+        if others is not None:
+            alt = sorted((c, i) for i, (c, S) in enumerate(fits) if S is not T and c <= cfg.start_ratio * cost)
+            others.append([T] + [fits[i][1] for _, i in alt[:cfg.start_alternatives]])
     return torch.stack(poses)
 
 
@@ -138,9 +147,10 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     cfg, scene, planar = tracker.cfg, tracker.scene, tracker.planar
     d0 = rec.depth(seg.frame)
     rgb = rec.color(seg.frame) if rec.has_color and cfg.noise.w_color > 0 else None
-    T = _initial_poses(cfg, scene, d0, seg)
+    others: list = []
+    T = _initial_poses(cfg, scene, d0, seg, others)
     if cfg.noise.depth_noise_k >= cfg.noise.start_noise_k:
-        return T
+        return other_placements(tracker, d0, rgb, T, others)
     coarse_cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=cfg.noise.start_noise_k))
     coarse = TrackScene(rec, scene.prims, coarse_cfg)
     coarse.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
@@ -162,7 +172,8 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     log.info("track: start poses: cost %.0f at the measured noise, %.0f after a coarse pass; kept the %s, with %s "
              "from the other (cost %.0f)", costs[0], costs[1], ("first", "second")[best],
              [seg.shape_names[m] for m in np.flatnonzero(swapped)] or "no body", c)
-    return tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
+    T = tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
+    return other_placements(tracker, d0, rgb, T, others)
 
 
 def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,

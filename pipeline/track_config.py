@@ -131,6 +131,8 @@ class TrackConfig:
 
     iterations: int = 6  # Gauss-Newton steps per frame (fewer once converged), >= 1
     init_iterations: int = 25  # Gauss-Newton steps per initial orientation hypothesis (segmentation frame)
+    start_alternatives: int = 4  # other fits of each mask judged in the whole frame at the start; 0 = best fit only
+    start_ratio: float = 2.0  # those other fits: fit cost within this factor of the best fit's
     # depth recordings: "on" = (x, z, yaw) per body, "off" or "auto" = 6-D; RGB-only recordings are
     # always tracked in the image plane (track.rgb), "off" refuses them
     planar: str = "auto"

@@ -10,6 +10,7 @@ covering background, is kept.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,6 +23,8 @@ from vid2sim.models.render.primitives import sdf_and_grad
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.track import TrackConfig
+
+log = logging.getLogger(__name__)
 
 FLOAT = torch.float64  # dtype of every pose, ray and residual tensor of the tracker
 
@@ -54,11 +57,13 @@ def rot_hypotheses(prim: Primitive, pts: np.ndarray) -> list[np.ndarray]:
     return hyps
 
 
-def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tuple[float, torch.Tensor]:
+def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation,
+                  fits: list | None = None) -> tuple[float, torch.Tensor]:
     """Fit one primitive to the foreground points of ``obs`` from every orientation hypothesis.
 
     Returns (cost, (4, 4) world pose): cost = mean clipped squared point residual plus a
-    penalty per free-space ray (a pose that covers background is wrong).
+    penalty per free-space ray (a pose that covers background is wrong). ``fits``, if given,
+    receives (cost, (4, 4) pose) of every distinct placement fitted, the returned one included.
     """
     p = obs.points[obs.foreground].numpy()
     view = p.mean(0) - obs.origin.numpy()
@@ -82,9 +87,44 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation) -> tupl
         r = res.point_res[torch.isfinite(res.point_res)]
         cost = float(torch.minimum(r, torch.tensor(cfg.gates.gate_m)).square().mean()) + cfg.gates.gate_m ** 2 * float(
             res.freespace.sum()) / max(len(r), 1) if len(r) else float("inf")
+        fit = (cost if np.isfinite(cost) else float("inf"), T[0])
+        if fits is not None:
+            fits.append(fit)
         if best[1] is None or cost < best[0]:  # no finite cost at all: the first hypothesis, cost inf
-            best = (cost if np.isfinite(cost) else float("inf"), T[0])
+            best = fit
     return best
+
+
+def other_placements(tracker, depth: np.ndarray, rgb: np.ndarray | None, T: torch.Tensor,
+                     fits: list[list[torch.Tensor]]) -> torch.Tensor:
+    """Start poses T (M, 4, 4) with body m moved to another fit of its mask where that explains
+    the whole frame better. ``fits[m]``: body m's mask fits (4, 4), its best fit first.
+    Each other fit is compared with that best one in the frame as T is (every body's render,
+    silhouettes and colour: the frame's truncated cost on the rays around them all); the best one
+    that does better is aligned in the frame (``tracker.frame``) and kept if it beats T.
+
+    A mask's points pin only the surface they see: a box seen on one face (a hub behind an arm)
+    fits them nearly as well with its edges swapped, where its silhouette covers background
+    or a neighbour; only the whole frame tells the two apart."""
+    for m, alts in enumerate(fits):
+        if len(alts) < 2:
+            continue
+        tried = [T.clone() for _ in alts]
+        for Tm, S in zip(tried, alts):
+            Tm[m] = S
+        cost = tracker.cost_fn(depth, rgb, [T, *tried], tracker.cfg.gates.max_rays)
+        costs = [cost(Tm) for Tm in tried]
+        k = int(np.argmin(costs))
+        if k == 0:
+            continue
+        Tm = tracker.frame(depth, tried[k], tried[k], use_prior=False, rgb=rgb)[0]
+        cost = tracker.cost_fn(depth, rgb, [T, Tm], tracker.cfg.gates.max_rays)
+        c_T, c_m = cost(T), cost(Tm)
+        if c_m < c_T:
+            log.info("track: start: body %d moved %.0f mm to another fit of its mask (frame cost %.0f -> %.0f)",
+                     m, 1000 * float((Tm[m, :3, 3] - T[m, :3, 3]).norm()), c_T, c_m)
+            T = Tm
+    return T
 
 
 def _levenberg_marquardt(cfg: "TrackConfig", prim: Primitive, T: torch.Tensor, obs: Observation, kw: dict) -> torch.Tensor:

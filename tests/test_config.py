@@ -29,7 +29,9 @@ UNGROUPED_TRACK = {
     # the search along an elongated part's long axis (issue 27)
     "axis_search": 4,
     # the first step from the segmentation frame, the colour check, parts inside parts (issue 25)
-    "first_reach_m": 0.2, "color_min_recall": 0.5, "inside_max": 0.5}
+    "first_reach_m": 0.2, "color_min_recall": 0.5, "inside_max": 0.5,
+    # a mask's other fits tried in the whole frame at the start (issue 25)
+    "start_alternatives": 4, "start_ratio": 2.0}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():
