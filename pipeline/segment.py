@@ -269,8 +269,8 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
     ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
     with nothing moving beside it is background, and a still surplus part repeats no library
-    name (a second still drawer or hub beside a moving mechanism is clutter of the right size). sizes: (n, library shapes of a class segment knows, in ``shapes``'
-    order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
+    name (a second still hub beside a moving mechanism is clutter of the right size).
+    sizes: (n, library shapes of a class segment knows, in ``shapes``' order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
     ``segment_evidence.linked_sizes``: over the candidate frames).
 
     A detection no library shape explains gets ``None`` (background, one INFO line), or with

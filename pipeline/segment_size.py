@@ -75,12 +75,9 @@ def _tilt(a: np.ndarray, z: np.ndarray) -> float:
     """sqrt(1 + s^2) >= 1: how much longer a surface is than its in-image width, where its
     points' coordinate along the line of sight ``z`` (m) follows their in-image coordinate
     ``a`` (m) with slope s (least squares); 1 where they correlate less than ``TILT_R``
-    (a rod's depth noise, no surface tilted away from the camera).
-
-    A box face seen at a grazing angle (the cabinet's door hinged down, random scene 44:
-    0.46 x 0.36 m, its 0.36 m side receding) spans 0.09-0.13 m across the image and 0.33 m
-    in 3-D; its depth follows its image position (r 0.6, slope 2-3), a rod's depth noise
-    does not (r about 0)."""
+    (a rod's depth noise, no surface tilted away from the camera): a box face seen at a
+    grazing angle spans far less across the image than in 3-D, and its depth follows its
+    image position; a rod's depth noise does not."""
     if len(a) < 3 or np.ptp(a) <= 0 or np.ptp(z) <= 0:
         return 1.0
     c = np.cov(a, z)

@@ -63,7 +63,8 @@ def fit_primitive(cfg: "TrackConfig", prim: Primitive, obs: Observation,
 
     Returns (cost, (4, 4) world pose): cost = mean clipped squared point residual plus a
     penalty per free-space ray (a pose that covers background is wrong). ``fits``, if given,
-    receives (cost, (4, 4) pose) of every distinct placement fitted, the returned one included.
+    receives (cost, (4, 4) pose) of every hypothesis fitted, the returned one included (two
+    hypotheses may converge to the same placement).
     """
     p = obs.points[obs.foreground].numpy()
     view = p.mean(0) - obs.origin.numpy()
