@@ -29,6 +29,10 @@ until one fails. Per cell it records:
   pushed linkage's root is planar by its known pusher before it moves). The row's
   ``joints_still`` names those joints.
 
+A mechanism driven by a pusher (the pushed linkage) gets a clip of at least ``PUSH_FRAMES``
+(90) frames whatever ``--frames`` says (``clip_frames``; the row's ``clip_frames``): its pusher
+meets it 1.1-1.8 s in, so a shorter clip would show three boxes at rest.
+
 Cells go to ``OUT/cells.jsonl`` as they finish (a rerun skips cells already there,
 so a long run resumes); recordings and runs of cells where every stage succeeded are
 deleted unless ``--keep``. Progress goes to stderr; the last stdout line is JSON:
@@ -63,7 +67,7 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from vid2sim.datasets.synthetic import MECHANISMS
+from vid2sim.datasets.synthetic import MECHANISMS, mechanism
 from vid2sim.datasets.shapes import load_shapes
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints.evaluate import compare
@@ -71,6 +75,9 @@ from vid2sim.models.joints.evaluate import compare
 STAGES = ("segment", "track", "articulate")
 TRACEBACK = "Traceback (most recent call last)"
 STILL_SHARE = 0.003  # a truth joint moving less than this share of the camera distance is scored as fixed
+# frames a clip of a pushed mechanism needs at least: its pusher meets the linkage 1.1-1.8 s in (frames 32-53
+# at 30 fps), so a 40-frame clip would show three boxes at rest; 90 frames show 1-2 s of the push
+PUSH_FRAMES = 90
 FACTORS = ("renderer", "framing", "background", "sensor", "size", "distractors", "mechanism")
 
 
@@ -270,6 +277,12 @@ def _stage_specs():
     return SPECS
 
 
+def clip_frames(mech: str, frames: int) -> int:
+    """Frames of the recording made for ``mech``: ``frames``, or ``PUSH_FRAMES`` where that is more and
+    a pusher drives the mechanism (``Mechanism.tip_factory``): the clip must show the push."""
+    return max(frames, PUSH_FRAMES) if mechanism(mech).tip_factory is not None else frames
+
+
 def run_cell(mech: str, seed: int, args) -> dict:
     """Make one random-scene recording (or, with ``--reuse``, take it and the earlier stages'
     artifacts from that folder), run the stages, score them."""
@@ -277,7 +290,8 @@ def run_cell(mech: str, seed: int, args) -> dict:
     rec, run = cell / "rec", cell / "run"
     shutil.rmtree(cell, ignore_errors=True)
     cell.mkdir(parents=True)
-    row = {"mechanism": mech, "seed": seed, "frames": args.frames, "noise": args.noise, "stages": {},
+    row = {"mechanism": mech, "seed": seed, "frames": args.frames, "clip_frames": clip_frames(mech, args.frames),
+           "noise": args.noise, "stages": {},
            "seg_count_ok": False, "seg_shapes_ok": False, "track_err_m": None, "track_err_rel": None,
            "topology_ok": False}
     reused = _reused(mech, seed, args, cell, row) if args.reuse else None
@@ -285,7 +299,7 @@ def run_cell(mech: str, seed: int, args) -> dict:
         rec, stages = reused
     else:
         synth = _run(_cli("synth", mech, "--out", str(rec), "--scene", "random", "--seed", str(seed),
-                          "--frames", str(args.frames), "--noise", args.noise), args.timeout)
+                          "--frames", str(row["clip_frames"]), "--noise", args.noise), args.timeout)
         row["synth"] = synth
         if synth["rc"] != 0:
             row["tracebacks"] = int(synth["traceback"])

@@ -31,3 +31,24 @@ def test_bench_scores_masks_against_the_truth_masks(tmp_path):
     s = bench._segmentation_scores(run, truth, rec)
     assert s["seg_shapes_ok"] and not s["seg_masks_ok"]
     assert sorted(s["seg_masks_wrong"]) == sorted(f"{a}<-{b}" for a, b in zip(names[::-1], names))
+
+
+def test_a_pushed_cell_is_long_enough_to_show_the_push():
+    """bench_scenes' clip of the pushed linkage: 40 frames end before the pusher meets it (its
+    hinges at rest), the ``clip_frames`` it makes show the hinges turning by degrees."""
+    import importlib.util
+    from pathlib import Path
+
+    from vid2sim.datasets.synthetic import simulate
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
+    spec = importlib.util.spec_from_file_location("bench_scenes", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.clip_frames("cartpole", 40) == 40
+    n = bench.clip_frames("pushed", 40)
+    assert n >= 90
+    for seed in (0, 1):
+        q = simulate("pushed", seed=seed, frames=n, fps=30.0).q
+        assert np.degrees(np.ptp(q[:40], axis=0)).max() < 0.5
+        assert np.degrees(np.ptp(q, axis=0)).max() > 10.0
