@@ -72,7 +72,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
-from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable  # noqa: F401 (re-exported)
+from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods  # noqa: F401
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -570,6 +570,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         if len(wanted & set(again[2])) > len(wanted & set(names)):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
+        dets, seen, names = split_rods((dets, seen, names), sorted(wanted), rec.shapes, best.depth,
+                                       downsample_intrinsics(rec.camera.K, s), best.smoothed, cfg.size_tolerance,
+                                       max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)), SURPLUS_SIZE_COST)
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")

@@ -7,7 +7,9 @@ leaves a library shape unnamed, ``segment.run`` names that frame again with the 
 cue (``segment_still.DepthMotion``: a still part with nothing moving beside it is
 background, a still part pays more for every name, a moving region no part covers is
 proposed for an unnamed shape) and keeps that naming where it explains more of the
-library; a shape still unnamed is ``check_missing``'s error.
+library; a named rod whose mask holds two rods (two links of a far chain in one mask) is cut
+in two where a rod shape is still unnamed (``split_rods``); a shape still unnamed is
+``check_missing``'s error.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import numpy as np
 
 from vid2sim.datasets.recording import RecordingError
 from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_size import measure_extents, size_cost
+from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
 if TYPE_CHECKING:
     from vid2sim.pipeline.segment import SegmentConfig
@@ -59,3 +64,39 @@ def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[st
     if cfg.missing == "error":
         raise StageError(f"segment: {shapes_path}: {msg}")
     log.info("segment: %s", msg)
+
+
+RODS = ("capsule", "cylinder")
+
+
+def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], wanted: list[str],
+               shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, tol: float,
+               min_px: int, fit: float) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+    """(parts, seen extents m, names): the named ``parts`` (detections, extents, names), where a
+    rod shape of ``wanted`` is unnamed, with each named rod's mask that holds two rods (a far
+    chain's two links in one mask) cut in two (``segment_still.carve_rods``: its own shape's
+    rod, then the unnamed shape's from what is left), the second piece named as the unnamed
+    shape (score ``PROPOSAL_SCORE``). A cut is kept only where both pieces have at least
+    ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``. Depth (m),
+    ``smoothed``, K and masks at segment's working resolution."""
+    dets, seen, names = list(parts[0]), list(parts[1]), list(parts[2])
+    unnamed = [n for n in wanted if n not in set(names) and shapes[n].type in RODS]
+    for k in range(len(dets)):
+        if not unnamed:
+            break
+        if shapes[names[k]].type not in RODS:
+            continue
+        rods = carve_rods(dets[k].mask, depth, K, [shapes[names[k]], shapes[unnamed[0]]])
+        if len(rods) < 2 or min(int(r.sum()) for r in rods) < min_px:
+            continue
+        e = [measure_extents(r, depth, K, smoothed) for r in rods]
+        if size_cost(e[0], shapes[names[k]], True, tol) > fit or size_cost(e[1], shapes[unnamed[0]], True, tol) > fit:
+            continue
+        d, label = dets[k], CLASSES.index(shapes[unnamed[0]].type)
+        log.info("segment: %s's mask holds two rods: %s cut from it (%d px, seen %.3f x %.3f m)", names[k],
+                 unnamed[0], int(rods[1].sum()), *e[1])
+        dets[k], seen[k] = Detection(rods[0], d.label, d.score, d.class_scores), e[0]
+        dets.append(Detection(rods[1], label, PROPOSAL_SCORE, np.eye(len(CLASSES))[label] * PROPOSAL_SCORE))
+        seen.append(e[1])
+        names.append(unnamed.pop(0))
+    return dets, seen, names

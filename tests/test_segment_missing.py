@@ -52,3 +52,38 @@ def test_a_far_thin_pole_the_network_never_proposes_is_found_by_its_motion(tmp_p
         top = int(counts.argmax())
         assert 0 < top <= len(truth["bodies"]) and truth["bodies"][top - 1]["shape"] == name, f"{name} on id {top}"
         assert counts[top] >= 0.6 * m.sum()
+
+
+K = np.array([[300.0, 0.0, 160.0], [0.0, 300.0, 120.0], [0.0, 0.0, 1.0]])
+LINK = Shape("link1", "capsule", radius=0.025, length=0.33)
+
+
+def _rod(a, b, width: float = 3.7) -> np.ndarray:
+    """(240, 320) bool: the pixels within ``width`` px of the image segment a-b."""
+    v, u = np.mgrid[:240, :320]
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    d = b - a
+    t = np.clip(((u - a[0]) * d[0] + (v - a[1]) * d[1]) / (d @ d), 0, 1)
+    return np.hypot(u - a[0] - t * d[0], v - a[1] - t * d[1]) <= width
+
+
+def test_a_named_rods_mask_over_two_links_is_cut_where_a_link_is_unnamed():
+    """Two 0.38 x 0.05 m capsules at 2 m (57 x 7.5 px, 150 px per m) bent at a joint, in one mask named
+    link1: cut in two along the links, the second named link2; one link alone is never cut."""
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment_missing import split_rods
+
+    depth = np.full((240, 320), 2.0, np.float32)
+    first, second = _rod((100, 60), (100, 117)), _rod((100, 117), (140, 158))
+    shapes = {"link1": LINK, "link2": Shape("link2", "capsule", radius=0.025, length=0.33)}
+    det = Detection(first | second, 1, 0.6, None)
+    args = (["link1", "link2"], shapes, depth, K, smooth_depth(depth), 1.6, 20, 1.0)
+    dets, seen, names = split_rods(([det], [(0.7, 0.3)], ["link1"]), *args)
+    assert names == ["link1", "link2"]
+    for m, truth in zip([d.mask for d in dets], (first, second)):
+        assert (m & truth).sum() >= 0.85 * m.sum() and (m & truth).sum() >= 0.75 * truth.sum()
+    assert all(abs(e[0] - 0.38) < 0.06 for e in seen)
+    one = Detection(first, 1, 0.6, None)
+    dets, _, names = split_rods(([one], [(0.38, 0.05)], ["link1"]), *args)
+    assert names == ["link1"] and dets[0].mask.tolist() == first.tolist()
