@@ -313,10 +313,11 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
         e = measure_extents(m, depth, K, smoothed)
         if all(math.isinf(size_cost(e, shapes[s], True, tol)) for s in open_):  # a moving chain of parts
             pieces = [p for p in carve_rods(m, depth, K, [shapes[s] for s in open_]) if p.sum() >= min_px]
+            masks += pieces
+            seen += [measure_extents(p, depth, K, smoothed) for p in pieces]
         else:
-            pieces = [m]
-        masks += pieces
-        seen += [e] if pieces == [m] else [measure_extents(p, depth, K, smoothed) for p in pieces]
+            masks.append(m)
+            seen.append(e)
     if not masks:
         return [], []
     cost = np.array([[size_cost(e, shapes[s], True, tol) for s in open_] for e in seen])

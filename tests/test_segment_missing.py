@@ -87,3 +87,22 @@ def test_a_named_rods_mask_over_two_links_is_cut_where_a_link_is_unnamed():
     one = Detection(first, 1, 0.6, None)
     dets, _, names = split_rods(([one], [(0.38, 0.05)], ["link1"]), *args)
     assert names == ["link1"] and dets[0].mask.tolist() == first.tolist()
+
+
+def test_a_moving_chain_in_one_region_is_carved_into_the_unnamed_rods():
+    """One moving region over two 0.38 m links (bent at the joint) fits no single link: it is
+    cut into rods and each proposed for an unnamed link."""
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment_still import moving_proposals
+
+    class Regions:
+        def changed(self, i):
+            return None, None, first | second
+
+    depth = np.full((240, 320), 2.0, np.float32)
+    first, second = _rod((100, 60), (100, 117)), _rod((100, 117), (140, 158))
+    shapes = {"link1": LINK, "link2": Shape("link2", "capsule", radius=0.025, length=0.33)}
+    out, seen = moving_proposals(Regions(), 0, [], [], shapes, depth, K, smooth_depth(depth), 1.6, 20)
+    assert len(out) == 2 and all(abs(e[0] - 0.38) < 0.06 for e in seen)
+    for m in (d.mask for d in out):
+        assert max((m & first).sum(), (m & second).sum()) >= 0.85 * m.sum()
