@@ -564,15 +564,18 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
     wanted = set(findable(rec.shapes, shapes_path))
     if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
-        # the library unexplained (a part the network never proposes, a look-alike with its name):
-        # the full motion cue in this frame, kept where it explains more (segment_missing)
+        # the library unexplained (a part the network never proposes, a look-alike with its name): the
+        # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
+        # more and every part fits its shape's size (segment_missing)
         again = _named(cfg, rec, best, candidates, s, DepthMotion(rec, s, cfg.missing_samples))
-        if len(wanted & set(again[2])) > len(wanted & set(names)):
+        again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
+                           sorted(wanted), rec.shapes, best.depth, downsample_intrinsics(rec.camera.K, s),
+                           best.smoothed, cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
+                           SURPLUS_SIZE_COST)
+        if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
+                size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
-        dets, seen, names = split_rods((dets, seen, names), sorted(wanted), rec.shapes, best.depth,
-                                       downsample_intrinsics(rec.camera.K, s), best.smoothed, cfg.size_tolerance,
-                                       max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)), SURPLUS_SIZE_COST)
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")
