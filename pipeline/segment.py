@@ -52,7 +52,7 @@ from __future__ import annotations
 import logging
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -133,7 +133,7 @@ class SegmentConfig:
     # that fits a library shape moves, nothing made background or proposed by it (segment_still.StillMotion;
     # a still distractor of a part's class and size loses the name to the moving part); 0 = not looked at
     still_samples: int = 12
-    missing_samples: int = 12  # depth: frames sampled for the full motion cue where a library shape is unnamed (segment_missing); 0 = off
+    missing_samples: int = 12  # depth: frames sampled for the full motion cue where a shape is unnamed (segment_missing); 0 = off
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -567,7 +567,8 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         # the library unexplained (a part the network never proposes, a look-alike with its name): the
         # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
         # more and every part fits its shape's size (segment_missing)
-        again = _named(cfg, rec, best, candidates, s, DepthMotion(rec, s, cfg.missing_samples))
+        full = DepthMotion(rec, s, cfg.missing_samples)
+        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, full)
         again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
                            sorted(wanted), rec.shapes, best.depth, downsample_intrinsics(rec.camera.K, s),
                            best.smoothed, cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
