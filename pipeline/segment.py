@@ -539,8 +539,8 @@ def _named(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: list
 
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the best of ``cfg.frames`` (ranked without motion, ``segment_frames``), with the
-    motion cue in that frame only where ``cfg.motion_samples`` asks; returns the artifact (the
-    runner saves it)."""
+    motion cue in that frame where ``cfg.motion_samples`` asks or a library shape is left unnamed
+    (``segment_missing``); returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.datasets.atomic import write_bytes
     from vid2sim.pipeline.actuators import explain_actuators
