@@ -28,7 +28,8 @@ Parts touch the parts they are joined to: of the clusters of touching masks, the
 explains most library shapes is kept, others only for shapes it leaves unexplained
 (``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
-library shape no part matched is an error naming it (``SegmentConfig.missing``).
+library shape no part matched, even with the full motion cue (``segment_missing``), is an
+error naming it (``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
 look-alikes (``segment_still``; not where a known actuator pushes the parts), in the frame
 the ranking chose only (frames are ranked without motion): where a part moves, a still
@@ -51,7 +52,7 @@ from __future__ import annotations
 import logging
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -71,6 +72,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
+from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods  # noqa: F401
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -131,6 +133,7 @@ class SegmentConfig:
     # that fits a library shape moves, nothing made background or proposed by it (segment_still.StillMotion;
     # a still distractor of a part's class and size loses the name to the moving part); 0 = not looked at
     still_samples: int = 12
+    missing_samples: int = 12  # depth: frames sampled for the full motion cue where a shape is unnamed (segment_missing); 0 = off
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -151,6 +154,8 @@ class SegmentConfig:
             raise ValueError(f"segment: still_samples must be >= 0 (0 = not looked at), got {self.still_samples}")
         if self.split_samples < 0:
             raise ValueError(f"segment: split_samples must be >= 0 (0 = no motion split), got {self.split_samples}")
+        if self.missing_samples < 0:
+            raise ValueError(f"segment: missing_samples must be >= 0 (0 = not looked at), got {self.missing_samples}")
         if self.work_width < 0:
             raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
@@ -354,35 +359,6 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     return sorted(keep)
 
 
-def _check_missing(cfg: SegmentConfig, shapes: dict[str, Shape], names: list[str], frames: list[int],
-                   shapes_path: Path) -> None:
-    """Every library shape segment can find (box, capsule, sphere, cylinder) must have been
-    matched by some part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``:
-    an INFO line). Mesh shapes are never looked for, nor the shapes of known actuators
-    (``actuation.npz``'s ``shapes``, docs/formats.md §1.2: their pixels are no part)."""
-    from vid2sim.pipeline.run import StageError
-
-    actuators = set()
-    if (shapes_path.parent / "actuation.npz").is_file():
-        try:
-            with np.load(shapes_path.parent / "actuation.npz") as z:
-                actuators = {str(n) for n in z["shapes"]} if "shapes" in z.files else set()
-        except (OSError, ValueError) as e:
-            raise RecordingError(shapes_path.parent / "actuation.npz", f"cannot be read ({e})") from None
-    findable = [n for n, s in shapes.items() if s.type in CLASSES and n not in actuators]
-    absent = [n for n in findable if n not in set(names)]
-    if not absent:
-        return
-    what = ", ".join(absent[:-1]) + " and " + absent[-1] if len(absent) > 1 else absent[0]
-    msg = (f"shapes.json lists {len(findable)} part(s), segment found {len(set(findable) & set(names))}: {what} "
-           f"{'are' if len(absent) > 1 else 'is'} missing in frames {', '.join(map(str, frames))} "
-           f"(smaller than segment.min_pixels={cfg.min_pixels} px, hidden, or not in this scene? "
-           "segment.missing=allow goes on without them)")
-    if cfg.missing == "error":
-        raise StageError(f"segment: {shapes_path}: {msg}")
-    log.info("segment: %s", msg)
-
-
 @contextlib.contextmanager
 def logging_disabled():
     previous = log.disabled
@@ -537,10 +513,34 @@ def segment_frames(cfg: SegmentConfig, rec: Recording, frames: list[int], s: int
     return candidates, _choose(candidates)
 
 
+def _named(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: list[Candidate], s: int,
+           motion: DepthMotion | None) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+    """(parts, seen extents m, library names) of the chosen candidate ``best``: named again with
+    the motion cue where ``motion`` is given (``_name_frame``), each part's size taken over the
+    candidate frames it is seen in (``segment_evidence``), parts no library shape explains left
+    out (background, logged). Masks at 1/s resolution."""
+    i, dets, seen, shapes_path = best.frame, best.dets, best.seen, Path(rec.path) / "shapes.json"
+    if motion is not None:
+        K = downsample_intrinsics(rec.camera.K, s)
+        dets, _, seen, _ = _name_frame(cfg, rec, i, best.depth, K, best.smoothed, best.found, best.metric, s, motion)
+        log.info("segment: frame %d with the motion cue (%d sampled frames): %d parts (%s)", i, len(motion.frames),
+                 len(dets), ", ".join(CLASSES[d.label] for d in dets))
+    if not dets:
+        return [], [], []
+    shares = motion.cues(i, [d.mask for d in dets]) if motion is not None else None
+    sizes = linked_sizes([d.mask for d in dets], seen, [([d.mask for d in c.dets], c.seen) for c in candidates
+                                                        if c.frame != i], rec.shapes,
+                         [n for n, sh in rec.shapes.items() if sh.type in CLASSES], best.metric, cfg.size_tolerance)
+    names = match_shapes(dets, seen, rec.shapes, best.metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched,
+                         shares, sizes)
+    keep = [k for k, n in enumerate(names) if n is not None]
+    return [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
+
+
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the best of ``cfg.frames`` (ranked without motion, ``segment_frames``), with the
-    motion cue in that frame only where ``cfg.motion_samples`` asks; returns the artifact (the
-    runner saves it)."""
+    motion cue in that frame where ``cfg.motion_samples`` asks or a library shape is left unnamed
+    (``segment_missing``); returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.datasets.atomic import write_bytes
     from vid2sim.pipeline.actuators import explain_actuators
@@ -554,31 +554,32 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
     candidates, best = segment_frames(cfg, rec, frames, s)
-    i, depth, nimg, metric, dets, seen = best.frame, best.depth, best.nimg, best.metric, best.dets, best.seen
+    i, nimg, metric = best.frame, best.nimg, best.metric
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
     motion = None
     samples = cfg.motion_samples if cfg.motion_samples > 1 else cfg.still_samples
     if samples > 1 and metric and not pushed:
         motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
-        K = downsample_intrinsics(rec.camera.K, s)
-        dets, _, seen, _ = _name_frame(cfg, rec, i, depth, K, best.smoothed, best.found, metric, s, motion)
-        log.info("segment: frame %d with the motion cue (%d sampled frames): %d parts (%s)", i, len(motion.frames),
-                 len(dets), ", ".join(CLASSES[d.label] for d in dets))
+    dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
+    wanted = set(findable(rec.shapes, shapes_path))
+    if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
+        # the library unexplained (a part the network never proposes, a look-alike with its name): the
+        # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
+        # more and every part fits its shape's size (segment_missing)
+        full = DepthMotion(rec, s, cfg.missing_samples)
+        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, full)
+        again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
+                           sorted(wanted), rec.shapes, best.depth, downsample_intrinsics(rec.camera.K, s),
+                           best.smoothed, cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
+                           SURPLUS_SIZE_COST)
+        if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
+                size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
+            log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
+            dets, seen, names = again
     if not dets:
-        raise RecordingError(Path(rec.path), f"segment ({cfg.method}) found no part in frames {frames} "
-                                             f"(score threshold {cfg.score_threshold})")
-    shares = motion.cues(i, [d.mask for d in dets]) if motion is not None else None
-    # each part's size over the candidate frames it is seen in, not this frame's alone (segment_evidence)
-    sizes = linked_sizes([d.mask for d in dets], seen, [([d.mask for d in c.dets], c.seen) for c in candidates
-                                                        if c.frame != i], rec.shapes,
-                         [n for n, sh in rec.shapes.items() if sh.type in CLASSES], metric, cfg.size_tolerance)
-    names = match_shapes(dets, seen, rec.shapes, metric, cfg.size_tolerance, shapes_path, i, cfg.unmatched, shares,
-                         sizes)
-    keep = [k for k, n in enumerate(names) if n is not None]
-    dets, seen, names = [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
-    if not dets:
-        raise RecordingError(shapes_path, f"frame {i}: no part found matches a library shape")
+        raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
+                                          f"shape in frames {frames} (score threshold {cfg.score_threshold})")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path)
     h, w = rec.camera.height, rec.camera.width
     masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)

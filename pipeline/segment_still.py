@@ -29,6 +29,7 @@ distractor), every detection is named as without motion.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import cv2
@@ -53,6 +54,8 @@ REGION_SHARE = 0.5  # in [0, 1]: a pixel changed in at least this share of the s
 PROPOSAL_SCORE = 0.2  # score of a moving region no detection covers, proposed as a part (moving_proposals)
 MIN_REGION = 10  # px (at the working resolution): the smallest moving region a still part may be attached to
 RIM_PX = 3  # px (at the working resolution): moving pixels this close to a named detection may be its rim
+CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
+CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 
 
@@ -226,7 +229,51 @@ def motion_shares(masks: list[np.ndarray], changed: np.ndarray, valid: np.ndarra
     return out
 
 
-__all__ = ["ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "contested", "change_threshold", "changed_pixels",
+def carve_rods(region: np.ndarray, depth: np.ndarray, K: np.ndarray, shapes: list[Shape],
+               tries: int = CARVE_TRIES) -> list[np.ndarray]:
+    """Rods cut from a moving ``region`` (H, W) bool: for each rod shape of ``shapes``
+    (capsule, cylinder) in turn, the image segment of at most its length (capsule with its
+    caps) at the region's median depth (m, ``depth``; intrinsics K) that holds the most
+    pixels left of the region within its radius plus ``CARVE_PAD_PX`` (RANSAC: ``tries``
+    random pairs of region pixels, seeded, as the segment's ends), those pixels taken as one
+    rod. Returns the rods' masks; [] where the region has no depth or the shapes no rod."""
+    z = depth[region & (depth > 0)]
+    rods = [sh for sh in shapes if sh.type in ("capsule", "cylinder")]
+    if not len(z) or not rods:
+        return []
+    f, zm = float(K[0, 0]), float(np.median(z))
+    v, u = np.nonzero(region)
+    pts = np.stack([u, v], 1).astype(np.float64)
+    left = np.ones(len(pts), bool)
+    rng = np.random.default_rng(0)
+    out = []
+    for sh in rods:
+        idx = np.flatnonzero(left)
+        if len(idx) < 3:
+            break
+        length = (sh.length + (2 * sh.radius if sh.type == "capsule" else 0.0)) * f / zm
+        width = sh.radius * f / zm + CARVE_PAD_PX
+        best = None
+        for _ in range(tries):
+            a, b = pts[rng.choice(idx, 2, replace=False)]
+            d = b - a
+            n = float(np.hypot(*d))
+            if n < 1.0 or n > length:
+                continue
+            t = np.clip((pts[idx] - a) @ d / n**2, 0.0, 1.0)
+            near = np.hypot(*(pts[idx] - a - t[:, None] * d).T) <= width
+            if best is None or near.sum() > best.sum():
+                best = near
+        if best is None:
+            continue
+        rod = np.zeros(region.shape, bool)
+        rod[v[idx[best]], u[idx[best]]] = True
+        left[idx[best]] = False
+        out.append(rod)
+    return out
+
+
+__all__ = ["carve_rods", "ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "contested", "change_threshold", "changed_pixels",
            "motion_shares", "moving_proposals"]
 
 
@@ -239,7 +286,9 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     the moving regions (``DepthMotion.changed``) outside the named detections (dilated by
     1 px), of at least ``min_px`` px and with at most ``RIM_SHARE`` of its pixels within
     ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
-    its motion's edge); regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
+    its motion's edge); a region larger than every unnamed shape can look (the moving links of
+    a chain in one region) is cut into rods of the unnamed rod shapes' size (``carve_rods``);
+    regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
     finite costs only), each region taking its shape's class. A thin part the network never
     proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
     K at segment's working resolution."""
@@ -261,8 +310,14 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
         m = lab == k
         if (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
             continue
-        masks.append(m)
-        seen.append(measure_extents(m, depth, K, smoothed))
+        e = measure_extents(m, depth, K, smoothed)
+        if all(math.isinf(size_cost(e, shapes[s], True, tol)) for s in open_):  # a moving chain of parts
+            pieces = [p for p in carve_rods(m, depth, K, [shapes[s] for s in open_]) if p.sum() >= min_px]
+            masks += pieces
+            seen += [measure_extents(p, depth, K, smoothed) for p in pieces]
+        else:
+            masks.append(m)
+            seen.append(e)
     if not masks:
         return [], []
     cost = np.array([[size_cost(e, shapes[s], True, tol) for s in open_] for e in seen])

@@ -1,0 +1,104 @@
+"""Segment: the library shapes it must find, and the error naming those it did not.
+
+At a far camera and low resolution a part a few pixels across (a pole 3-4 px wide with a
+third of its depth pixels missing) may never be proposed by the segmenter, while a
+look-alike of another part's class takes that part's name. Where the chosen frame's naming
+leaves a library shape unnamed, ``segment.run`` names that frame again with the full motion
+cue (``segment_still.DepthMotion``: a still part with nothing moving beside it is
+background, a still part pays more for every name, a moving region no part covers is
+proposed for an unnamed shape); a named rod whose mask holds two rods (two links of a far
+chain in one mask) is cut in two where a rod shape is still unnamed (``split_rods``). That
+naming is kept where it explains more of the library and every part fits its shape's size
+(``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: random scene tree5 s63 was named in full
+with three of five masks on the wrong part, size costs 1.75-2.18); otherwise, and for a shape
+still unnamed, ``check_missing``'s error stands.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vid2sim.datasets.recording import RecordingError
+from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_size import measure_extents, size_cost
+from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
+
+if TYPE_CHECKING:
+    from vid2sim.pipeline.segment import SegmentConfig
+
+log = logging.getLogger("vid2sim.pipeline.segment")
+
+
+def findable(shapes: dict[str, Shape], shapes_path: Path) -> list[str]:
+    """The library shapes segment looks for: of a class it knows (box, capsule, sphere,
+    cylinder), not a known actuator's (``actuation.npz``'s ``shapes`` beside ``shapes_path``,
+    docs/formats.md §1.2: their pixels are no part)."""
+    actuators = set()
+    if (shapes_path.parent / "actuation.npz").is_file():
+        try:
+            with np.load(shapes_path.parent / "actuation.npz") as z:
+                actuators = {str(n) for n in z["shapes"]} if "shapes" in z.files else set()
+        except (OSError, ValueError) as e:
+            raise RecordingError(shapes_path.parent / "actuation.npz", f"cannot be read ({e})") from None
+    return [n for n, s in shapes.items() if s.type in CLASSES and n not in actuators]
+
+
+def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[str], frames: list[int],
+                  shapes_path: Path) -> None:
+    """Every library shape segment can find (``findable``) must have been matched by some
+    part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``: an INFO
+    line). Mesh shapes are never looked for, nor the shapes of known actuators."""
+    from vid2sim.pipeline.run import StageError
+
+    wanted = findable(shapes, shapes_path)
+    absent = [n for n in wanted if n not in set(names)]
+    if not absent:
+        return
+    what = ", ".join(absent[:-1]) + " and " + absent[-1] if len(absent) > 1 else absent[0]
+    msg = (f"shapes.json lists {len(wanted)} part(s), segment found {len(set(wanted) & set(names))}: {what} "
+           f"{'are' if len(absent) > 1 else 'is'} missing in frames {', '.join(map(str, frames))} "
+           f"(smaller than segment.min_pixels={cfg.min_pixels} px, hidden, or not in this scene? "
+           "segment.missing=allow goes on without them)")
+    if cfg.missing == "error":
+        raise StageError(f"segment: {shapes_path}: {msg}")
+    log.info("segment: %s", msg)
+
+
+RODS = ("capsule", "cylinder")
+
+
+def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], wanted: list[str],
+               shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, tol: float,
+               min_px: int, fit: float) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+    """(parts, seen extents m, names): the named ``parts`` (detections, extents, names), where a
+    rod shape of ``wanted`` is unnamed, with each named rod's mask that holds two rods (a far
+    chain's two links in one mask) cut in two (``segment_still.carve_rods``: its own shape's
+    rod, then the unnamed shape's from what is left), the second piece named as the unnamed
+    shape (score ``PROPOSAL_SCORE``). A cut is kept only where both pieces have at least
+    ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``. Depth (m),
+    ``smoothed``, K and masks at segment's working resolution."""
+    dets, seen, names = list(parts[0]), list(parts[1]), list(parts[2])
+    unnamed = [n for n in wanted if n not in set(names) and shapes[n].type in RODS]
+    for k in range(len(dets)):
+        if not unnamed:
+            break
+        if shapes[names[k]].type not in RODS:
+            continue
+        rods = carve_rods(dets[k].mask, depth, K, [shapes[names[k]], shapes[unnamed[0]]])
+        if len(rods) < 2 or min(int(r.sum()) for r in rods) < min_px:
+            continue
+        e = [measure_extents(r, depth, K, smoothed) for r in rods]
+        if size_cost(e[0], shapes[names[k]], True, tol) > fit or size_cost(e[1], shapes[unnamed[0]], True, tol) > fit:
+            continue
+        d, label = dets[k], CLASSES.index(shapes[unnamed[0]].type)
+        log.info("segment: %s's mask holds two rods: %s cut from it (%d px, seen %.3f x %.3f m)", names[k],
+                 unnamed[0], int(rods[1].sum()), *e[1])
+        dets[k], seen[k] = Detection(rods[0], d.label, d.score, d.class_scores), e[0]
+        dets.append(Detection(rods[1], label, PROPOSAL_SCORE, np.eye(len(CLASSES))[label] * PROPOSAL_SCORE))
+        seen.append(e[1])
+        names.append(unnamed.pop(0))
+    return dets, seen, names
