@@ -9,9 +9,9 @@ background, a still part pays more for every name, a moving region no part cover
 proposed for an unnamed shape); a named rod whose mask holds two rods (two links of a far
 chain in one mask) is cut in two where a rod shape is still unnamed (``split_rods``). That
 naming is kept where it explains more of the library and every part fits its shape's size
-(``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: random scene tree5 s63 was named in full
-with three of five masks on the wrong part, size costs 1.75-2.18); otherwise, and for a shape
-still unnamed, ``check_missing``'s error stands.
+(``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: a naming that completes the library
+only with parts of the wrong size is on the wrong parts); otherwise, and for a shape still
+unnamed, ``check_missing``'s error stands.
 """
 from __future__ import annotations
 
