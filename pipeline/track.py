@@ -33,7 +33,9 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose, and aligned
   again from where its motion and its image since its last good frame say it went
-  (``track_refind.py``).
+  (``track_refind.py``). A found body whose fit turns much worse than in its last frames (residual,
+  pixels it is seen on) is aligned again from its last good frame's pose, motion and image
+  (``track_recheck.py``: a part that landed or bounced, left where the prediction took it).
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The settings are in ``track_config.py``, the camera, background and regions of interest in
@@ -348,7 +350,7 @@ class _Tracker:
         M = len(scene.prims)
         roi = scene.roi(T0)
         obs, flat = self._observe(depth, roi, rgb, cfg.gates.max_rays, reach_of=T0)
-        area = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1)))) ** 2  # px a ray stands for
+        area = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1)))) ** 2  # px per ray
         T = T0
         n = max(cfg.iterations, 1)
         gate = torch.full((M,), cfg.gates.gate_m, dtype=FLOAT)

@@ -105,8 +105,7 @@ class TrackLost:
     # from more starts (track_recheck.py); 0: off
     recheck_ratio: float = 1.5
     recheck_floor: float = 0.5  # depth noise sigmas: ... and exceeds it by at least this
-    recheck_pixels: float = 0.6  # in [0, 1): ... or a found body seen on fewer than this share of its last frames' pixels
-    recheck_lost: bool = False  # a body still over that bound after the second look is lost in that frame
+    recheck_pixels: float = 0.6  # in [0, 1): ... or one seen on fewer than this share of its last frames' pixels
 
 
 @dataclass(frozen=True)
