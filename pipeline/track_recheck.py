@@ -14,8 +14,8 @@ worse (``FitHistory``): its residual in depth noise sigmas at its distance (``re
 seen on under ``lost.recheck_pixels`` of theirs (on RealSense-like depth the residual of a wrong
 placement is held near the noise by the gate, but the part shows on 20-50 % of its pixels: thrown s47's
 capsule, 1194 -> 210). Such a body is aligned again with the whole frame from more starts, taken at its
-last good frame: that pose (at rest: it stopped), that pose moved on at its velocity there for the
-frames since, and that pose moved as its image moved since (``track_refind.starts``). One is kept where
+last good frame and turned as there: that pose (at rest: it stopped), that pose moved on at its velocity
+there for the frames since, and that pose moved as its image moved since (``_starts``). One is kept where
 the body is found there, no found body is lost by it and the frame's cost falls
 (``track_refind.best_start``), so a wrong judgement costs time, not a pose.
 """
@@ -27,7 +27,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from vid2sim.pipeline.track_refind import LastSeen, best_start, starts
+from vid2sim.pipeline.track_refind import LastSeen, best_start, body_mask, image_start
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,18 @@ def much_worse(cfg, history: FitHistory, rel: np.ndarray, pixels: np.ndarray, lo
         return ~lost & np.isfinite(typ) & (worse | (pixels < cfg.lost.recheck_pixels * typ_px))
 
 
+def _starts(tracker, rec, good: LastSeen, i: int, m: int, now: tuple, read: dict) -> list[torch.Tensor]:
+    """Start poses (4, 4) for body m at frame i, all turned as at its last good frame j: that pose, that
+    pose moved on at its velocity there for the frames since, and that pose moved as its image moved
+    (``track_refind.image_start``). Not turned on at its spin: a symmetric part (a box turned a half
+    turn) fits as well there, and its track would jump between the two."""
+    j, pose = int(good.frame[m]), good.pose[m]
+    moved = pose.clone()
+    moved[:3, 3] += abs(i - j) * good.velocity[m, :3]
+    out = [pose, moved, image_start(tracker, rec, i, now, j, pose, body_mask(tracker.scene, good.pose, m), read)]
+    return [T for T in out if T is not None]
+
+
 def recheck(tracker, rec, history: FitHistory, i: int, now: tuple, result: tuple) -> tuple:
     """``_Tracker.frame``'s result (T, lost, residual (M,), pixels (M,), vis) for frame i (``now``: its depth
     and colour or None), with each body whose fit is much worse than before (``much_worse``) aligned
@@ -104,7 +116,7 @@ def recheck(tracker, rec, history: FitHistory, i: int, now: tuple, result: tuple
     good, px = history.good, result[3].copy()
     for m in np.flatnonzero(bad):
         T = result[0]
-        cands = [good.pose[m]] + starts(tracker, rec, good, i, m, now, read)
+        cands = _starts(tracker, rec, good, i, m, now, read)
         cands = [c for c in cands if float((c[:3, 3] - T[m, :3, 3]).norm()) > cfg.gates.gate_final_m]
         result = best_start(tracker, depth, use_rgb, result, m, cands, result[1])
     after = relative(cfg, scene, result[0], result[2])
