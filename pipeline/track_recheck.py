@@ -17,11 +17,13 @@ capsule, 1194 -> 210). Such a body is aligned again with the whole frame from mo
 last good frame and turned as there: that pose (at rest: it stopped), that pose moved on at its velocity
 there for the frames since, and that pose moved as its image moved since (``_starts``). One is kept where
 the body is found there, no found body is lost by it and the frame's cost falls
-(``track_refind.best_start``), so a wrong judgement costs time, not a pose.
+(``track_refind.best_start``) and it is not turned over (by more than ``MAX_TURN`` from the frame's
+own fit: a capsule end over end fits as well, thrown s63), so a wrong judgement costs time, not a pose.
 """
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 
 import numpy as np
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 HISTORY = 5       # accepted residuals per body that its typical residual is the median of
 MIN_HISTORY = 3   # a body is judged once it has this many
+MAX_TURN = math.pi / 2   # rad: a second look may turn a body by this much at most, not over (``_starts``)
 
 
 def relative(cfg, scene, T: torch.Tensor, residual: np.ndarray) -> np.ndarray:
@@ -118,7 +121,7 @@ def recheck(tracker, rec, history: FitHistory, i: int, now: tuple, result: tuple
         T = result[0]
         cands = _starts(tracker, rec, good, i, m, now, read)
         cands = [c for c in cands if float((c[:3, 3] - T[m, :3, 3]).norm()) > cfg.gates.gate_final_m]
-        result = best_start(tracker, depth, use_rgb, result, m, cands, result[1])
+        result = best_start(tracker, depth, use_rgb, result, m, cands, result[1], MAX_TURN)
     after = relative(cfg, scene, result[0], result[2])
     log.info("track: frame %d: bodies %s fit to %s depth sigmas on %s pixels, in their last good frames %s on %s; "
              "aligned again: %s on %s", i, np.flatnonzero(bad).tolist(), np.round(before[bad], 2).tolist(),
