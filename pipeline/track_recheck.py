@@ -17,13 +17,14 @@ capsule, 1194 -> 210). Such a body is aligned again with the whole frame from mo
 last good frame and turned as there: that pose (at rest: it stopped), that pose moved on at its velocity
 there for the frames since, and that pose moved as its image moved since (``_starts``). One is kept where
 the body is found there, no found body is lost by it and the frame's cost falls
-(``track_refind.best_start``) and it is not turned over (by more than ``MAX_TURN`` from the frame's
-own fit: a capsule end over end fits as well, thrown s63), so a wrong judgement costs time, not a pose.
+(``track_refind.best_start``), so a wrong judgement costs time, not a pose. Of the orientations that
+show the part alike (a box a half turn about one of its axes, a capsule end over end), the one nearest
+the frame's own fit is kept (``nearest_twin``): from a start left behind by a fast turn, the steps may
+settle on either (thrown s63's capsule came out end over end, its hinge 0.59).
 """
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 
 import numpy as np
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 
 HISTORY = 5       # accepted residuals per body that its typical residual is the median of
 MIN_HISTORY = 3   # a body is judged once it has this many
-MAX_TURN = math.pi / 2   # rad: a second look may turn a body by this much at most, not over (``_starts``)
+# a box turned a half turn about one of its axes, a rod about an axis across it, looks the same
+HALF_TURNS = {"box": ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1)), "capsule": ((1, 1, 1), (1, -1, -1)),
+              "cylinder": ((1, 1, 1), (1, -1, -1))}
 
 
 def relative(cfg, scene, T: torch.Tensor, residual: np.ndarray) -> np.ndarray:
@@ -92,6 +95,13 @@ def much_worse(cfg, history: FitHistory, rel: np.ndarray, pixels: np.ndarray, lo
         return ~lost & np.isfinite(typ) & (worse | (pixels < cfg.lost.recheck_pixels * typ_px))
 
 
+def nearest_twin(prim, R: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Of the orientations (3, 3) that show ``prim`` as R does (R turned a half turn about a box's axis,
+    a rod's about an axis across it: ``HALF_TURNS``), the one nearest ``ref`` (3, 3)."""
+    twins = [R * torch.tensor(d, dtype=R.dtype) for d in HALF_TURNS.get(prim.kind, ((1, 1, 1),))]
+    return max(twins, key=lambda S: float(torch.trace(S @ ref.T)))
+
+
 def _starts(tracker, rec, good: LastSeen, i: int, m: int, now: tuple, read: dict) -> list[torch.Tensor]:
     """Start poses (4, 4) for body m at frame i, all turned as at its last good frame j: that pose, that
     pose moved on at its velocity there for the frames since, and that pose moved as its image moved
@@ -121,7 +131,9 @@ def recheck(tracker, rec, history: FitHistory, i: int, now: tuple, result: tuple
         T = result[0]
         cands = _starts(tracker, rec, good, i, m, now, read)
         cands = [c for c in cands if float((c[:3, 3] - T[m, :3, 3]).norm()) > cfg.gates.gate_final_m]
-        result = best_start(tracker, depth, use_rgb, result, m, cands, result[1], MAX_TURN)
+        result = best_start(tracker, depth, use_rgb, result, m, cands, result[1])
+        if result[0] is not T:
+            result[0][m, :3, :3] = nearest_twin(tracker.scene.prims[m], result[0][m, :3, :3], T[m, :3, :3])
     after = relative(cfg, scene, result[0], result[2])
     log.info("track: frame %d: bodies %s fit to %s depth sigmas on %s pixels, in their last good frames %s on %s; "
              "aligned again: %s on %s", i, np.flatnonzero(bad).tolist(), np.round(before[bad], 2).tolist(),

@@ -19,8 +19,6 @@ is lost by it, and the frame's cost falls:
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -108,11 +106,11 @@ def refind(tracker, rec, seen: LastSeen, i: int, depth: np.ndarray, rgb: np.ndar
 
 
 def best_start(tracker, depth: np.ndarray, rgb: np.ndarray | None, result: tuple, m: int, cands: list,
-               lost: np.ndarray, max_turn: float = math.pi) -> tuple:
+               lost: np.ndarray) -> tuple:
     """``result`` (T, lost, residual, pixels, vis) of a frame, or the frame aligned again (all bodies, from T) with
-    body m started at one of ``cands`` (poses (4, 4)) where m is found there, turned by at most ``max_turn``
-    (rad) from its pose in T, no body found in ``lost`` (M,) bool's terms is lost, and the frame's cost
-    (``cost_fn``, on the rays around every candidate) falls below the current one's; the lowest such."""
+    body m started at one of ``cands`` (poses (4, 4)) where m is found there, no body found in
+    ``lost`` (M,) bool's terms is lost, and the frame's cost (``cost_fn``, on the rays around every
+    candidate) falls below the current one's; the lowest such."""
     if not cands:
         return result
     T = result[0]
@@ -124,15 +122,10 @@ def best_start(tracker, depth: np.ndarray, rgb: np.ndarray | None, result: tuple
     cost = tracker.cost_fn(depth, rgb, [T] + [r[0] for r in tried], tracker.cfg.gates.max_rays)
     best = cost(T)
     for r in tried:
-        if r[1][m] or (r[1] & ~lost).any() or _turn(r[0][m], T[m]) > max_turn:
+        if r[1][m] or (r[1] & ~lost).any():
             continue
         c = cost(r[0])
         if c < best:
             best, result = c, r
     return result
 
-
-def _turn(A: torch.Tensor, B: torch.Tensor) -> float:
-    """Angle (rad) of the rotation between poses A and B (4, 4)."""
-    c = (float(torch.trace(A[:3, :3] @ B[:3, :3].T)) - 1) / 2
-    return math.acos(min(max(c, -1.0), 1.0))

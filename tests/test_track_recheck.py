@@ -13,7 +13,7 @@ from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import make_renderer
 from vid2sim.pipeline import track
 from vid2sim.pipeline.artifacts import Segmentation
-from vid2sim.pipeline.track_recheck import HISTORY, FitHistory, much_worse, recheck, relative
+from vid2sim.pipeline.track_recheck import HISTORY, FitHistory, much_worse, nearest_twin, recheck, relative
 
 ROD = Shape("rod", "capsule", radius=0.02, length=0.1)
 SLAB = Shape("slab", "box", size=(0.4, 0.03, 0.2))
@@ -89,3 +89,16 @@ def test_much_worse_by_residual_or_by_pixels_and_a_new_normal_after_history_fram
         h.update(cfg, i, T, np.array([2.0, 0.4]), np.array([1000, 1000]), lost, STILL)
     assert list(h.res[0]) == [(2.0, 1000.0)] and h.good.frame.tolist() == [7, 7]   # the new normal: from frame 7
     assert not much_worse(cfg, FitHistory(T, 0), np.array([9.0, 9.0]), np.array([1, 1]), lost).any()  # no history
+
+
+def test_the_twin_nearest_the_frames_own_fit_is_kept():
+    """A capsule end over end, a box a half turn about its y axis: each shows the part as before, and
+    the orientation kept is the one nearest the reference (here the unturned one); a sphere has none."""
+    R = torch.as_tensor(ROD_ACROSS)
+    flip = R * torch.tensor([1.0, -1.0, -1.0], dtype=torch.float64)   # a half turn about the rod's x axis
+    rod, box = track.Primitive.from_shape(ROD), track.Primitive.from_shape(SLAB)
+    assert torch.allclose(nearest_twin(rod, flip, R), R) and torch.allclose(nearest_twin(rod, R, R), R)
+    half_y = R * torch.tensor([-1.0, 1.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(nearest_twin(box, half_y, R), R)
+    ball = track.Primitive.from_shape(Shape("ball", "sphere", radius=0.05))
+    assert torch.allclose(nearest_twin(ball, flip, R), flip)
