@@ -33,7 +33,9 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose, and aligned
   again from where its motion and its image since its last good frame say it went
-  (``track_refind.py``).
+  (``track_refind.py``). A found body whose fit turns much worse than in its last frames (residual,
+  pixels it is seen on) is aligned again from its last good frame's pose, motion and image
+  (``track_recheck.py``: a part that landed or bounced, left where the prediction took it).
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The settings are in ``track_config.py``, the camera, background and regions of interest in
@@ -64,9 +66,10 @@ from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, fit_primitive, other_placements
 from vid2sim.pipeline.track_motion import Motion
-from vid2sim.pipeline.track_overlay import overlay_frame, write_overlay
+from vid2sim.pipeline.track_overlay import write_overlays
 from vid2sim.pipeline.track_scene import TrackScene
 from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
+from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
 from vid2sim.pipeline.track_refind import LastSeen, refind
 from vid2sim.pipeline.track_shift import part_shifts
 
@@ -177,7 +180,7 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
 
 
 def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
-                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple:
     """``_Tracker.frame``'s result for a frame next to the segmentation frame (no velocity yet, no
     motion prior): aligned from the parts at rest (``T_rest`` (M, 4, 4)) and, where some part's image
     moved (``shift`` (M, 3) m, ``track_shift.py``) by more than ``gate_final_m``, also from the parts
@@ -337,12 +340,17 @@ class _Tracker:
         return (T, self.render(obs, T)) if moved else (T, res)
 
     def frame(self, depth: np.ndarray, T0: torch.Tensor, T_hold: torch.Tensor,
-              use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray, float, tuple]:
+              use_prior: bool = True, rgb: np.ndarray | None = None) -> tuple:
         """Align all bodies to one depth frame from ``T0`` (also the motion prior's mean, unless
-        ``use_prior`` is off: no velocity yet); lost bodies fall back to ``T_hold``."""
+        ``use_prior`` is off: no velocity yet); lost bodies fall back to ``T_hold``. Returns the poses
+        (M, 4, 4), lost (M,) bool, each body's residual (M,) (rms distance of its depth points to its
+        surface, m; ``gate_final_m`` where lost), the pixels it is seen on (M,, from the rays) and the
+        rays' render (flat indices, visible body)."""
         cfg, scene = self.cfg, self.scene
         M = len(scene.prims)
-        obs, flat = self._observe(depth, scene.roi(T0), rgb, cfg.gates.max_rays, reach_of=T0)
+        roi = scene.roi(T0)
+        obs, flat = self._observe(depth, roi, rgb, cfg.gates.max_rays, reach_of=T0)
+        area = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1)))) ** 2  # px per ray
         T = T0
         n = max(cfg.iterations, 1)
         gate = torch.full((M,), cfg.gates.gate_m, dtype=FLOAT)
@@ -383,9 +391,11 @@ class _Tracker:
             T, res = self._axis_search(obs, T, res)
         lost = np.zeros(M, bool)
         per_body = np.zeros(M)
+        pixels = np.zeros(M, int)
         supported = np.zeros(M)
         for m in range(M):
             visible = int((res.visible == m).sum())
+            pixels[m] = visible * area
             mine = res.assigned == m
             support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
@@ -406,14 +416,14 @@ class _Tracker:
                 for m in np.flatnonzero(lost):
                     found = self.reacquire(depth, T, lost, m)
                     if found is not None:
-                        T[m], lost[m], per_body[m] = found
-        return T, lost, float(per_body.mean()), (flat, res.visible.numpy())
+                        T[m], lost[m], per_body[m], pixels[m] = found
+        return T, lost, per_body, pixels, (flat, res.visible.numpy())
 
     def reacquire(self, depth: np.ndarray, T: torch.Tensor, lost: np.ndarray, m: int):
         """Search for lost body m among the depth points no tracked body explains (none within
         ``gate_final_m`` of its surface), near where it was.
 
-        Returns (pose, False, residual) when a fit there is supported by the depth again (by all
+        Returns (pose, False, residual, pixels it is seen on) when a fit there is supported by the depth again (by all
         the depth points under its render, and by at least ``lost_min_pixels`` of those it was
         fitted to), else None.
         """
@@ -445,7 +455,7 @@ class _Tracker:
                 or own < cfg.lost.lost_min_pixels:
             return None
         r = res.point_res[res.assigned == 0]
-        return T_new, False, float(r.square().mean().sqrt())
+        return T_new, False, float(r.square().mean().sqrt()), visible * 4   # rays at stride 2
 
 
 def _roi_of(scene: TrackScene, c: np.ndarray, radius: float) -> np.ndarray:
@@ -478,13 +488,14 @@ def _with_depth_noise(cfg: TrackConfig, rec: Recording, seg: Segmentation) -> Tr
 
 
 def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tuple, i: int, T_prev: torch.Tensor,
-                 seen: LastSeen, motion: Motion, first: bool) -> tuple:
+                 seen: LastSeen, motion: Motion, first: bool, history: FitHistory) -> tuple:
     """Frame i aligned from ``motion``'s prediction from ``T_prev`` (M, 4, 4) (fast parts that stopped
     start at rest); the frames next to the segmentation frame (no velocity yet) also from where the
     images moved the parts (``_first_step``; ``seed``: that frame's depth and colour or None). Lost
     bodies fall back to their last good pose (``seen``) and, with ``lost.reacquire``, are looked for
-    again from their motion and image since (``track_refind.py``). Returns ``_Tracker.frame``'s
-    (T, lost, residual, vis) and the colour frame read (or None)."""
+    again from their motion and image since (``track_refind.py``); bodies whose fit is much worse than
+    in their last frames (``history``) from more starts (``track_recheck.py``). Returns
+    ``_Tracker.frame``'s (T, lost, residual, pixels, vis) and the colour frame read (or None)."""
     cfg, scene = tracker.cfg, tracker.scene
     scene.hidden = scene.hidden_of(i)
     depth = rec.depth(i)
@@ -504,24 +515,10 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
         out = tracker.frame(depth, T0, seen.pose, use_prior=not first, rgb=rgb)
     if out[1].any() and cfg.lost.reacquire:
         out = refind(tracker, rec, seen, i, depth, rgb, out)
+    if cfg.lost.recheck_ratio > 0:
+        now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))
+        out = recheck(tracker, rec, history, i, now, out)
     return (*out, rgb)
-
-
-def _write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
-                    out_dir: Path) -> None:
-    """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``;
-    ``render_cache`` {frame: (flat, visible, rgb or None)} is emptied as the frames are written."""
-    M = lost.shape[1]
-    colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
-                       [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
-
-    def frames():
-        for i in sorted(render_cache):
-            flat, visible, rgb = render_cache.pop(i)
-            yield overlay_frame(rec, i, None if rec.has_color else rec.depth(i), flat, visible, lost[i], names, colors,
-                                rgb=rgb)
-
-    write_overlay(frames(), rec.fps, out_dir)
 
 
 def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> PoseTracks:
@@ -573,10 +570,11 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             motion = Motion(prims, planar, cfg.prior.velocity_smoothing, cfg.prior.acceleration)
             seen = LastSeen(T_prev, seg.frame, seg.masks)
             was_lost = torch.zeros(M, dtype=torch.bool)
-            first = True
+            first, history = True, FitHistory(T_prev, seg.frame)
             for i in frames:
-                T, lost_i, r, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, seen, motion, first)
-                poses[i], lost[i], residual[i] = T.numpy(), lost_i, r
+                T, lost_i, r, px, vis, rgb = _align_frame(tracker, rec, seg, (d0, c0), i, T_prev, seen, motion, first,
+                                                      history)
+                poses[i], lost[i], residual[i] = T.numpy(), lost_i, float(np.mean(r))
                 if cfg.overlay and len(render_cache) < cfg.max_overlay_frames:
                     render_cache[i] = (*vis, rgb)   # the colour already read: not read again for the video
                 keep = torch.as_tensor(~lost_i)
@@ -584,6 +582,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                     motion.update(T, T_prev, keep & ~was_lost)  # a re-acquired body's jump from its held pose is no motion
                 seen.update(i, T, ~lost_i & ~was_lost.numpy(), motion.velocity)
                 seen.update(i, T, ~lost_i & was_lost.numpy(), seen.velocity)   # re-found: its velocity kept
+                history.update(cfg, i, T, relative(cfg, scene, T, r), px, lost_i, motion.velocity)
                 was_lost = ~keep
                 first = False
                 T_prev = T
@@ -593,5 +592,5 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
         if nlost[m]:
             log.warning("track: %s lost in %d of %d frames (held at its last good pose there)", names[m], nlost[m], Tn)
     if cfg.overlay and render_cache:
-        _write_overlays(rec, render_cache, lost, names, out_dir)
+        write_overlays(rec, render_cache, lost, names, out_dir)
     return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.noise.depth_noise_k))

@@ -100,6 +100,12 @@ class TrackLost:
     # in [0, 1): a body with more than this share of its volume inside another body's (parts that did not overlap at
     # the start) is lost (track_overlap.py); 0: off
     inside_max: float = 0.5
+    # > 1: a found body whose residual (rms distance of its depth points to its surface, in depth noise sigmas at its
+    # distance) exceeds this many times the median of its last frames' (and that by recheck_floor) is aligned again
+    # from more starts (track_recheck.py); 0: off
+    recheck_ratio: float = 1.5
+    recheck_floor: float = 0.5  # depth noise sigmas: ... and exceeds it by at least this
+    recheck_pixels: float = 0.6  # in [0, 1): ... or one seen on fewer than this share of its last frames' pixels
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,20 @@ def write_overlay(frames: Iterable[np.ndarray], fps: float, out_dir: Path) -> Pa
     _, buf = cv2.imencode(".png", cv2.cvtColor(np.concatenate(picks, 0), cv2.COLOR_RGB2BGR))
     write_bytes(path, buf.tobytes())
     return path
+
+
+def write_overlays(rec: Recording, render_cache: dict[int, tuple], lost: np.ndarray, names: list[str],
+                   out_dir: Path) -> None:
+    """The tracked bodies drawn over the cached frames (one colour per body) into ``out_dir``;
+    ``render_cache`` {frame: (flat, visible, rgb or None)} is emptied as the frames are written."""
+    M = lost.shape[1]
+    colors = np.array([[0.9, 0.2, 0.2], [0.2, 0.5, 0.9], [0.95, 0.8, 0.1], [0.3, 0.8, 0.3], [0.7, 0.3, 0.8],
+                       [1.0, 0.5, 0.1], [0.2, 0.8, 0.8]])[np.arange(M) % 7]
+
+    def frames():
+        for i in sorted(render_cache):
+            flat, visible, rgb = render_cache.pop(i)
+            yield overlay_frame(rec, i, None if rec.has_color else rec.depth(i), flat, visible, lost[i], names, colors,
+                                rgb=rgb)
+
+    write_overlay(frames(), rec.fps, out_dir)

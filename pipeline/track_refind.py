@@ -59,7 +59,7 @@ def body_mask(scene, T: torch.Tensor, m: int) -> np.ndarray:
     return out.reshape(roi.shape)
 
 
-def _image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, mask: np.ndarray,
+def image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, mask: np.ndarray,
                  read: dict) -> torch.Tensor | None:
     """Body pose ``pose`` (4, 4) of frame j moved as its pixels ``mask`` (H, W) of frame j moved by frame i
     (``now``: frame i's depth and colour or None), searched within first_reach_m per frame between.
@@ -80,41 +80,52 @@ def _image_start(tracker, rec, i: int, now: tuple, j: int, pose: torch.Tensor, m
 
 def starts(tracker, rec, seen: LastSeen, i: int, m: int, now: tuple, read: dict) -> list[torch.Tensor]:
     """Start poses (4, 4) for lost body m at frame i (``now``: its depth and colour or None; ``read``: as
-    ``_image_start``): from its motion and from its image (module doc); only those farther than
+    ``image_start``): from its motion and from its image (module doc); only those farther than
     ``gate_final_m`` from its last good pose (that one the frame tried)."""
     cfg, scene = tracker.cfg, tracker.scene
     j = int(seen.frame[m])
     good = seen.pose[m]
     out = [predict(good[None], abs(i - j) * seen.velocity[m][None])[0]]
-    out.append(_image_start(tracker, rec, i, now, j, good, body_mask(scene, seen.pose, m), read))
+    out.append(image_start(tracker, rec, i, now, j, good, body_mask(scene, seen.pose, m), read))
     a, T_a, masks = seen.anchor
     if masks is not None and a != j:   # lost since a wrong pose: from the direction's start
-        out.append(_image_start(tracker, rec, i, now, a, T_a[m], masks[m] > 0, read))
+        out.append(image_start(tracker, rec, i, now, a, T_a[m], masks[m] > 0, read))
     return [T for T in out if T is not None and float((T[:3, 3] - good[:3, 3]).norm()) > cfg.gates.gate_final_m]
 
 
 def refind(tracker, rec, seen: LastSeen, i: int, depth: np.ndarray, rgb: np.ndarray | None, result: tuple) -> tuple:
-    """``_Tracker.frame``'s result (T, lost, residual, vis) for frame i with each lost body aligned again
+    """``_Tracker.frame``'s result (T, lost, residual, pixels, vis) for frame i with each lost body aligned again
     from ``starts``; a start is kept when the body is found there, every body found before still is,
-    and the frame's cost (``cost_fn``) falls."""
-    T, lost, residual, vis = result
+    and the frame's cost (``cost_fn``) falls (``best_start``)."""
+    lost = result[1]
     now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))   # read once for every lost body
     read: dict = {}
     for m in np.flatnonzero(lost):
-        cands = starts(tracker, rec, seen, i, m, now, read)
-        if not cands:
+        result = best_start(tracker, depth, rgb, result, m, starts(tracker, rec, seen, i, m, now, read), lost)
+    return result
+
+
+def best_start(tracker, depth: np.ndarray, rgb: np.ndarray | None, result: tuple, m: int, cands: list,
+               lost: np.ndarray) -> tuple:
+    """``result`` (T, lost, residual, pixels, vis) of a frame, or the frame aligned again (all bodies, from T) with
+    body m started at one of ``cands`` (poses (4, 4)) where m is found there, no body found in
+    ``lost`` (M,) bool's terms is lost, and the frame's cost (``cost_fn``, on the rays around every
+    candidate) falls below the current one's; the lowest such."""
+    if not cands:
+        return result
+    T = result[0]
+    tried = []
+    for start in cands:
+        T0 = T.clone()
+        T0[m] = start
+        tried.append(tracker.frame(depth, T0, T, use_prior=False, rgb=rgb))
+    cost = tracker.cost_fn(depth, rgb, [T] + [r[0] for r in tried], tracker.cfg.gates.max_rays)
+    best = cost(T)
+    for r in tried:
+        if r[1][m] or (r[1] & ~lost).any():
             continue
-        tried = []
-        for start in cands:
-            T0 = T.clone()
-            T0[m] = start
-            tried.append(tracker.frame(depth, T0, T, use_prior=False, rgb=rgb))
-        cost = tracker.cost_fn(depth, rgb, [T] + [r[0] for r in tried], tracker.cfg.gates.max_rays)
-        best = cost(T)
-        for r in tried:
-            if r[1][m] or (r[1] & ~lost).any():
-                continue
-            c = cost(r[0])
-            if c < best:
-                best, (T, lost, residual, vis) = c, r
-    return T, lost, residual, vis
+        c = cost(r[0])
+        if c < best:
+            best, result = c, r
+    return result
+

@@ -31,7 +31,9 @@ UNGROUPED_TRACK = {
     # the first step from the segmentation frame, the colour check, parts inside parts (issue 25)
     "first_reach_m": 0.2, "color_min_recall": 0.5, "inside_max": 0.5,
     # a mask's other fits tried in the whole frame at the start (issue 25)
-    "start_alternatives": 4, "start_ratio": 2.0}
+    "start_alternatives": 4, "start_ratio": 2.0,
+    # a second look at a body whose fit turned much worse than in its last frames (issue 25)
+    "recheck_ratio": 1.5, "recheck_floor": 0.5, "recheck_pixels": 0.6}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():
