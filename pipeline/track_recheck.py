@@ -5,22 +5,20 @@ prediction (``track_motion.py``) then starts it tens of millimetres from where i
 Gauss-Newton steps can settle on a wrong placement nearby (a capsule 0.2 m off, turned 30-70 deg,
 on the floor's and its neighbour's points) that keeps enough supporting points not to count as
 lost. Its fit is then much worse than in the frames before: the rms of its points' residuals
-(``_Tracker.frame``'s per-body residual) jumps (thrown s48, clean depth: 0.2 mm -> 4.5-7 mm;
-thrown s47, RealSense-like: 4.5 mm -> 9-12 mm).
+(``_Tracker.frame``'s per-body residual, m) jumps, or it is seen on far fewer pixels.
 
 Here a found body is judged by its fit against its last ``HISTORY`` frames that were not judged much
 worse (``FitHistory``): its residual in depth noise sigmas at its distance (``relative``) over
 ``lost.recheck_ratio`` times their median and that median by ``lost.recheck_floor``, or the pixels it is
-seen on under ``lost.recheck_pixels`` of theirs (on RealSense-like depth the residual of a wrong
-placement is held near the noise by the gate, but the part shows on 20-50 % of its pixels: thrown s47's
-capsule, 1194 -> 210). Such a body is aligned again with the whole frame from more starts, taken at its
+seen on under ``lost.recheck_pixels`` of theirs (on noisy depth the gate holds a wrong placement's
+residual near the noise, but it is seen on a fraction of its pixels). Such a body is aligned again with the whole frame from more starts, taken at its
 last good frame and turned as there: that pose (at rest: it stopped), that pose moved on at its velocity
 there for the frames since, and that pose moved as its image moved since (``_starts``). One is kept where
 the body is found there, no found body is lost by it and the frame's cost falls
 (``track_refind.best_start``), so a wrong judgement costs time, not a pose. Of the orientations that
 show the part alike (a box a half turn about one of its axes, a capsule end over end), the one nearest
 the frame's own fit is kept (``nearest_twin``): from a start left behind by a fast turn, the steps may
-settle on either (thrown s63's capsule came out end over end, its hinge 0.59).
+settle on either.
 """
 from __future__ import annotations
 
