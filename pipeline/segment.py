@@ -72,7 +72,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
-from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods  # noqa: F401
+from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -504,8 +504,8 @@ def segment_frames(cfg: SegmentConfig, rec: Recording, frames: list[int], s: int
     split = (DepthMotion(rec, s, cfg.split_samples) if cfg.split_samples > 1 and rec.has_depth and not pushed
              else None)
     candidates = _candidates(cfg, rec, frames, 1.0, s, split)
-    findable = sum(sh.type in CLASSES for sh in rec.shapes.values())
-    if cfg.method == "learned" and cfg.zoom > 1 and (max(c.rank[0] for c in candidates) < findable
+    n_shapes = sum(sh.type in CLASSES for sh in rec.shapes.values())
+    if cfg.method == "learned" and cfg.zoom > 1 and (max(c.rank[0] for c in candidates) < n_shapes
                                                      or _coverage(candidates) < cfg.zoom_below):
         # library shapes unexplained, or parts small in the image: look again, magnified where
         # the parts fill a small region
@@ -562,7 +562,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if samples > 1 and metric and not pushed:
         motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
-    wanted = set(findable(rec.shapes, shapes_path))
+    wanted = set(order := findable(rec.shapes, shapes_path))   # order: shapes.json's, for the error
     if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
         # the library unexplained (a part the network never proposes, a look-alike with its name): the
         # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
@@ -580,7 +580,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")
-    _check_missing(cfg, rec.shapes, names, frames, shapes_path)
+    _check_missing(cfg, rec.shapes, names, frames, shapes_path, order)
     h, w = rec.camera.height, rec.camera.width
     masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     scores = np.array([d.score for d in dets], np.float64)

@@ -48,13 +48,14 @@ def findable(shapes: dict[str, Shape], shapes_path: Path) -> list[str]:
 
 
 def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[str], frames: list[int],
-                  shapes_path: Path) -> None:
+                  shapes_path: Path, wanted: list[str] | None = None) -> None:
     """Every library shape segment can find (``findable``) must have been matched by some
     part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``: an INFO
-    line). Mesh shapes are never looked for, nor the shapes of known actuators."""
+    line). Mesh shapes are never looked for, nor the shapes of known actuators. ``wanted``: ``findable``'s
+    answer where the caller has it (None: read here)."""
     from vid2sim.pipeline.run import StageError
 
-    wanted = findable(shapes, shapes_path)
+    wanted = findable(shapes, shapes_path) if wanted is None else wanted
     absent = [n for n in wanted if n not in set(names)]
     if not absent:
         return

@@ -70,7 +70,7 @@ from vid2sim.pipeline.track_overlay import write_overlays
 from vid2sim.pipeline.track_scene import TrackScene
 from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
 from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
-from vid2sim.pipeline.track_refind import LastSeen, refind
+from vid2sim.pipeline.track_refind import LastSeen, colour_of, refind
 from vid2sim.pipeline.track_shift import part_shifts
 
 log = logging.getLogger(__name__)
@@ -508,16 +508,14 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
             T0[stop] = T_prev[stop]
             motion.stop(stop)
     if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
-        c = rgb if rgb is not None or not rec.has_color else rec.color(i)   # the colour frame read once
-        shift = part_shifts(scene, (seed, (depth, c)), seg.masks, cfg.prior.first_reach_m)
+        shift = part_shifts(scene, (seed, (depth, colour_of(rec, i, rgb))), seg.masks, cfg.prior.first_reach_m)
         out = _first_step(tracker, depth, rgb, T0, seen.pose, shift)
     else:
         out = tracker.frame(depth, T0, seen.pose, use_prior=not first, rgb=rgb)
     if out[1].any() and cfg.lost.reacquire:
         out = refind(tracker, rec, seen, i, depth, rgb, out)
     if cfg.lost.recheck_ratio > 0:
-        now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))
-        out = recheck(tracker, rec, history, i, now, out)
+        out = recheck(tracker, rec, history, i, depth, rgb, out)
     return (*out, rgb)
 
 

@@ -28,7 +28,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from vid2sim.pipeline.track_refind import LastSeen, best_start, body_mask, image_start
+from vid2sim.pipeline.track_refind import LastSeen, best_start, body_mask, colour_of, image_start
 
 log = logging.getLogger(__name__)
 
@@ -112,17 +112,18 @@ def _starts(tracker, rec, good: LastSeen, i: int, m: int, now: tuple, read: dict
     return [T for T in out if T is not None]
 
 
-def recheck(tracker, rec, history: FitHistory, i: int, now: tuple, result: tuple) -> tuple:
-    """``_Tracker.frame``'s result (T, lost, residual (M,), pixels (M,), vis) for frame i (``now``: its depth
-    and colour or None), with each body whose fit is much worse than before (``much_worse``) aligned
+def recheck(tracker, rec, history: FitHistory, i: int, depth: np.ndarray, rgb: np.ndarray | None,
+            result: tuple) -> tuple:
+    """``_Tracker.frame``'s result (T, lost, residual (M,), pixels (M,), vis) for frame i (``depth``; ``rgb``:
+    its colour where the tracker read it, else read here only if some body is judged), with each body whose fit is much worse than before (``much_worse``) aligned
     again from the starts of the module doc, taken at the body's last good fit (``history.good``)."""
     cfg, scene = tracker.cfg, tracker.scene
-    depth, rgb = now
     before = relative(cfg, scene, result[0], result[2])
     bad = much_worse(cfg, history, before, result[3], result[1])
     if not bad.any():
         return result
     use_rgb = rgb if cfg.noise.w_color > 0 else None
+    now = (depth, colour_of(rec, i, rgb))
     read: dict = {}
     good, px = history.good, result[3].copy()
     for m in np.flatnonzero(bad):

@@ -93,12 +93,18 @@ def starts(tracker, rec, seen: LastSeen, i: int, m: int, now: tuple, read: dict)
     return [T for T in out if T is not None and float((T[:3, 3] - good[:3, 3]).norm()) > cfg.gates.gate_final_m]
 
 
+def colour_of(rec, i: int, rgb: np.ndarray | None) -> np.ndarray | None:
+    """Frame i's colour: ``rgb`` where the tracker already read it, else read from ``rec`` (None where
+    the recording has none)."""
+    return rgb if rgb is not None or not rec.has_color else rec.color(i)
+
+
 def refind(tracker, rec, seen: LastSeen, i: int, depth: np.ndarray, rgb: np.ndarray | None, result: tuple) -> tuple:
     """``_Tracker.frame``'s result (T, lost, residual, pixels, vis) for frame i with each lost body aligned again
     from ``starts``; a start is kept when the body is found there, every body found before still is,
     and the frame's cost (``cost_fn``) falls (``best_start``)."""
     lost = result[1]
-    now = (depth, rgb if rgb is not None or not rec.has_color else rec.color(i))   # read once for every lost body
+    now = (depth, colour_of(rec, i, rgb))   # read once for every lost body
     read: dict = {}
     for m in np.flatnonzero(lost):
         result = best_start(tracker, depth, rgb, result, m, starts(tracker, rec, seen, i, m, now, read), lost)

@@ -65,7 +65,7 @@ def test_a_rod_left_along_its_axis_is_aligned_again_from_its_last_good_pose(tmp_
     assert before > 0.004 and not result[1].any()
     assert much_worse(cfg, history, relative(cfg, scene, result[0], result[2]), result[3], result[1]).tolist() == \
         [True, False]
-    out = recheck(tracker, rec, history, 4, (rec.depth(4), None), result)
+    out = recheck(tracker, rec, history, 4, rec.depth(4), None, result)
     after = np.linalg.norm(out[0][0, :3, 3].numpy() - truth[4, 0, :3, 3])
     assert after < 0.0005 and not out[1].any(), (before, after)
     assert np.linalg.norm(out[0][1].numpy() - truth[4, 1]) < 0.001   # the slab stays
