@@ -67,6 +67,7 @@ joint limits (export), dynamics (identify).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -77,7 +78,7 @@ import numpy as np
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints import fit
 from vid2sim.pipeline.articulate_plots import plots as _plots
-from vid2sim.pipeline.articulate_motion import at_rest, glitch_frames, still_reason
+from vid2sim.pipeline.articulate_motion import at_rest, glitch_frames, poorly_fit_frames, still_reason
 from vid2sim.pipeline.articulate_world import Edge, Forest, Root, Tracks, world_frame
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 from vid2sim.datasets.atomic import write_json
@@ -129,10 +130,15 @@ class ArticulateConfig:
     glitch_medians: float = 4.0            # a frame whose tracked position leaves its neighbours' path by this many
                                            # median such distances (and glitch_floor_sigma) counts as lost (0 = off)
     glitch_floor_sigma: float = 5.0        # ... and by at least this many position noise sigmas
+    poor_fit_ratio: float = 1.2            # a frame whose tracking residual exceeds this many times its usual level
+                                           # (``articulate_motion.poorly_fit_frames``) counts as lost (0 = off) ...
+    poor_fit_margin_m: float = 0.002       # ... and this much more (m): clean depth's sub-mm residuals vary by more
+                                           # than the ratio without a body slipping
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
 SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
+BOX_SYMMETRY_TOL = 0.1  # relative: box extents this close are alike (a turn swapping them looks the same)
 UNSEEN_SIGMA = 1.0  # rad: noise of a rotation a body's shape cannot show (a rod's spin about its axis, a ball's turn)
 
 
@@ -166,6 +172,49 @@ def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods:
         for t in np.flatnonzero(valid[:, m]):
             if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
                 W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
+            prev = t
+    return W
+
+
+def box_symmetries(poses: PoseTracks, shapes: dict | None, tol: float = BOX_SYMMETRY_TOL) -> dict[str, np.ndarray]:
+    """Body name -> (K, 3, 3) the rotations other than the identity that map its box onto
+    itself: the signed permutations of its axes (det +1) that keep each extent within ``tol``
+    (relative) of the one it replaces, so the three 180-deg turns about its axes for any box,
+    and 90-deg turns about an axis whose two other extents are alike. Only boxes are listed."""
+    perms = [np.diag(d) @ np.eye(3)[list(o)] for o in itertools.permutations(range(3))
+             for d in itertools.product((1.0, -1.0), repeat=3)]
+    out = {}
+    for body, shape in zip(poses.body_names, poses.shape_names):
+        sh = (shapes or {}).get(shape)
+        if getattr(sh, "type", None) != "box" or sh.size is None:
+            continue
+        size = np.asarray(sh.size, float)
+        keep = [P for P in perms if np.linalg.det(P) > 0 and not np.allclose(P, np.eye(3))
+                and np.all(np.abs(np.abs(P) @ size - size) <= tol * size)]
+        if keep:
+            out[body] = np.array(keep)
+    return out
+
+
+def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symmetries: dict[str, np.ndarray]
+                        ) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with each box's frame kept continuous: a box looks the same
+    turned by any of its symmetries (``box_symmetries``), and a tracker in noisy, far depth may
+    switch between those frames (cartpole, RealSense-like depth at 2.4 m, seed 58: the cart's
+    frame turned 180 deg about its long axis from frame 14 on), which no joint explains. Each
+    valid frame's rotation R is replaced by the R S (S a symmetry or the identity) closest to
+    the previous valid frame's (same box in the same place; a real turn of more than 45 deg
+    between two frames is not followed). Positions and other bodies are returned as they are."""
+    W = np.array(W, float)
+    for name, S in symmetries.items():
+        m = names.index(name)
+        cands = np.concatenate([np.eye(3)[None], S])  # (K+1, 3, 3)
+        prev = None
+        for t in np.flatnonzero(valid[:, m]):
+            if prev is not None:
+                R = W[t, m, :3, :3] @ cands  # (K+1, 3, 3)
+                k = int(np.argmax(np.einsum("ij,kij->k", W[prev, m, :3, :3], R)))  # largest tr(R_prev^T R S)
+                W[t, m, :3, :3] = R[k]
             prev = t
     return W
 
@@ -485,23 +534,21 @@ def _scaled(axes: dict, bp: float, br: float) -> dict:
             for n, (pa, ra) in axes.items()}
 
 
-def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
-        ) -> tuple[Articulation, JointPositions]:
-    """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
-    recording's library, optional) says which rotations each body's shape cannot show."""
-    W = np.asarray(poses.world_from_body, float)
-    T, M = W.shape[:2]
+def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: PoseTracks, shapes: dict | None):
+    """Step 1 of the stage: rods' frames made continuous, the tracks' noise, the frames set
+    aside as the tracker's glitches, per-body per-axis noise. W: (T, M, 4, 4) world_from_body,
+    valid: (T, M). -> (W, valid, sp (m), sr (rad), body name -> ((3,) m, (3,) rad) axis noise,
+    body name -> unseen rotation axes, (estimated position m, rotation rad))."""
     names = list(poses.body_names)
-    valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
-    for m in np.flatnonzero((~valid).mean(0) > cfg.max_lost_fraction):
-        bad = np.flatnonzero(~valid[:, m])
-        raise ArtifactError(Path(out_dir) / PoseTracks.FILE,
-                            f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
-                            f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
-                            f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
     unseen_axes = unseen_rotations(poses, shapes)
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
     W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
+    W = boxes_without_flips(W, valid, names, box_symmetries(poses, shapes))
+    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
+    if poor.any():
+        log.info("frames %s: the tracking residual stands out from its usual level: set aside as poorly fit",
+                 np.flatnonzero(poor).tolist())
+        valid = valid & ~poor[:, None]
     est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
@@ -523,6 +570,24 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
+    return W, valid, sp, sr, axes, unseen_axes, (est_p, est_r)
+
+
+def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
+        ) -> tuple[Articulation, JointPositions]:
+    """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
+    recording's library, optional) says which rotations each body's shape cannot show."""
+    W = np.asarray(poses.world_from_body, float)
+    T, M = W.shape[:2]
+    names = list(poses.body_names)
+    valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
+    for m in np.flatnonzero((~valid).mean(0) > cfg.max_lost_fraction):
+        bad = np.flatnonzero(~valid[:, m])
+        raise ArtifactError(Path(out_dir) / PoseTracks.FILE,
+                            f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
+                            f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
+                            f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
+    W, valid, sp, sr, axes, unseen_axes, (est_p, est_r) = noise_model(cfg, W, valid, poses, shapes)
     tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[Edge] = []
     roots: list[Root] = []
