@@ -544,12 +544,12 @@ def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: 
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
     W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
     W = boxes_without_flips(W, valid, names, box_symmetries(poses, shapes))
+    est_p, est_r = fit.estimate_noise(W, valid)
     poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
     if poor.any():
         log.info("frames %s: the tracking residual stands out from its usual level: set aside as poorly fit",
                  np.flatnonzero(poor).tolist())
         valid = valid & ~poor[:, None]
-    est_p, est_r = fit.estimate_noise(W, valid)
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
     if cfg.glitch_medians > 0:
