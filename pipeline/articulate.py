@@ -8,8 +8,11 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    ``UNSEEN_SIGMA``, a rod's position along its own axis, fixed only by its end caps,
    at least ``rod_axial_noise_m``, and a rod's frame is kept from turning end over end
    between frames, ``rods_without_flips``, or its unseen spin from jumping,
-   ``rods_without_spin_jumps``), propagated to each pair's relative pose; frames where a
-   body's position jumps off its neighbours' path and back (``glitch_frames``) count as lost;
+   ``rods_without_spin_jumps``, and a box's frame from switching to one its symmetry makes
+   look the same, ``boxes_without_flips``), propagated to each pair's relative pose; frames
+   whose tracking residual stands out from its usual level (``poorly_fit_frames``: the
+   tracker slipped off the bodies) and frames where a body's position jumps off its
+   neighbours' path and back (``glitch_frames``) count as lost;
 2. for every body against the world and every pair of bodies, RANSAC + least
    squares of a fixed, prismatic and revolute joint (``vid2sim.models.joints.fit``);
    the cheapest fitting model is the pair's cost (no edge when none fits). Cost =
@@ -76,8 +79,9 @@ import numpy as np
 
 from vid2sim.models import geometry as se3
 from vid2sim.models.joints import fit
+from vid2sim.pipeline.articulate_frames import box_symmetries, boxes_without_flips, rods_without_flips, rods_without_spin_jumps
 from vid2sim.pipeline.articulate_plots import plots as _plots
-from vid2sim.pipeline.articulate_motion import at_rest, glitch_frames, still_reason
+from vid2sim.pipeline.articulate_motion import at_rest, glitch_frames, poorly_fit_frames, still_reason
 from vid2sim.pipeline.articulate_world import Edge, Forest, Root, Tracks, world_frame
 from vid2sim.pipeline.artifacts import ArtifactError, Articulation, JointPositions, PoseTracks
 from vid2sim.datasets.atomic import write_json
@@ -129,10 +133,13 @@ class ArticulateConfig:
     glitch_medians: float = 4.0            # a frame whose tracked position leaves its neighbours' path by this many
                                            # median such distances (and glitch_floor_sigma) counts as lost (0 = off)
     glitch_floor_sigma: float = 5.0        # ... and by at least this many position noise sigmas
+    poor_fit_ratio: float = 1.2            # a frame whose tracking residual exceeds this many times its usual level
+                                           # (``articulate_motion.poorly_fit_frames``) counts as lost (0 = off) ...
+    poor_fit_margin_m: float = 0.002       # ... and this much more (m): clean depth's sub-mm residuals vary by more
+                                           # than the ratio without a body slipping
 
 
 NOISIER = 1.5  # a body axis's own noise estimate is used where it exceeds the global one by this
-SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
 UNSEEN_SIGMA = 1.0  # rad: noise of a rotation a body's shape cannot show (a rod's spin about its axis, a ball's turn)
 
 
@@ -150,52 +157,6 @@ def unseen_rotations(poses: PoseTracks, shapes: dict | None) -> dict[str, tuple[
         elif kind == "sphere":
             out[body] = (True, True, True)
     return out
-
-
-def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
-    """(T, M, 4, 4) world_from_body with each rod's (capsule's, cylinder's) frame kept
-    continuous: a rod looks the same turned end over end, and a tracker may switch
-    between the two frames (double_pendulum, realistic depth: link2's frame turned 180
-    deg about its x axis from frame 36 on), which no joint explains. Where a rod's z axis
-    points against its previous valid frame's, its frame is turned 180 deg about its own
-    x axis (same shape in the same place). Other bodies are returned as they are."""
-    flip = np.diag([1.0, -1.0, -1.0])  # 180 deg about x: z -> -z
-    W = np.array(W, float)
-    for m in [names.index(r) for r in rods]:
-        prev = None
-        for t in np.flatnonzero(valid[:, m]):
-            if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
-                W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
-            prev = t
-    return W
-
-
-def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
-    """(T, M, 4, 4) world_from_body with the jumps of each rod's spin about its own axis (z)
-    taken out. A rod's spin cannot be seen; the tracker leaves it where it was, but a
-    mistracked frame can leave it turned (double_pendulum, realistic depth, seed 1: by 73 deg
-    about the lower link's axis from frame 12 on), and the joint coordinate solved from the
-    rotation then reads that turn as motion. Between valid frames, the spin the tracker
-    changed is measured against the least rotation carrying the previous frame's z axis to
-    this one's (the previous x axis made perpendicular to this z); a change above
-    ``SPIN_JUMP_DEG`` is a jump, undone in this frame and every later one (a turn about the
-    rod's own z axis). Smaller changes, positions and other bodies are kept as they are."""
-    W = np.array(W, float)
-    for m in [names.index(r) for r in rods]:
-        turn, prev = 0.0, None
-        for t in np.flatnonzero(valid[:, m]):
-            if turn:
-                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([turn]))[0]
-            x, z = W[t, m, :3, 0], W[t, m, :3, 2]
-            if prev is not None:
-                carried = W[prev, m, :3, 0] - (W[prev, m, :3, 0] @ z) * z
-                if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg since the previous frame
-                    jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
-                    if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
-                        turn += jump
-                        W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([jump]))[0]
-            prev = t
-    return W
 
 
 def _settings(cfg: ArticulateConfig, sp: float, sr: float, parent: str, child: str = "",
@@ -485,24 +446,22 @@ def _scaled(axes: dict, bp: float, br: float) -> dict:
             for n, (pa, ra) in axes.items()}
 
 
-def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
-        ) -> tuple[Articulation, JointPositions]:
-    """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
-    recording's library, optional) says which rotations each body's shape cannot show."""
-    W = np.asarray(poses.world_from_body, float)
-    T, M = W.shape[:2]
+def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: PoseTracks, shapes: dict | None):
+    """Step 1 of the stage: rods' frames made continuous, the tracks' noise, the frames set
+    aside as the tracker's glitches, per-body per-axis noise. W: (T, M, 4, 4) world_from_body,
+    valid: (T, M). -> (W, valid, sp (m), sr (rad), body name -> ((3,) m, (3,) rad) axis noise,
+    body name -> unseen rotation axes, (estimated position m, rotation rad))."""
     names = list(poses.body_names)
-    valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
-    for m in np.flatnonzero((~valid).mean(0) > cfg.max_lost_fraction):
-        bad = np.flatnonzero(~valid[:, m])
-        raise ArtifactError(Path(out_dir) / PoseTracks.FILE,
-                            f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
-                            f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
-                            f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
     unseen_axes = unseen_rotations(poses, shapes)
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
     W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
+    W = boxes_without_flips(W, valid, names, box_symmetries(poses, shapes))
     est_p, est_r = fit.estimate_noise(W, valid)
+    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
+    if poor.any():
+        log.info("frames %s: the tracking residual stands out from its usual level: set aside as poorly fit",
+                 np.flatnonzero(poor).tolist())
+        valid = valid & ~poor[:, None]
     sp = cfg.position_noise_m or max(est_p, cfg.min_position_noise_m)
     sr = np.deg2rad(cfg.rotation_noise_deg) or max(est_r, np.deg2rad(cfg.min_rotation_noise_deg))
     if cfg.glitch_medians > 0:
@@ -523,6 +482,24 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
+    return W, valid, sp, sr, axes, unseen_axes, (est_p, est_r)
+
+
+def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
+        ) -> tuple[Articulation, JointPositions]:
+    """poses -> (Articulation, JointPositions) per docs/formats.md §2. ``shapes`` (the
+    recording's library, optional) says which rotations each body's shape cannot show."""
+    W = np.asarray(poses.world_from_body, float)
+    T, M = W.shape[:2]
+    names = list(poses.body_names)
+    valid = np.ones((T, M), bool) if poses.lost is None else ~np.asarray(poses.lost, bool)
+    for m in np.flatnonzero((~valid).mean(0) > cfg.max_lost_fraction):
+        bad = np.flatnonzero(~valid[:, m])
+        raise ArtifactError(Path(out_dir) / PoseTracks.FILE,
+                            f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
+                            f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
+                            f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
+    W, valid, sp, sr, axes, unseen_axes, (est_p, est_r) = noise_model(cfg, W, valid, poses, shapes)
     tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
     edges: list[Edge] = []
     roots: list[Root] = []

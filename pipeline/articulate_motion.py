@@ -1,7 +1,8 @@
 """Articulate's reading of the tracks: which frames are a tracker's glitches, and whether a
 fitted joint's coordinate moves at all.
 
-``glitch_frames``: frames where a body's tracked position jumps off the path its neighbouring
+``poorly_fit_frames``: frames where the tracker's own depth residual stands out from the
+recording's usual level; articulate treats them as lost. ``glitch_frames``: frames where a body's tracked position jumps off the path its neighbouring
 frames trace and comes back; articulate treats them as lost. ``still_reason``: a prismatic or
 revolute joint fitted to a pair shows motion only where its coordinate's spread is significant
 against the pair's full noise model (``coordinate_sigma``: each body's noise along its own
@@ -21,7 +22,30 @@ from vid2sim.models.joints import fit
 
 STEADY_WINDOW = 5  # frames of the running median a joint coordinate's motion is read from (steady_motion_sigma)
 STEADY_MIN_RUNS = 8  # runs of 4 consecutive inlier frames needed to measure a coordinate's jitter
+POOR_FIT_MAX_SHARE = 0.5  # at most this share of the frames are set aside as poorly fit (poorly_fit_frames)
 GLITCH_MAX_SHARE = 0.25  # at most this share of a body's frames are set aside as glitches (glitch_frames)
+
+
+def poorly_fit_frames(residual: np.ndarray, ratio: float, margin_m: float,
+                      max_share: float = POOR_FIT_MAX_SHARE) -> np.ndarray:
+    """(T,) bool: frames whose tracking residual (T,) (m: rms distance of the bodies' depth
+    points to their fitted shapes, ``PoseTracks.residual``) exceeds both ``ratio`` times and
+    ``margin_m`` more than its usual level, the 25th percentile over the frames. That level is
+    set by the depth noise; a frame well above it has a body fitted off its points (far, noisy
+    depth: the tracker slips for a few frames, by 2-25 cm, then recovers), and its poses are
+    not evidence for a joint. At most ``max_share`` of the frames, the worst, are flagged;
+    ratio <= 0 flags none."""
+    r = np.asarray(residual, float)
+    if ratio <= 0 or len(r) == 0:
+        return np.zeros(len(r), bool)
+    usual = np.percentile(r, 25)
+    poor = (r > ratio * usual) & (r > usual + margin_m)
+    cap = int(max_share * len(r))
+    if poor.sum() > cap:
+        keep = np.argsort(-np.where(poor, r, -np.inf), kind="stable")[:cap]
+        poor = np.zeros(len(r), bool)
+        poor[keep] = True
+    return poor
 
 
 def _off_path(p: np.ndarray, ok: np.ndarray, medians: float) -> tuple[np.ndarray, float]:

@@ -1,0 +1,110 @@
+"""Articulate's tracked body frames made continuous where a shape looks the same in another frame.
+
+A tracker fits a shape to depth; where the shape looks the same turned (a rod end over end or
+about its own axis, a box by its symmetries), the frame it reports may switch between those
+turns from one frame to the next, which no joint explains. ``rods_without_flips``,
+``rods_without_spin_jumps`` and ``boxes_without_flips`` take the switches out: world_from_body
+(T, M, 4, 4) in, the same with each such body's rotation turned back to the previous valid
+frame's; positions are never changed. Not here: the noise, the fits, the tree
+(``vid2sim.pipeline.articulate``).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from vid2sim.models import geometry as se3
+from vid2sim.pipeline.artifacts import PoseTracks
+
+SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
+BOX_SYMMETRY_TOL = 0.1  # relative: box extents this close are alike (a turn swapping them looks the same)
+
+
+def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with each rod's (capsule's, cylinder's) frame kept
+    continuous: a rod looks the same turned end over end, and a tracker may switch
+    between the two frames (double_pendulum, realistic depth: link2's frame turned 180
+    deg about its x axis from frame 36 on), which no joint explains. Where a rod's z axis
+    points against its previous valid frame's, its frame is turned 180 deg about its own
+    x axis (same shape in the same place). Other bodies are returned as they are."""
+    flip = np.diag([1.0, -1.0, -1.0])  # 180 deg about x: z -> -z
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        prev = None
+        for t in np.flatnonzero(valid[:, m]):
+            if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
+            prev = t
+    return W
+
+
+def box_symmetries(poses: PoseTracks, shapes: dict | None, tol: float = BOX_SYMMETRY_TOL) -> dict[str, np.ndarray]:
+    """Body name -> (K, 3, 3) the rotations other than the identity that map its box onto
+    itself: the signed permutations of its axes (det +1) that keep each extent within ``tol``
+    (relative) of the one it replaces, so the three 180-deg turns about its axes for any box,
+    and 90-deg turns about an axis whose two other extents are alike. Only boxes are listed."""
+    perms = [np.diag(d) @ np.eye(3)[list(o)] for o in itertools.permutations(range(3))
+             for d in itertools.product((1.0, -1.0), repeat=3)]
+    out = {}
+    for body, shape in zip(poses.body_names, poses.shape_names):
+        sh = (shapes or {}).get(shape)
+        if getattr(sh, "type", None) != "box" or sh.size is None:
+            continue
+        size = np.asarray(sh.size, float)
+        keep = [P for P in perms if np.linalg.det(P) > 0 and not np.allclose(P, np.eye(3))
+                and np.all(np.abs(np.abs(P) @ size - size) <= tol * size)]
+        if keep:
+            out[body] = np.array(keep)
+    return out
+
+
+def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symmetries: dict[str, np.ndarray]
+                        ) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with each box's frame kept continuous: a box looks the same
+    turned by any of its symmetries (``box_symmetries``), and a tracker in noisy, far depth may
+    switch between those frames (cartpole, RealSense-like depth at 2.4 m, seed 58: the cart's
+    frame turned 180 deg about its long axis from frame 14 on), which no joint explains. Each
+    valid frame's rotation R is replaced by the R S (S a symmetry or the identity) closest to
+    the previous valid frame's (same box in the same place; a real turn of more than 45 deg
+    between two frames is not followed). Positions and other bodies are returned as they are."""
+    W = np.array(W, float)
+    for name, S in symmetries.items():
+        m = names.index(name)
+        cands = np.concatenate([np.eye(3)[None], S])  # (K+1, 3, 3)
+        prev = None
+        for t in np.flatnonzero(valid[:, m]):
+            if prev is not None:
+                R = W[t, m, :3, :3] @ cands  # (K+1, 3, 3)
+                k = int(np.argmax(np.einsum("ij,kij->k", W[prev, m, :3, :3], R)))  # largest tr(R_prev^T R S)
+                W[t, m, :3, :3] = R[k]
+            prev = t
+    return W
+
+
+def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+    """(T, M, 4, 4) world_from_body with the jumps of each rod's spin about its own axis (z)
+    taken out. A rod's spin cannot be seen; the tracker leaves it where it was, but a
+    mistracked frame can leave it turned (double_pendulum, realistic depth, seed 1: by 73 deg
+    about the lower link's axis from frame 12 on), and the joint coordinate solved from the
+    rotation then reads that turn as motion. Between valid frames, the spin the tracker
+    changed is measured against the least rotation carrying the previous frame's z axis to
+    this one's (the previous x axis made perpendicular to this z); a change above
+    ``SPIN_JUMP_DEG`` is a jump, undone in this frame and every later one (a turn about the
+    rod's own z axis). Smaller changes, positions and other bodies are kept as they are."""
+    W = np.array(W, float)
+    for m in [names.index(r) for r in rods]:
+        turn, prev = 0.0, None
+        for t in np.flatnonzero(valid[:, m]):
+            if turn:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([turn]))[0]
+            x, z = W[t, m, :3, 0], W[t, m, :3, 2]
+            if prev is not None:
+                carried = W[prev, m, :3, 0] - (W[prev, m, :3, 0] @ z) * z
+                if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg since the previous frame
+                    jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
+                    if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
+                        turn += jump
+                        W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([jump]))[0]
+            prev = t
+    return W
