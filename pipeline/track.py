@@ -13,11 +13,13 @@ it: ``TrackScene.set_background``). Residuals are whitened by the
 depth noise (sigma = k z^2, k measured from the recording's static pixels unless set:
 ``datasets/noise.py``) and Huber-weighted.
 
-- Initial poses (segmentation frame): each mask's point cloud is fitted by its
-  primitive from several orientation hypotheses (principal axes and world axes, every
-  assignment to a box's edges), keeping the best; a sphere needs no orientation, a
-  capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
-  the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
+- Initial poses (segmentation frame): each mask's point cloud (its pixels within the part's own
+  size in depth of the densest depth: a mask bled onto the wall behind is not the part's,
+  ``track_fit.depth_cluster``) is fitted by its primitive from several orientation
+  hypotheses (principal axes and world axes, every assignment to a box's edges), keeping
+  the best; a sphere needs no orientation, a capsule/cylinder only its axis (roll about it
+  is unobservable and stays put: neither the pose steps nor the prediction's velocity carry
+  a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
   face) are judged in the whole frame (``track_fit.other_placements``).

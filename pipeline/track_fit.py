@@ -1,6 +1,7 @@
 """Track's start: fit one primitive to a mask's point cloud from several orientations.
 
-Used for the segmentation frame's start poses and to re-acquire a body (``track.py``).
+Used for the segmentation frame's start poses and to re-acquire a body (``track.py``); a mask's
+pixels are first cut to those at its part's depth (``depth_cluster``).
 Each orientation hypothesis (principal axes of the points; for a box also the world axes,
 every assignment of the axes to its edges) is aligned to the points' surface (``surface_fit``:
 each point's signed distance to the shape, which holds wherever the shape is seen, whatever
