@@ -13,11 +13,13 @@ it: ``TrackScene.set_background``). Residuals are whitened by the
 depth noise (sigma = k z^2, k measured from the recording's static pixels unless set:
 ``datasets/noise.py``) and Huber-weighted.
 
-- Initial poses (segmentation frame): each mask's point cloud is fitted by its
-  primitive from several orientation hypotheses (principal axes and world axes, every
-  assignment to a box's edges), keeping the best; a sphere needs no orientation, a
-  capsule/cylinder only its axis (roll about it is unobservable and stays put: neither
-  the pose steps nor the prediction's velocity carry a spin about it, ``free_basis``).
+- Initial poses (segmentation frame): each mask's point cloud (its pixels within the part's own
+  size in depth of the densest depth: a mask bled onto the wall behind is not the part's,
+  ``track_fit.depth_cluster``) is fitted by its primitive from several orientation
+  hypotheses (principal axes and world axes, every assignment to a box's edges), keeping
+  the best; a sphere needs no orientation, a capsule/cylinder only its axis (roll about it
+  is unobservable and stays put: neither the pose steps nor the prediction's velocity carry
+  a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
   face) are judged in the whole frame (``track_fit.other_placements``).
@@ -64,7 +66,7 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
-from vid2sim.pipeline.track_fit import FLOAT, fit_primitive, other_placements
+from vid2sim.pipeline.track_fit import FLOAT, depth_cluster, fit_primitive, other_placements
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_overlay import write_overlays
 from vid2sim.pipeline.track_scene import TrackScene
@@ -117,10 +119,12 @@ def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: 
     ``start_alternatives`` others, best fit first, fit cost within ``start_ratio`` of the best's."""
     poses = []
     for k, prim in enumerate(scene.prims):
-        mask = cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        mask &= depth > 0
+        # the mask's pixels at its part's depth: a mask that bled over the part's edge onto a wall
+        # metres behind it would drag the fit there (``depth_cluster``)
+        near = depth_cluster(depth, seg.masks[k] > 0, 2 * prim.bounding_radius, scene.sigma)
+        mask = (cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0) & near
         if mask.sum() < 10:
-            mask = (seg.masks[k] > 0) & (depth > 0)
+            mask = near
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
         roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.gates.roi_pad_px + 1,) * 2, np.uint8)) > 0
