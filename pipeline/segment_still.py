@@ -22,8 +22,8 @@ detection that fits some library shape moves (share at least ``MOVING_SHARE``):
   or touches a part that moves;
 - ``moving_proposals``: a moving region no named detection covers, and not along one's rim,
   becomes a detection of a library shape no detection names, at most one per such shape (a
-  thin pole the network never proposes); not a region whose changes more often show a nearer
-  surface (``passed_over``: background a part sweeps over), nor one farther than ``TOUCH_M``
+  thin pole the network never proposes); only a region whose changes mostly show a farther
+  surface (``moves_away``: not background a part sweeps over), and not one farther than ``TOUCH_M``
   in 3-D from the named parts and the proposals that touch them (a moving distractor).
 Where nothing that fits a library shape moves (a recording where nothing moves, or only a
 distractor), every detection is named as without motion.
@@ -60,7 +60,7 @@ CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
 CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 TOUCH_M = 0.1  # m: a proposed region must come this close in 3-D to a named part (or a proposal that does)
-PASSED_SHARE = 0.5  # in [0, 1]: a moving region whose changes more often show a nearer surface is passed over, no proposal
+AWAY_SHARE = 0.5  # in [0, 1]: a moving region is proposed only where this share of its changes show a farther surface
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -169,15 +169,14 @@ class DepthMotion:
             self._cache = {i: (changed, valid, regions, d0)}
         return self._cache[i][:3]
 
-    def nearer(self, i: int) -> np.ndarray:
-        """(F, H, W) bool: the pixels of frame i whose reading sampled frame j (each j != i, as
-        ``changed``) shows nearer than it by more than ``change_threshold``: a surface came
-        in front of them (a part passing over the background), where a part that moves away
-        leaves a farther surface or no reading."""
+    def farther(self, i: int) -> np.ndarray:
+        """(F, H, W) bool: the pixels of frame i whose reading in sampled frame j (each j != i, as
+        ``changed``) is farther than theirs by more than ``change_threshold``: the surface seen
+        there moved away and shows what lies behind it."""
         self.changed(i)
         d0 = self._cache[i][3]
         thr = change_threshold(d0, self.k)
-        out = [(d > 0) & (d0 > 0) & (d < d0 - thr) for j, d in self.depths.items() if j != i]
+        out = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
         return np.stack(out) if out else np.zeros((0,) + d0.shape, bool)
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
@@ -330,16 +329,19 @@ def _touching(masks: list[np.ndarray], seen: list[tuple[float, float]], named: l
     return [m for m, k in zip(masks, keep) if k], [e for e, k in zip(seen, keep) if k]
 
 
-def passed_over(motion: DepthMotion, i: int, region: np.ndarray) -> bool:
-    """Whether the changes of ``region`` (H, W) bool of frame i more often show a nearer surface
-    than not (share above ``PASSED_SHARE`` of its changed pixels over the sampled frames,
-    ``DepthMotion.nearer``): background that a moving part sweeps over (the floor behind a
-    swinging ball, the space a drawer slides into), not a part that moves away."""
+def moves_away(motion: DepthMotion, i: int, region: np.ndarray) -> bool:
+    """Whether ``region`` (H, W) bool of frame i moves away from where it is: at least
+    ``AWAY_SHARE`` of its changed pixels over the sampled frames (``DepthMotion.changed``)
+    show a farther surface there (``DepthMotion.farther``). A part that moves away leaves the
+    surface behind it; background a part sweeps over (the floor behind a swinging ball, the
+    space a drawer slides into) shows a nearer one, and where a known actuator passes
+    (its pixels are holes) or the sensor drops readings, no surface at all. True where the
+    motion holds no per-frame changes (nothing to judge by)."""
     changed = motion.changed(i)[0]
     if changed is None or not len(changed):
-        return False
+        return True
     moved = int(changed[:, region].sum())
-    return moved > 0 and int((changed & motion.nearer(i))[:, region].sum()) > PASSED_SHARE * moved
+    return moved == 0 or int((changed & motion.farther(i))[:, region].sum()) >= AWAY_SHARE * moved
 
 
 def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: list[str | None],
@@ -353,8 +355,8 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
     its motion's edge); a region larger than every unnamed shape can look (the moving links of
     a chain in one region) is cut into rods of the unnamed rod shapes' size (``carve_rods``);
-    a region whose changes more often show a nearer surface is background a part passes in
-front of (``passed_over``: the floor behind a swinging ball), no proposal; regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
+    a region whose changes do not mostly show a farther surface is no part moving away
+(``moves_away``: the floor behind a swinging ball, a known actuator's path), no proposal; regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
     finite costs only), each region taking its shape's class. A thin part the network never
     proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
     K at segment's working resolution."""
@@ -376,9 +378,9 @@ front of (``passed_over``: the floor behind a swinging ball), no proposal; regio
         m = lab == k
         if (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
             continue
-        if passed_over(motion, i, m):
-            log.info("segment: frame %d: background: a moving region of %d px that parts pass in front of",
-                     i, int(stats[k, cv2.CC_STAT_AREA]))
+        if not moves_away(motion, i, m):
+            log.info("segment: frame %d: background: a changing region of %d px that shows no surface behind it "
+                     "(swept over by a part, or a known actuator's path)", i, int(stats[k, cv2.CC_STAT_AREA]))
             continue
         e = measure_extents(m, depth, K, smoothed)
         if all(math.isinf(size_cost(e, shapes[s], True, tol)) for s in open_):  # a moving chain of parts

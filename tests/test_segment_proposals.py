@@ -7,7 +7,7 @@ import numpy as np
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.models.segmenter.normals import smooth_depth
-from vid2sim.pipeline.segment_still import DepthMotion, moving_proposals, passed_over
+from vid2sim.pipeline.segment_still import DepthMotion, moves_away, moving_proposals
 
 K = np.array([[300.0, 0.0, 160.0], [0.0, 300.0, 120.0], [0.0, 0.0, 1.0]])
 CART = Shape("cart", "box", size=(0.3, 0.16, 0.1))
@@ -76,7 +76,31 @@ def test_the_background_a_ball_sweeps_over_is_no_proposal():
     _, _, regions = dm.changed(0)
     here, there = _disc(120, 100, 15), _disc(120, 200, 15)
     assert (regions & here).sum() > 0.8 * here.sum() and (regions & there).sum() > 0.8 * there.sum()
-    assert not passed_over(dm, 0, here) and passed_over(dm, 0, there)
+    assert moves_away(dm, 0, here) and not moves_away(dm, 0, there)
     d0 = frames[0]
     out, _ = moving_proposals(dm, 0, [], [], {"ball": ball}, d0, K, smooth_depth(d0), 1.6, 20)
     assert len(out) == 1 and (out[0].mask & here).sum() > 0.9 * out[0].mask.sum()
+
+
+def test_a_region_whose_changes_show_no_surface_is_no_proposal():
+    """Where a known actuator passes, its pixels are holes: the floor there changes (no
+    reading) but shows no surface behind it, so it is not proposed as the unnamed link,
+    while a link that moves away, showing the floor behind it, is."""
+    floor = np.full((240, 320), 2.0, np.float32)
+    link = Shape("link", "box", size=(0.16, 0.05, 0.03))
+    path = _box(150, 158, 100, 124)  # 0.16 x 0.05 m at 2 m, where the actuator will pass (holes)
+    frames = {0: floor.copy()}
+    for j in (5, 10):
+        d = floor.copy()
+        d[path] = 0.0
+        frames[j] = d
+    dm = _motion(frames)
+    assert dm.changed(0)[2][path].mean() > 0.5 and not moves_away(dm, 0, path)  # its rim sees the floor beside it
+    assert moving_proposals(dm, 0, [], [], {"link": link}, floor, K, smooth_depth(floor), 1.6, 20) == ([], [])
+    near = floor.copy()
+    near[path] = 1.8  # a link 0.2 m above the floor at frame 0, gone later: the floor shows behind it
+    frames[0] = near
+    dm = _motion(frames | {5: floor, 10: floor})
+    assert moves_away(dm, 0, path)
+    out, _ = moving_proposals(dm, 0, [], [], {"link": link}, near, K, smooth_depth(near), 1.6, 20)
+    assert len(out) == 1 and (out[0].mask & path).sum() > 0.9 * out[0].mask.sum()
