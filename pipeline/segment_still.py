@@ -22,8 +22,8 @@ detection that fits some library shape moves (share at least ``MOVING_SHARE``):
   or touches a part that moves;
 - ``moving_proposals``: a moving region no named detection covers, and not along one's rim,
   becomes a detection of a library shape no detection names, at most one per such shape (a
-  thin pole the network never proposes); only a region whose changes mostly show a farther
-  surface (``moves_away``: not background a part sweeps over), and not one farther than ``TOUCH_M``
+  thin pole the network never proposes); only a region whose changes show a farther surface
+  more often than a nearer one (``moves_away``: not background a part sweeps over), and not one farther than ``TOUCH_M``
   in 3-D from the named parts and the proposals that touch them (a moving distractor).
 Where nothing that fits a library shape moves (a recording where nothing moves, or only a
 distractor), every detection is named as without motion.
@@ -60,7 +60,7 @@ CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
 CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 TOUCH_M = 0.1  # m: a proposed region must come this close in 3-D to a named part (or a proposal that does)
-AWAY_SHARE = 0.5  # in [0, 1]: a moving region is proposed only where this share of its changes show a farther surface
+AWAY_SHARE = 0.1  # in [0, 1]: a moving region is proposed only where at least this share of its changes show a farther surface
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -169,15 +169,19 @@ class DepthMotion:
             self._cache = {i: (changed, valid, regions, d0)}
         return self._cache[i][:3]
 
-    def farther(self, i: int) -> np.ndarray:
-        """(F, H, W) bool: the pixels of frame i whose reading in sampled frame j (each j != i, as
-        ``changed``) is farther than theirs by more than ``change_threshold``: the surface seen
-        there moved away and shows what lies behind it."""
+    def beyond(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """((F, H, W) bool, (F, H, W) bool): the pixels of frame i whose reading in sampled frame j
+        (each j != i, as ``changed``) is farther, and nearer, than theirs by more than
+        ``change_threshold``: the surface seen there moved away and shows what lies behind it,
+        or something came in front of it."""
         self.changed(i)
         d0 = self._cache[i][3]
         thr = change_threshold(d0, self.k)
-        out = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
-        return np.stack(out) if out else np.zeros((0,) + d0.shape, bool)
+        far = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
+        near = [(d > 0) & (d0 > 0) & (d < d0 - thr) for j, d in self.depths.items() if j != i]
+        if not far:
+            return np.zeros((0,) + d0.shape, bool), np.zeros((0,) + d0.shape, bool)
+        return np.stack(far), np.stack(near)
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
         """``Motion`` of the masks (H, W) bool of frame i."""
@@ -330,18 +334,22 @@ def _touching(masks: list[np.ndarray], seen: list[tuple[float, float]], named: l
 
 
 def moves_away(motion: DepthMotion, i: int, region: np.ndarray) -> bool:
-    """Whether ``region`` (H, W) bool of frame i moves away from where it is: at least
-    ``AWAY_SHARE`` of its changed pixels over the sampled frames (``DepthMotion.changed``)
-    show a farther surface there (``DepthMotion.farther``). A part that moves away leaves the
-    surface behind it; background a part sweeps over (the floor behind a swinging ball, the
-    space a drawer slides into) shows a nearer one, and where a known actuator passes
-    (its pixels are holes) or the sensor drops readings, no surface at all. True where the
-    motion holds no per-frame changes (nothing to judge by)."""
+    """Whether ``region`` (H, W) bool of frame i moves away from where it is: of its changed
+    pixels over the sampled frames (``DepthMotion.changed``), more show a farther surface
+    there than a nearer one, and at least ``AWAY_SHARE`` of them a farther one
+    (``DepthMotion.beyond``). A part that moves away leaves the surface behind it (or, on a
+    RealSense-like sensor, often no reading: 68 % of a far chain's changes); background a part
+    sweeps over (the floor behind a swinging ball, the space a drawer slides into) shows a
+    nearer one, and a known actuator's path (its pixels are holes) no surface at all. True
+    where the motion holds no per-frame changes (nothing to judge by)."""
     changed = motion.changed(i)[0]
     if changed is None or not len(changed):
         return True
     moved = int(changed[:, region].sum())
-    return moved == 0 or int((changed & motion.farther(i))[:, region].sum()) >= AWAY_SHARE * moved
+    if moved == 0:
+        return True
+    farther, nearer = (int((changed & b)[:, region].sum()) for b in motion.beyond(i))
+    return farther > nearer and farther >= AWAY_SHARE * moved
 
 
 def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: list[str | None],
@@ -355,7 +363,7 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
     its motion's edge); a region larger than every unnamed shape can look (the moving links of
     a chain in one region) is cut into rods of the unnamed rod shapes' size (``carve_rods``);
-    a region whose changes do not mostly show a farther surface is no part moving away
+    a region whose changes show a farther surface no more often than a nearer one, or seldom, is no part moving away
 (``moves_away``: the floor behind a swinging ball, a known actuator's path), no proposal; regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
     finite costs only), each region taking its shape's class. A thin part the network never
     proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
