@@ -6,7 +6,8 @@ look-alike of another part's class takes that part's name. Where the chosen fram
 leaves a library shape unnamed, ``segment.run`` names that frame again with the full motion
 cue (``segment_still.DepthMotion``: a still part with nothing moving beside it is
 background, a still part pays more for every name, a moving region no part covers is
-proposed for an unnamed shape); a named rod whose mask holds two rods (two links of a far
+proposed for an unnamed shape, where it moves away from where it is and touches the named
+parts in 3-D: ``segment_still.moving_proposals``); a named rod whose mask holds two rods (two links of a far
 chain in one mask) is cut in two where a rod shape is still unnamed (``split_rods``). That
 naming is kept where it explains more of the library and every part fits its shape's size
 (``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: a naming that completes the library

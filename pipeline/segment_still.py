@@ -22,7 +22,9 @@ detection that fits some library shape moves (share at least ``MOVING_SHARE``):
   or touches a part that moves;
 - ``moving_proposals``: a moving region no named detection covers, and not along one's rim,
   becomes a detection of a library shape no detection names, at most one per such shape (a
-  thin pole the network never proposes).
+  thin pole the network never proposes); only a region whose changes show a farther surface
+  more often than a nearer one (``moves_away``: not background a part sweeps over), and not one farther than ``TOUCH_M``
+  in 3-D from the named parts and the proposals that touch them (a moving distractor).
 Where nothing that fits a library shape moves (a recording where nothing moves, or only a
 distractor), every detection is named as without motion.
 """
@@ -57,6 +59,8 @@ RIM_PX = 3  # px (at the working resolution): moving pixels this close to a name
 CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
 CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
+TOUCH_M = 0.1  # m: a proposed region must come this close in 3-D to a named part (or a proposal that does)
+AWAY_SHARE = 0.1  # in [0, 1]: a moving region is proposed only where at least this share of its changes show a farther surface
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -164,6 +168,20 @@ class DepthMotion:
             regions = np.isin(lab, [k for k in range(1, n) if stats[k, cv2.CC_STAT_AREA] >= MIN_REGION])
             self._cache = {i: (changed, valid, regions, d0)}
         return self._cache[i][:3]
+
+    def beyond(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """((F, H, W) bool, (F, H, W) bool): the pixels of frame i whose reading in sampled frame j
+        (each j != i, as ``changed``) is farther, and nearer, than theirs by more than
+        ``change_threshold``: the surface seen there moved away and shows what lies behind it,
+        or something came in front of it."""
+        self.changed(i)
+        d0 = self._cache[i][3]
+        thr = change_threshold(d0, self.k)
+        far = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
+        near = [(d > 0) & (d0 > 0) & (d < d0 - thr) for j, d in self.depths.items() if j != i]
+        if not far:
+            return np.zeros((0,) + d0.shape, bool), np.zeros((0,) + d0.shape, bool)
+        return np.stack(far), np.stack(near)
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
         """``Motion`` of the masks (H, W) bool of frame i."""
@@ -277,6 +295,63 @@ __all__ = ["carve_rods", "ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "S
            "motion_shares", "moving_proposals"]
 
 
+def _cloud(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, most: int = 3000) -> np.ndarray:
+    """(N, 3) camera-frame points (m) of the mask's depth pixels, at most ``most`` (evenly strided)."""
+    v, u = np.nonzero(mask & (depth > 0))
+    step = max(1, len(v) // most)
+    v, u = v[::step], u[::step]
+    z = depth[v, u].astype(np.float64)
+    return np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], 1)
+
+
+def _touching(masks: list[np.ndarray], seen: list[tuple[float, float]], named: list[np.ndarray],
+              depth: np.ndarray, K: np.ndarray, i: int) -> tuple[list[np.ndarray], list[tuple[float, float]]]:
+    """The region masks (and their extents) that come within ``TOUCH_M`` in 3-D of the named
+    parts' masks, or of a region that does (in turn): every part of a mechanism is joined to
+    another, so a moving region apart from it (a moving distractor, a far wall) is none of its
+    parts. Depth (m) and K at segment's working resolution."""
+    from scipy.spatial import cKDTree
+
+    clouds = [_cloud(m, depth, K) for m in masks]
+    base = [c for c in (_cloud(m, depth, K) for m in named) if len(c)]
+    if not base:
+        return masks, seen
+    tree = cKDTree(np.concatenate(base))
+    gaps = [float(tree.query(c)[0].min()) if len(c) else math.inf for c in clouds]
+    keep = [g <= TOUCH_M for g in gaps]
+    grew = True
+    while grew:  # a region joined to the named parts through another region
+        grew = False
+        for k in (k for k in range(len(masks)) if not keep[k] and len(clouds[k])):
+            near = [j for j in range(len(masks)) if keep[j] and len(clouds[j])]
+            if near and min(float(cKDTree(clouds[j]).query(clouds[k])[0].min()) for j in near) <= TOUCH_M:
+                keep[k] = grew = True
+    for k in range(len(masks)):
+        if not keep[k]:
+            log.info("segment: frame %d: background: a moving region of %d px %.2f m from the named parts",
+                     i, int(masks[k].sum()), gaps[k])
+    return [m for m, k in zip(masks, keep) if k], [e for e, k in zip(seen, keep) if k]
+
+
+def moves_away(motion: DepthMotion, i: int, region: np.ndarray) -> bool:
+    """Whether ``region`` (H, W) bool of frame i moves away from where it is: of its changed
+    pixels over the sampled frames (``DepthMotion.changed``), more show a farther surface
+    there than a nearer one, and at least ``AWAY_SHARE`` of them a farther one
+    (``DepthMotion.beyond``). A part that moves away leaves the surface behind it (or, on a
+    RealSense-like sensor, often no reading: 68 % of a far chain's changes); background a part
+    sweeps over (the floor behind a swinging ball, the space a drawer slides into) shows a
+    nearer one, and a known actuator's path (its pixels are holes) no surface at all. True
+    where the motion holds no per-frame changes (nothing to judge by)."""
+    changed = motion.changed(i)[0]
+    if changed is None or not len(changed):
+        return True
+    moved = int(changed[:, region].sum())
+    if moved == 0:
+        return True
+    farther, nearer = (int((changed & b)[:, region].sum()) for b in motion.beyond(i))
+    return farther > nearer and farther >= AWAY_SHARE * moved
+
+
 def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: list[str | None],
                      shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
                      tol: float, min_px: int) -> tuple[list[Detection], list[tuple[float, float]]]:
@@ -288,7 +363,8 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
     its motion's edge); a region larger than every unnamed shape can look (the moving links of
     a chain in one region) is cut into rods of the unnamed rod shapes' size (``carve_rods``);
-    regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
+    a region whose changes show a farther surface no more often than a nearer one, or seldom, is no part moving away
+(``moves_away``: the floor behind a swinging ball, a known actuator's path), no proposal; regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
     finite costs only), each region taking its shape's class. A thin part the network never
     proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
     K at segment's working resolution."""
@@ -310,6 +386,10 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
         m = lab == k
         if (m & near).sum() > RIM_SHARE * stats[k, cv2.CC_STAT_AREA]:
             continue
+        if not moves_away(motion, i, m):
+            log.info("segment: frame %d: background: a changing region of %d px that shows no surface behind it "
+                     "(swept over by a part, or a known actuator's path)", i, int(stats[k, cv2.CC_STAT_AREA]))
+            continue
         e = measure_extents(m, depth, K, smoothed)
         if all(math.isinf(size_cost(e, shapes[s], True, tol)) for s in open_):  # a moving chain of parts
             pieces = [p for p in carve_rods(m, depth, K, [shapes[s] for s in open_]) if p.sum() >= min_px]
@@ -318,6 +398,8 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
         else:
             masks.append(m)
             seen.append(e)
+    if named and masks:
+        masks, seen = _touching(masks, seen, named, depth, K, i)
     if not masks:
         return [], []
     cost = np.array([[size_cost(e, shapes[s], True, tol) for s in open_] for e in seen])
