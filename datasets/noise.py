@@ -10,10 +10,18 @@ off its front face.
 
 The estimate: consecutive frames of a static pixel differ by noise alone, with standard
 deviation sqrt(2) sigma. Over up to ``pairs`` frame pairs spread over the recording, the
-differences of pixels outside the moving parts (``exclude``) are divided by sqrt(2) z^2, and
-k is their robust scale (1.4826 x the median absolute value; parts that move through the
-"static" pixels are a minority the median ignores). A camera that moves makes every pixel
-change and over-estimates k; that is conservative (wider gates), not wrong-way.
+differences of pixels outside the moving parts (``exclude``) are divided by sqrt(2) z^2.
+The depth is quantised: a stereo sensor rounds disparity, so its depth steps grow as z^2
+(20-60 mm at 2-3 m, often coarser than the noise), and most static pixels then read the same
+value in both frames; their median difference is 0 even where sigma is 20 mm. A rounding
+grid that falls at random against the true depths never flips a difference's sign and is
+unbiased on average, so the mean absolute rounded difference equals the mean absolute true
+one, whatever the step. So k = sqrt(pi / 2) x the mean of the scaled differences (a normal
+variable's mean absolute value is sqrt(2 / pi) sigma), with the differences above their
+``WINSOR_PERCENTILE``-th percentile clipped to it: parts that move through the "static"
+pixels and flying pixels at depth edges are a minority it ignores, and on Gaussian noise it
+reads at most 3 % low. A camera that moves makes every pixel change and over-estimates k;
+that is conservative (wider gates), not wrong-way.
 
 A far-framed scene with nothing but the mechanism in depth range has too few static pixels
 (fewer than ``MIN_PIXELS``). Then the parts' own surfaces in one frame (``surface``) give k.
@@ -57,6 +65,7 @@ class DepthNoise:
 
 log = logging.getLogger(__name__)
 MIN_PIXELS = 500  # static pixel pairs needed for the frame-difference estimate
+WINSOR_PERCENTILE = 95.0  # scaled differences above this percentile are clipped to it
 MIN_SURFACE_PIXELS = 50  # part pixels needed for the surface estimate
 SURFACE_MEDIAN = 0.913  # median of the 3x3 depth Hessian's smaller |eigenvalue| / sigma, white noise
 PART_AGREEMENT = 1.25  # parts whose k is within this factor of the smallest are pooled (one part's scatter: ~8 %)
@@ -92,7 +101,8 @@ def estimate_depth_noise(rec: Recording, exclude: np.ndarray | None = None, pair
         ratios.append(np.abs(d1[ok] - d0[ok]) / (np.sqrt(2.0) * z**2))
     r = np.concatenate(ratios) if ratios else np.zeros(0)
     if r.size >= MIN_PIXELS:
-        return DepthNoise(float(1.4826 * np.median(r)), int(r.size), len(starts))
+        clipped = np.minimum(r, np.percentile(r, WINSOR_PERCENTILE))
+        return DepthNoise(float(np.sqrt(np.pi / 2) * clipped.mean()), int(r.size), len(starts))
     if surface is not None:
         s = surface_noise(rec.depth(int(surface_frame)), surface, rec.camera.depth_scale)
         if s.pixels >= MIN_SURFACE_PIXELS:
