@@ -251,7 +251,8 @@ def _reused(mech: str, seed: int, args, cell: Path, row: dict) -> tuple[Path, li
     stages before ``--from`` copied into ``cell/run`` (the later stages' outputs and cache records
     left out) and their rows copied into ``row``; -> (recording, stages still to run). None when
     that folder has no row for the cell, or the cell's files were not kept. A cell that stopped
-    before ``--from`` is copied as it is (nothing left to run)."""
+    before ``--from`` is copied as it is (nothing left to run). The row's ``clip_frames`` is the
+    kept recording's frame count (a pushed cell kept before ``PUSH_FRAMES`` has 40)."""
     src_rows = _done(args.reuse / "cells.jsonl", args)
     src, src_cell = src_rows.get((mech, seed)), args.reuse / "cells" / f"{mech}_s{seed}"
     if src is None:
@@ -262,6 +263,9 @@ def _reused(mech: str, seed: int, args, cell: Path, row: dict) -> tuple[Path, li
                                                            "joints_found", "tracebacks")
                 and not (first == 0 and k.startswith("seg_"))})
     row["stages"] = {s: src["stages"][s] for s in earlier if s in src["stages"]}
+    kept = len(list((src_cell / "rec" / "depth").glob("*.png")))
+    if kept and kept != row["clip_frames"]:  # a recording kept before clip_frames: its own length
+        row["clip_frames"] = kept
     if not all(row["stages"].get(s, {}).get("rc") == 0 for s in earlier):
         return src_cell / "rec", []
     if not (src_cell / "rec" / "truth.json").exists():

@@ -52,3 +52,29 @@ def test_a_pushed_cell_is_long_enough_to_show_the_push():
         q = simulate("pushed", seed=seed, frames=n, fps=30.0).q
         assert np.degrees(np.ptp(q[:40], axis=0)).max() < 0.5
         assert np.degrees(np.ptp(q, axis=0)).max() > 10.0
+
+
+def test_a_reused_recording_keeps_its_own_length(tmp_path):
+    """``--reuse`` of a pushed cell kept before ``clip_frames`` existed (a 40-frame clip): the row
+    says 40, not the 90 a fresh pushed cell gets, so a linkage at rest is not reported as pushed."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
+    spec = importlib.util.spec_from_file_location("bench_scenes", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src = tmp_path / "kept"
+    rec = src / "cells" / "pushed_s7" / "rec"
+    (rec / "depth").mkdir(parents=True)
+    for i in range(40):
+        (rec / "depth" / f"{i:06d}.png").write_bytes(b"")
+    (src / "cells.jsonl").write_text(json.dumps({"mechanism": "pushed", "seed": 7, "frames": 40, "noise": "none",
+                                                 "stages": {"segment": {"rc": 2}}}) + "\n")
+    args = SimpleNamespace(reuse=src, start="segment", frames=40, noise="none")
+    row = {"clip_frames": bench.clip_frames("pushed", 40), "stages": {}}
+    assert row["clip_frames"] >= 90
+    bench._reused("pushed", 7, args, tmp_path / "out", row)
+    assert row["clip_frames"] == 40
