@@ -63,8 +63,8 @@ def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symm
                         ) -> np.ndarray:
     """(T, M, 4, 4) world_from_body with each box's frame kept continuous: a box looks the same
     turned by any of its symmetries (``box_symmetries``), and a tracker in noisy, far depth may
-    switch between those frames (cartpole, RealSense-like depth at 2.4 m, seed 58: the cart's
-    frame turned 180 deg about its long axis from frame 14 on), which no joint explains. Each
+    switch between those frames (a cart's frame turned 180 deg about its long axis), which no
+    joint explains. Each
     valid frame's rotation R is replaced by the R S (S a symmetry or the identity) closest to
     the previous valid frame's (same box in the same place; a real turn of more than 45 deg
     between two frames is not followed). Positions and other bodies are returned as they are."""

@@ -2,8 +2,9 @@
 fitted joint's coordinate moves at all.
 
 ``poorly_fit_frames``: frames where the tracker's own depth residual stands out from the
-recording's usual level; articulate treats them as lost. ``glitch_frames``: frames where a body's tracked position jumps off the path its neighbouring
-frames trace and comes back; articulate treats them as lost. ``still_reason``: a prismatic or
+recording's usual level; articulate treats them as lost. ``glitch_frames``: frames where a
+body's tracked position jumps off the path its neighbouring frames trace and comes back;
+articulate treats them as lost. ``still_reason``: a prismatic or
 revolute joint fitted to a pair shows motion only where its coordinate's spread is significant
 against the pair's full noise model (``coordinate_sigma``: each body's noise along its own
 axes, the rotations its shape cannot show) and against the coordinate's own frame-to-frame

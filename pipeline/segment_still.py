@@ -23,8 +23,9 @@ detection that fits some library shape moves (share at least ``MOVING_SHARE``):
 - ``moving_proposals``: a moving region no named detection covers, and not along one's rim,
   becomes a detection of a library shape no detection names, at most one per such shape (a
   thin pole the network never proposes); only a region whose changes show a farther surface
-  more often than a nearer one (``moves_away``: not background a part sweeps over), and not one farther than ``TOUCH_M``
-  in 3-D from the named parts and the proposals that touch them (a moving distractor).
+  more often than a nearer one (``moves_away``: not background a part sweeps over), and not
+  one farther than ``TOUCH_M`` in 3-D from the named parts and the proposals that touch them
+  (a moving distractor).
 Where nothing that fits a library shape moves (a recording where nothing moves, or only a
 distractor), every detection is named as without motion.
 """
@@ -60,7 +61,7 @@ CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
 CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 TOUCH_M = 0.1  # m: a proposed region must come this close in 3-D to a named part (or a proposal that does)
-AWAY_SHARE = 0.1  # in [0, 1]: a moving region is proposed only where at least this share of its changes show a farther surface
+AWAY_SHARE = 0.1  # in [0, 1]: least share of a proposed region's changes that show a farther surface
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -291,8 +292,9 @@ def carve_rods(region: np.ndarray, depth: np.ndarray, K: np.ndarray, shapes: lis
     return out
 
 
-__all__ = ["carve_rods", "ATTACH_M", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion", "contested", "change_threshold", "changed_pixels",
-           "motion_shares", "moving_proposals"]
+__all__ = ["carve_rods", "ATTACH_M", "AWAY_SHARE", "DepthMotion", "MOVING_SHARE", "Motion", "STILL_COST", "StillMotion",
+           "TOUCH_M", "contested", "change_threshold", "changed_pixels", "motion_shares", "moves_away",
+           "moving_proposals"]
 
 
 def _cloud(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, most: int = 3000) -> np.ndarray:
@@ -363,9 +365,10 @@ def moving_proposals(motion: DepthMotion, i: int, dets: list[Detection], names: 
     ``RIM_PX`` of a named detection (else it is that part's rim: pixels the mask missed, or
     its motion's edge); a region larger than every unnamed shape can look (the moving links of
     a chain in one region) is cut into rods of the unnamed rod shapes' size (``carve_rods``);
-    a region whose changes show a farther surface no more often than a nearer one, or seldom, is no part moving away
-(``moves_away``: the floor behind a swinging ball, a known actuator's path), no proposal; regions and unnamed shapes are paired by ``size_cost`` (Hungarian,
-    finite costs only), each region taking its shape's class. A thin part the network never
+    a region whose changes show a farther surface no more often than a nearer one, or seldom,
+    is no part moving away (``moves_away``: the floor behind a swinging ball, a known
+    actuator's path), no proposal; regions and unnamed shapes are paired by ``size_cost``
+    (Hungarian, finite costs only), each region taking its shape's class. A thin part the network never
     proposes (a pole 3-5 px across at 320 x 240) is still seen to move. Masks, depth (m) and
     K at segment's working resolution."""
     named = [d.mask for d, n in zip(dets, names) if n is not None]
