@@ -7,8 +7,8 @@ leaves a library shape unnamed, ``segment.run`` names that frame again with the 
 cue (``segment_still.DepthMotion``: a still part with nothing moving beside it is
 background, a still part pays more for every name, a moving region no part covers is
 proposed for an unnamed shape, where it moves away from where it is and touches the named
-parts in 3-D: ``segment_still.moving_proposals``); a named rod whose mask holds two rods (two links of a far
-chain in one mask) is cut in two where a rod shape is still unnamed (``split_rods``). That
+parts in 3-D: ``segment_still.moving_proposals``); a named rod whose mask holds two rods (two
+links of a far chain in one mask) is cut in two where a rod shape is still unnamed (``split_rods``). That
 naming is kept where it explains more of the library and every part fits its shape's size
 (``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: a naming that completes the library
 only with parts of the wrong size is on the wrong parts); otherwise, and for a shape still
@@ -52,8 +52,8 @@ def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[st
                   shapes_path: Path, wanted: list[str] | None = None) -> None:
     """Every library shape segment can find (``findable``) must have been matched by some
     part: one that was not is a ``StageError`` naming it (``cfg.missing="allow"``: an INFO
-    line). Mesh shapes are never looked for, nor the shapes of known actuators. ``wanted``: ``findable``'s
-    answer where the caller has it (None: read here)."""
+    line). Mesh shapes are never looked for, nor the shapes of known actuators. ``wanted``:
+    ``findable``'s answer where the caller has it (None: read here)."""
     from vid2sim.pipeline.run import StageError
 
     wanted = findable(shapes, shapes_path) if wanted is None else wanted

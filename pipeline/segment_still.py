@@ -148,7 +148,7 @@ class DepthMotion:
         self.fx = rec.camera.fx / s
         self.k = noise_k([self.depths[j] for j in self.frames])
         self._rec, self._s = rec, s
-        self._cache: dict[int, tuple[np.ndarray, ...]] = {}
+        self._cache: dict[int, tuple[np.ndarray, ...]] = {}  # frame i -> changed, valid, regions, d0[, far, near]
 
     def _depth(self, i: int) -> np.ndarray:
         return self.depths[i] if i in self.depths else downsample_depth(self._rec.depth(i), self._s)
@@ -174,15 +174,16 @@ class DepthMotion:
         """((F, H, W) bool, (F, H, W) bool): the pixels of frame i whose reading in sampled frame j
         (each j != i, as ``changed``) is farther, and nearer, than theirs by more than
         ``change_threshold``: the surface seen there moved away and shows what lies behind it,
-        or something came in front of it."""
+        or something came in front of it. Computed once per frame i (each region asks)."""
         self.changed(i)
-        d0 = self._cache[i][3]
-        thr = change_threshold(d0, self.k)
-        far = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
-        near = [(d > 0) & (d0 > 0) & (d < d0 - thr) for j, d in self.depths.items() if j != i]
-        if not far:
-            return np.zeros((0,) + d0.shape, bool), np.zeros((0,) + d0.shape, bool)
-        return np.stack(far), np.stack(near)
+        if len(self._cache[i]) == 4:
+            d0 = self._cache[i][3]
+            thr = change_threshold(d0, self.k)
+            far = [(d > 0) & (d0 > 0) & (d > d0 + thr) for j, d in self.depths.items() if j != i]
+            near = [(d > 0) & (d0 > 0) & (d < d0 - thr) for j, d in self.depths.items() if j != i]
+            empty = np.zeros((0,) + d0.shape, bool)
+            self._cache[i] += (np.stack(far), np.stack(near)) if far else (empty, empty)
+        return self._cache[i][4:6]
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
         """``Motion`` of the masks (H, W) bool of frame i."""
@@ -350,7 +351,8 @@ def moves_away(motion: DepthMotion, i: int, region: np.ndarray) -> bool:
     moved = int(changed[:, region].sum())
     if moved == 0:
         return True
-    farther, nearer = (int((changed & b)[:, region].sum()) for b in motion.beyond(i))
+    inside = changed[:, region]
+    farther, nearer = (int((inside & b[:, region]).sum()) for b in motion.beyond(i))
     return farther > nearer and farther >= AWAY_SHARE * moved
 
 

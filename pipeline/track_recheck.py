@@ -114,8 +114,9 @@ def _starts(tracker, rec, good: LastSeen, i: int, m: int, now: tuple, read: dict
 
 def recheck(tracker, rec, history: FitHistory, i: int, depth: np.ndarray, rgb: np.ndarray | None,
             result: tuple) -> tuple:
-    """``_Tracker.frame``'s result (T, lost, residual (M,), pixels (M,), vis) for frame i (``depth``; ``rgb``:
-    its colour where the tracker read it, else read here only if some body is judged), with each body whose fit is much worse than before (``much_worse``) aligned
+    """``_Tracker.frame``'s result (T, lost, residual (M,), pixels (M,), vis) for frame i (``depth``;
+    ``rgb``: its colour where the tracker read it, else read here only if some body is judged), with
+    each body whose fit is much worse than before (``much_worse``) aligned
     again from the starts of the module doc, taken at the body's last good fit (``history.good``)."""
     cfg, scene = tracker.cfg, tracker.scene
     before = relative(cfg, scene, result[0], result[2])
