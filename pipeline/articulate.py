@@ -73,6 +73,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -446,11 +447,22 @@ def _scaled(axes: dict, bp: float, br: float) -> dict:
             for n, (pa, ra) in axes.items()}
 
 
-def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: PoseTracks, shapes: dict | None):
-    """Step 1 of the stage: rods' frames made continuous, the tracks' noise, the frames set
-    aside as the tracker's glitches, per-body per-axis noise. W: (T, M, 4, 4) world_from_body,
-    valid: (T, M). -> (W, valid, sp (m), sr (rad), body name -> ((3,) m, (3,) rad) axis noise,
-    body name -> unseen rotation axes, (estimated position m, rotation rad))."""
+class NoiseModel(NamedTuple):
+    """What step 1 of the stage gives the joint fits."""
+    W: np.ndarray            # (T, M, 4, 4) world_from_body, frames continuous across symmetries
+    valid: np.ndarray        # (T, M) bool: frames to fit (lost, poorly fit and glitch frames are False)
+    sp: float                # position noise used (m)
+    sr: float                # rotation noise used (rad)
+    axes: dict               # body name -> ((3,) m, (3,) rad) noise along the body's axes
+    unseen_axes: dict        # body name -> (3,) bool: rotations the body's shape cannot show
+    estimated: tuple         # (position m, rotation rad) as estimated from the tracks
+
+
+def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: PoseTracks,
+                shapes: dict | None) -> NoiseModel:
+    """Step 1 of the stage: rods' and boxes' frames made continuous, the tracks' noise, the
+    frames set aside as poorly fit or as the tracker's glitches, per-body per-axis noise.
+    W: (T, M, 4, 4) world_from_body, valid: (T, M) bool."""
     names = list(poses.body_names)
     unseen_axes = unseen_rotations(poses, shapes)
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
@@ -482,7 +494,7 @@ def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: 
     for name, (pa, ra) in axes.items():
         log.info("noise of %s along its axes: position %s mm, rotation %s deg", name,
                  np.round(np.array(pa) * 1e3, 2).tolist(), np.round(np.rad2deg(ra), 2).tolist())
-    return W, valid, sp, sr, axes, unseen_axes, (est_p, est_r)
+    return NoiseModel(W, valid, sp, sr, axes, unseen_axes, (est_p, est_r))
 
 
 def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | None = None
@@ -499,8 +511,10 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
                             f"body {names[m]!r} is lost (left the view or occluded) in {bad.size} of {T} frames "
                             f"(first {bad[0]}, last {bad[-1]}); its joints cannot be inferred — trim the recording "
                             f"to where it is visible or raise articulate.max_lost_fraction ({cfg.max_lost_fraction})")
-    W, valid, sp, sr, axes, unseen_axes, (est_p, est_r) = noise_model(cfg, W, valid, poses, shapes)
-    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, sp, sr, axes, unseen_axes)
+    nm = noise_model(cfg, W, valid, poses, shapes)
+    W, valid, unseen_axes = nm.W, nm.valid, nm.unseen_axes
+    est_p, est_r = nm.estimated
+    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, nm.sp, nm.sr, nm.axes, unseen_axes)
     edges: list[Edge] = []
     roots: list[Root] = []
     def comp_order(c: set) -> tuple[int, int]:
