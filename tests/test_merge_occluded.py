@@ -3,19 +3,11 @@ pairwise search it prunes: every pair of regions, whatever their distance."""
 import cv2
 import numpy as np
 
-from vid2sim.models.segmenter.geometric import merge_occluded
+from vid2sim.models.segmenter.geometric import merge_occluded, one_part_behind
 
 
 def reference_merge(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_px: int = 30) -> np.ndarray:
-    """Join regions that are one part seen on both sides of a thinner part in front of it.
-
-    Two regions merge when the straight gap between their closest pixels crosses a
-    surface (or passes within 4 px of a segmented part) nearer the camera than both
-    ends and nothing behind them, and the depths at the two ends agree (within 8 %): a
-    pole in front of a cart cuts the cart's image in two, and the depth-discontinuity
-    band around the pole widens the cut so that the gap may pass just beside the pole's
-    end. The room's planes (a floor nearer the camera below a part) do not count.
-    """
+    """merge_occluded without its pruning: every pair of regions is asked ``one_part_behind``."""
     lab = lab.copy()
     ids = list(ids)
     changed = True
@@ -26,38 +18,14 @@ def reference_merge(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_
             dist, _ = cv2.distanceTransformWithLabels((~A).astype(np.uint8), cv2.DIST_L2, 5,
                                                       labelType=cv2.DIST_LABEL_PIXEL)
             for ib in ids:
-                if ib == ia:
-                    continue
-                B = lab == ib
-                bv, bu = np.nonzero(B)
-                k = int(np.argmin(dist[bv, bu]))
-                if dist[bv[k], bu[k]] > max_gap_px:
-                    continue
-                av, au = np.nonzero(A)
-                j = int(np.argmin((av - bv[k]) ** 2 + (au - bu[k]) ** 2))
-                za, zb = float(depth[av[j], au[j]]), float(depth[bv[k], bu[k]])
-                if abs(za - zb) > 0.08 * min(za, zb):
-                    continue
-                n = int(max(abs(av[j] - bv[k]), abs(au[j] - bu[k]))) + 1
-                vs = np.round(np.linspace(av[j], bv[k], n)).astype(int)
-                us = np.round(np.linspace(au[j], bu[k], n)).astype(int)
-                between = ~(A[vs, us] | B[vs, us])
-                zs = depth[vs, us][between]
-                zfront = min(za, zb) - max(0.01, 0.02 * min(za, zb))
-                # nearest depth of the other segmented parts (not the room's planes) within 4 px
-                other = (depth > 0) & np.isin(lab, ids) & ~A & ~B
-                near = cv2.erode(np.where(other, depth, np.inf).astype(np.float32), np.ones((9, 9), np.uint8))
-                front = ((zs > 0) & (zs < zfront)) | (near[vs, us][between] < zfront)
-                behind = (zs <= 0) | (zs > max(za, zb) * 1.04 + 0.01)
-                if front.any() and not behind.any():
-                    lab[B] = ia
+                if ib != ia and one_part_behind(lab, depth, ids, A, dist, lab == ib, max_gap_px):
+                    lab[lab == ib] = ia
                     ids.remove(ib)
                     changed = True
                     break
             if changed:
                 break
     return lab
-
 
 
 def _scene(rng: np.random.Generator, h: int = 120, w: int = 160) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -228,35 +228,42 @@ def merge_occluded(lab: np.ndarray, depth: np.ndarray, ids: list[int], max_gap_p
             dist, _ = cv2.distanceTransformWithLabels((~A).astype(np.uint8), cv2.DIST_L2, 5,
                                                       labelType=cv2.DIST_LABEL_PIXEL)
             for ib in near_ids:
-                B = lab == ib
-                bv, bu = np.nonzero(B)
-                k = int(np.argmin(dist[bv, bu]))
-                if dist[bv[k], bu[k]] > max_gap_px:
-                    continue
-                av, au = np.nonzero(A)
-                j = int(np.argmin((av - bv[k]) ** 2 + (au - bu[k]) ** 2))
-                za, zb = float(depth[av[j], au[j]]), float(depth[bv[k], bu[k]])
-                if abs(za - zb) > 0.08 * min(za, zb):
-                    continue
-                n = int(max(abs(av[j] - bv[k]), abs(au[j] - bu[k]))) + 1
-                vs = np.round(np.linspace(av[j], bv[k], n)).astype(int)
-                us = np.round(np.linspace(au[j], bu[k], n)).astype(int)
-                between = ~(A[vs, us] | B[vs, us])
-                zs = depth[vs, us][between]
-                zfront = min(za, zb) - max(0.01, 0.02 * min(za, zb))
-                # nearest depth of the other segmented parts (not the room's planes) within 4 px
-                other = (depth > 0) & np.isin(lab, ids) & ~A & ~B
-                near = cv2.erode(np.where(other, depth, np.inf).astype(np.float32), np.ones((9, 9), np.uint8))
-                front = ((zs > 0) & (zs < zfront)) | (near[vs, us][between] < zfront)
-                behind = (zs <= 0) | (zs > max(za, zb) * 1.04 + 0.01)
-                if front.any() and not behind.any():
-                    lab[B] = ia
+                if one_part_behind(lab, depth, ids, A, dist, lab == ib, max_gap_px):
+                    lab[lab == ib] = ia
                     ids.remove(ib)
                     changed = True
                     break
             if changed:
                 break
     return lab
+
+
+def one_part_behind(lab: np.ndarray, depth: np.ndarray, ids: list[int], A: np.ndarray, dist: np.ndarray,
+                    B: np.ndarray, max_gap_px: int) -> bool:
+    """Whether regions A and B (H, W) bool are one part seen on both sides of a nearer one
+    (``merge_occluded``'s rule). dist: (H, W) px distance to A; depth (H, W) m; lab, ids:
+    the region labels and the ids of the segmented parts."""
+    bv, bu = np.nonzero(B)
+    k = int(np.argmin(dist[bv, bu]))
+    if dist[bv[k], bu[k]] > max_gap_px:
+        return False
+    av, au = np.nonzero(A)
+    j = int(np.argmin((av - bv[k]) ** 2 + (au - bu[k]) ** 2))
+    za, zb = float(depth[av[j], au[j]]), float(depth[bv[k], bu[k]])
+    if abs(za - zb) > 0.08 * min(za, zb):
+        return False
+    n = int(max(abs(av[j] - bv[k]), abs(au[j] - bu[k]))) + 1
+    vs = np.round(np.linspace(av[j], bv[k], n)).astype(int)
+    us = np.round(np.linspace(au[j], bu[k], n)).astype(int)
+    between = ~(A[vs, us] | B[vs, us])
+    zs = depth[vs, us][between]
+    zfront = min(za, zb) - max(0.01, 0.02 * min(za, zb))
+    # nearest depth of the other segmented parts (not the room's planes) within 4 px
+    other = (depth > 0) & np.isin(lab, ids) & ~A & ~B
+    near = cv2.erode(np.where(other, depth, np.inf).astype(np.float32), np.ones((9, 9), np.uint8))
+    front = ((zs > 0) & (zs < zfront)) | (near[vs, us][between] < zfront)
+    behind = (zs <= 0) | (zs > max(za, zb) * 1.04 + 0.01)
+    return bool(front.any() and not behind.any())
 
 
 def _box_gap(a: tuple[slice, slice] | None, b: tuple[slice, slice] | None) -> float:
