@@ -2,11 +2,9 @@
 
 A mask that holds pixels of more than its part (a link's mask running onto its neighbour link or
 onto a distractor behind it, as segmentation can leave them on far, holed depth) is fitted by its
-primitive somewhere between the two: the double pendulum of seed 70 started 137 and 219 mm off
-(RealSense-like depth at 1.2 m), and the frames after it went on from there. Such a start shows
-the body on few of its mask's pixels: its render (the pixels where it is the nearest body) covers
-0.44 and 0.12 of them, against 0.86-1.0 for the starts of that cell's cartpole and of the clean
-cells' parts (docs/results.md, 2026-12-10).
+primitive somewhere between the two, and the frames after it go on from there. Such a start shows
+the body on few of its mask's pixels (its render, the pixels where it is the nearest body, covers
+a fraction of them; right starts cover most: docs/results.md, 2026-12-10).
 
 Here each body whose render covers less than ``START_RECALL`` of its mask's pixels with a depth
 reading is fitted again (the least covered first) to parts of the masks of all such bodies (a
