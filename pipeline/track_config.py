@@ -60,9 +60,6 @@ class TrackNoise:
     freespace_tol_m: float = 0.02  # m: an observation this far behind a rendered surface is "seen through it"
     w_depth: float = 1.0  # weight of the point-to-surface (depth) residuals, >= 0
     w_silhouette: float = 1.0  # weight of the silhouette (free-space) residuals, >= 0
-    # scale each body's silhouette residual noise (one pixel) by its depth noise over depth_noise_floor_m
-    # (models/render/align.silhouette_scale); off by default: it helped a tuning cell, not the held-out ones
-    silhouette_depth_noise: bool = False
     w_color: float = 1.0  # weight of the colour silhouettes (chromaticity labels); 0: colour ignored
     color_tol: float = 0.06  # chromaticity distance within which a pixel takes a body's label
     # in [0, 1]: colour silhouettes are used only where, in the segmentation frame, at least this share of every

@@ -135,8 +135,7 @@ class TrackScene:
             foreground = foreground.reshape(-1)[flat]
         obs = Observation(self.origin, self.dirs[flat], torch.as_tensor(d, dtype=FLOAT),
                           torch.as_tensor(foreground & (d > 0)), sigma=torch.as_tensor(self.sigma(d), dtype=FLOAT),
-                          pixel_angle=1.0 / self.cam.fx,
-                          sigma_floor=self.cfg.noise.depth_noise_floor_m if self.cfg.noise.silhouette_depth_noise else 0.0)
+                          pixel_angle=1.0 / self.cam.fx)
         return obs, flat
 
     def edges(self, depth: np.ndarray, flat: np.ndarray) -> np.ndarray:

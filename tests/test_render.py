@@ -311,21 +311,3 @@ def test_gauss_newton_reuses_a_still_bodys_render_with_the_same_step():
     assert torch.equal(again.T, fresh.T) and again.cost == fresh.cost
     assert torch.equal(again.visible, fresh.visible) and torch.equal(again.point_res, fresh.point_res)
     assert float((again.T[0] - T0[0]).abs().max()) > 0 and obs._body_cache[0][0] == first.T[0].numpy().tobytes()
-
-
-def test_silhouette_scale_is_the_bodys_depth_noise_over_the_floor():
-    """A body seen on rays of 4 mm depth noise with a 1 mm floor: its silhouette residuals count 4 pixels
-    of noise; rays without a reading or of another body do not count; no floor (the default): 1."""
-    from vid2sim.models.render.align import Observation, silhouette_scale
-
-    n = 10
-    sigma = torch.tensor([0.004] * 6 + [0.02] * 4, dtype=torch.float64)
-    visible = torch.tensor([0] * 6 + [1] * 4)
-    valid = torch.ones(n, dtype=torch.bool)
-    obs = Observation(torch.zeros(3, dtype=torch.float64), torch.zeros(n, 3, dtype=torch.float64),
-                      torch.ones(n, dtype=torch.float64), valid, sigma=sigma, pixel_angle=0.01, sigma_floor=0.001)
-    assert silhouette_scale(obs, visible, valid, 0) == pytest.approx(4.0)
-    assert silhouette_scale(obs, visible, valid, 1) == pytest.approx(20.0)
-    assert silhouette_scale(obs, visible, valid, 2) == 1.0   # not seen
-    obs.sigma_floor = 0.0
-    assert silhouette_scale(obs, visible, valid, 0) == 1.0

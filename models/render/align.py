@@ -48,8 +48,6 @@ class Observation:
     label: (N,) long body label from colour (-1 no body, -2 undecided) or None;
     sigma: (N,) depth noise std (m) per ray, or None (then ``scale`` alone sets weights);
     pixel_angle: 1 / focal length: a silhouette residual's noise is one pixel, depth * this;
-    sigma_floor: the depth noise model's floor (m), or 0: where given, a body's silhouette residual
-    noise is that pixel times its surface's depth noise over this floor (``silhouette_scale``);
     weight: (N,) how many rays each ray stands for (when the rays are a sample of a larger
     set: every residual and the cost count a ray this many times), or None (1 each).
     """
@@ -62,7 +60,6 @@ class Observation:
     sigma: torch.Tensor | None = None
     pixel_angle: float = 0.0
     weight: torch.Tensor | None = None
-    sigma_floor: float = 0.0
 
     @property
     def points(self) -> torch.Tensor:
@@ -72,7 +69,7 @@ class Observation:
         return Observation(self.origin, self.dirs[keep], self.depth[keep], self.foreground[keep],
                            None if self.label is None else self.label[keep],
                            None if self.sigma is None else self.sigma[keep], self.pixel_angle,
-                           None if self.weight is None else self.weight[keep], self.sigma_floor)
+                           None if self.weight is None else self.weight[keep])
 
 
 def relevant_rays(prims: list[Primitive], T: torch.Tensor, obs: Observation, reach: float) -> torch.Tensor:
@@ -444,19 +441,6 @@ def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a
     return r1, J1, s1, k1
 
 
-def silhouette_scale(obs: Observation, visible: torch.Tensor, valid: torch.Tensor, m: int) -> float:
-    """How much noisier body m's silhouette residuals are than one pixel: the median depth noise
-    (``obs.sigma``) of the rays the render shows m on (``visible`` (N,) body per ray, ``valid`` (N,)
-    rays with a reading) over ``obs.sigma_floor``, at least 1; 1 without a noise model. The depth
-    and silhouette residuals of a body then keep the weights they have on depth at the floor: both
-    come from the same depth image (free space is a depth reading behind the render), and on far,
-    noisy depth the silhouettes' edges (holes, edge bleed) would otherwise outweigh the surface."""
-    if obs.sigma is None or obs.sigma_floor <= 0:
-        return 1.0
-    own = obs.sigma[(visible == m) & valid]
-    return max(float(own.median()) / obs.sigma_floor, 1.0) if own.numel() else 1.0
-
-
 def _silhouette_terms(prims: list[Primitive], T: torch.Tensor, bodies: list[int], obs: Observation, a: _Assignment,
                       scale: float, max_silhouette: int) -> dict[int, tuple[torch.Tensor, ...]]:
     """Each body m of ``bodies``: its silhouette residuals r (K,), Jacobians J (K, 6), noise stds s (K,)
@@ -476,13 +460,12 @@ def _silhouette_terms(prims: list[Primitive], T: torch.Tensor, bodies: list[int]
         rays, cover, _ = picks[m]
         n2 = rays[0].numel()
         r2, J2, r3, J3 = r_all[:n2], J_all[:n2], r_all[n2:], J_all[n2:]
-        edge = silhouette_scale(obs, a.visible, a.valid, m)
-        s2 = a.near[rays[0]] * (obs.pixel_angle * edge) if obs.pixel_angle > 0 else torch.full_like(r2, scale)
+        s2 = a.near[rays[0]] * obs.pixel_angle if obs.pixel_angle > 0 else torch.full_like(r2, scale)
         k2 = torch.full_like(r2, rays[1]) * (1.0 if obs.weight is None else obs.weight[rays[0]])
         if cover is not None:
             r3 = r3.clamp(max=0)
-            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle * edge
-                                 if obs.pixel_angle > 0 else scale)
+            s3 = torch.full_like(r3, float((T[m, :3, 3] - obs.origin).norm()) * obs.pixel_angle if obs.pixel_angle > 0
+                                 else scale)
             r2, J2, s2 = torch.cat([r2, r3]), torch.cat([J2, J3]), torch.cat([s2, s3])
             k2 = torch.cat([k2, torch.full_like(r3, cover[1]) * (1.0 if obs.weight is None else obs.weight[cover[0]])])
         out[m] = (r2, J2, s2.clamp(min=MIN_SIGMA_M), k2)
