@@ -22,7 +22,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   a spin about it, ``free_basis``).
   On depth cleaner than RealSense's a second start from a coarse pass (``_start_poses``)
   competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
-  face) are judged in the whole frame (``track_fit.other_placements``).
+  face) are judged in the whole frame (``track_fit.other_placements``). A body whose start shows it
+  on less than half its mask's pixels is fitted again to parts of its mask (``track_start.py``).
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
@@ -74,6 +75,7 @@ from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior
 from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
 from vid2sim.pipeline.track_refind import LastSeen, colour_of, refind
 from vid2sim.pipeline.track_shift import part_shifts
+from vid2sim.pipeline.track_start import mask_observation, refit_starts
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +129,7 @@ def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: 
             mask = near
         if mask.sum() < 3:
             raise ValueError(f"segmentation instance {k} ({seg.shape_names[k]}) has no depth readings to start from")
-        roi = cv2.dilate(seg.masks[k].astype(np.uint8), np.ones((2 * cfg.gates.roi_pad_px + 1,) * 2, np.uint8)) > 0
-        # rays only where the pixel is this part's or known background: the other parts' pixels (they may
-        # hide it) and the unmasked band around the masks (a mask's missed edge) tell nothing about it
-        roi &= (seg.masks[k] > 0) | (scene.background > 0)
-        # at most max_rays rays, as every later frame: a part filling the view needs no more to start from
-        stride = max(cfg.gates.stride, math.ceil(math.sqrt(roi.sum() / max(cfg.gates.max_rays, 1))))
-        obs, _ = scene.observe(depth, roi, foreground=mask, stride=stride)
+        obs, _ = mask_observation(cfg, scene, depth, seg.masks[k] > 0, mask)
         fits: list = []
         cost, T = fit_primitive(cfg, prim, obs, fits)
         poses.append(T)
@@ -157,7 +153,8 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     others: list = []
     T = _initial_poses(cfg, scene, d0, seg, others)
     if cfg.noise.depth_noise_k >= cfg.noise.start_noise_k:
-        return other_placements(tracker, d0, rgb, T, others)
+        T = other_placements(tracker, d0, rgb, T, others)
+        return refit_starts(tracker, d0, rgb, T, seg.masks, list(seg.shape_names))
     coarse_cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=cfg.noise.start_noise_k))
     coarse = TrackScene(rec, scene.prims, coarse_cfg)
     coarse.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
@@ -180,7 +177,8 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
              "from the other (cost %.0f)", costs[0], costs[1], ("first", "second")[best],
              [seg.shape_names[m] for m in np.flatnonzero(swapped)] or "no body", c)
     T = tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
-    return other_placements(tracker, d0, rgb, T, others)
+    T = other_placements(tracker, d0, rgb, T, others)
+    return refit_starts(tracker, d0, rgb, T, seg.masks, list(seg.shape_names))
 
 
 def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
