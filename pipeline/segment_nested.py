@@ -1,0 +1,139 @@
+"""Segment on depth recordings: named masks that hold a still part and moving ones, split by motion.
+
+Parts nested in or flush with another (a cabinet's drawer front 10 mm and its closed door
+22 mm in front of the carcass) are one flat surface in the normal image: at 2-3 m the
+network gives one mask over the carcass with the drawer and door in it, another over part of
+it, and the library shapes it leaves open are taken by a distractor or a few background pixels
+(random scenes 60 and 69: a still distractor box, 0.36 x 0.26 m, and a 22 px rod named the
+drawer). A rigid part moves as a whole: a named mask whose pixels are partly still and
+partly moving over the clip (``segment_split.split_pieces``) holds two parts or more.
+
+``split_by_motion`` takes the union of such masks of the chosen frame and cuts it into its
+moving pieces (the 8-connected pieces of the moving regions, ``DepthMotion.changed``, inside
+it, of at least ``min_px`` px: a drawer front and a door apart from each other), each grown
+over the union's pixels that changed in at least ``GROW_SHARE`` of the sampled frames and lie
+nearer to it than to another piece, and its largest still piece (the rest, opened by 3 x 3
+px, still over the clip: ``STILL_CHANGED``). Each piece takes the class and scores of the
+named mask it overlaps most. The pieces and the other named parts are named again
+(the caller's naming, with its motion cue); the split is kept where it names at least as
+many library shapes at a size they can have (``size_cost`` at most the caller's ``fit``) as
+the unsplit naming, every named piece fits its shape so, and it names a library shape to a
+moving piece. Otherwise the parts stay as they were.
+
+Masks are (H, W) bool at segment's working resolution.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import cv2
+import numpy as np
+from scipy import ndimage
+
+from vid2sim.datasets.shapes import Shape
+from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_size import measure_extents, size_cost
+from vid2sim.pipeline.segment_split import GROW_SHARE, STILL_CHANGED, split_pieces
+from vid2sim.pipeline.segment_still import DepthMotion
+
+log = logging.getLogger("vid2sim.pipeline.segment")
+
+NESTED = 0.5  # in [0, 1]: a named mask with this share of its pixels in the split union is split with it
+Named = tuple[list[Detection], list[tuple[float, float]], list[str]]
+
+
+def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarray, freq: np.ndarray,
+                  min_px: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """(moving pieces, still piece or None) of the (H, W) bool ``union`` of ``masks``: the moving
+    regions inside it (``union & regions``) cut where the masks' boundaries cross them (a pixel's
+    piece is one of the pixels covered by the same masks: a door's own mask over part of a
+    carcass's mask parts the door from the drawer front beside it), their 8-connected pieces of
+    at least ``min_px`` px, each grown over the union's pixels changed in at least
+    ``GROW_SHARE`` of the sampled frames (``freq``) and the smaller moving pieces that are
+    nearer to it than to any other piece, and by 1 px. The still piece is the rest, opened by
+    3 x 3 px, its largest 8-connected piece; None where under ``min_px`` px or where more than
+    ``STILL_CHANGED`` of its pixels changed in any sampled frame."""
+    kernel = np.ones((3, 3), np.uint8)
+    inside = union & regions
+    cover = np.zeros(union.shape, np.int64)
+    for b, m in enumerate(masks):
+        cover |= m.astype(np.int64) << b
+    core = np.zeros(union.shape, np.int32)
+    for v in np.unique(cover[inside]):
+        n, lab, stats, _ = cv2.connectedComponentsWithStats((inside & (cover == v)).astype(np.uint8), connectivity=8)
+        for k in range(1, n):
+            if stats[k, cv2.CC_STAT_AREA] >= min_px:
+                core[lab == k] = core.max() + 1
+    if not core.any():
+        return [], None
+    _, (iy, ix) = ndimage.distance_transform_edt(core == 0, return_indices=True)
+    nearest = core[iy, ix]  # the nearest piece's label, per pixel
+    grow = union & ((freq >= GROW_SHARE) | inside)
+    moving = [union & (cv2.dilate((grow & (nearest == k)).astype(np.uint8), kernel) > 0)
+              for k in range(1, int(core.max()) + 1)]
+    taken = np.any(moving, axis=0)
+    still = cv2.morphologyEx((union & ~taken).astype(np.uint8), cv2.MORPH_OPEN, kernel)
+    n, lab, stats, _ = cv2.connectedComponentsWithStats(still, connectivity=8)
+    if n < 2:
+        return moving, None
+    fixed = lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    if fixed.sum() < min_px or (freq[fixed] > 0).mean() > STILL_CHANGED:
+        return moving, None
+    return moving, fixed
+
+
+def _parent(piece: np.ndarray, parents: list[Detection]) -> Detection:
+    """The detection of ``parents`` whose mask overlaps ``piece`` most."""
+    return max(parents, key=lambda d: int((d.mask & piece).sum()))
+
+
+def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[list[Detection],
+                    list[tuple[float, float]]], list[str | None]], shapes: dict[str, Shape], depth: np.ndarray,
+                    K: np.ndarray, smoothed: np.ndarray, tol: float, min_px: int, fit: float) -> Named:
+    """The named ``parts`` (detections, seen extents m, library names) of frame i, with the
+    named masks that are partly still and partly moving replaced by their union's moving and
+    still pieces (``motion_pieces``) where that names better (module docstring). name: the
+    caller's naming of detections with their extents (None: background). Depth (m), K,
+    ``smoothed`` and masks at segment's working resolution."""
+    dets, seen, names = parts
+    if not dets:
+        return parts
+    changed, _, regions = motion.changed(i)
+    if not len(changed) or not regions.any():
+        return parts
+    freq = changed.mean(0)
+    mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
+    if not mixed:
+        return parts
+    union = np.any([dets[k].mask for k in mixed], axis=0)
+    # a named mask mostly inside the union is one of its parts seen apart (a door's own mask)
+    mixed += [k for k, d in enumerate(dets) if k not in mixed and (d.mask & union).sum() >= NESTED * d.mask.sum()]
+    moving, still = motion_pieces(union, [dets[k].mask for k in mixed], regions, freq, min_px)
+    if not moving or still is None:
+        return parts
+    parents = [dets[k] for k in mixed]
+    pieces = []
+    for m in moving + [still]:
+        p = _parent(m, parents)
+        pieces.append(Detection(m, p.label, p.score, p.class_scores))
+    rest = [k for k in range(len(dets)) if k not in mixed]
+    trial = [dets[k] for k in rest] + pieces
+    trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
+    trial_names = name(trial, trial_seen)
+
+    def fitting(ns: list[str | None], es: list[tuple[float, float]]) -> set[str]:
+        return {n for n, e in zip(ns, es) if n is not None and size_cost(e, shapes[n], True, tol) <= fit}
+
+    now, then = fitting(names, seen), fitting(trial_names, trial_seen)
+    named = [(d, e, n) for d, e, n in zip(trial, trial_seen, trial_names) if n is not None]
+    moving_named = any(n is not None for n in trial_names[len(rest):len(rest) + len(moving)])
+    if (len(then) < len(now) or not moving_named
+            or any(size_cost(e, shapes[n], True, tol) > fit for _, e, n in named)):
+        return parts
+    log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "
+             "and a still one: %s", i, len(mixed), len(moving), ", ".join(n for _, _, n in named))
+    return [d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]
+
+
+__all__ = ["motion_pieces", "split_by_motion"]
