@@ -31,11 +31,11 @@ import cv2
 import numpy as np
 from scipy import ndimage
 
-from vid2sim.datasets.shapes import Shape
+from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, STILL_CHANGED, split_pieces
-from vid2sim.pipeline.segment_still import DepthMotion
+from vid2sim.pipeline.segment_still import DepthMotion, Motion
 
 log = logging.getLogger("vid2sim.pipeline.segment")
 
@@ -83,6 +83,35 @@ def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarra
     return moving, fixed
 
 
+def _doubtful(parts: Named, shapes: dict[str, Shape], motion: Motion, tol: float, fit: float) -> bool:
+    """Whether a naming may hold nested parts: a library shape (of a class segment knows) is
+    not named at a size it can have (``size_cost`` above ``fit``), or, while a named part moves,
+    two named parts or more are still (``Motion.still``: a door's name on the carcass's rim) or
+    one is still with no moving region on or near it (``Motion.loose``: a drawer's name on a
+    still distractor). A naming with one still part (a mechanism's fixed root) beside moving
+    ones is left as it is."""
+    _, seen, names = parts
+    fitting = {n for n, e in zip(names, seen) if size_cost(e, shapes[n], True, tol) <= fit}
+    if any(sh.type in CLASSES and n not in fitting for n, sh in shapes.items()):
+        return True
+    still, loose = motion.still(), motion.loose()
+    return still is not None and (int(still.sum()) >= 2 or bool(loose.any()))
+
+
+def _no_new_repeats(names: list[str | None], seen: list[tuple[float, float]], before: list[str],
+                    shapes: dict[str, Shape], tol: float) -> list[str | None]:
+    """``names`` with a library name given more often than in ``before`` (a surplus piece
+    repeating a shape: a drawer's name on its moving front and on a distractor) kept only on
+    the parts it fits best by ``size_cost``, the others None (background)."""
+    out = list(names)
+    for n in {n for n in names if n is not None}:
+        ks = [k for k, m in enumerate(names) if m == n]
+        allowed = max(1, before.count(n))
+        for k in sorted(ks, key=lambda k: size_cost(seen[k], shapes[n], True, tol))[allowed:]:
+            out[k] = None
+    return out
+
+
 def _parent(piece: np.ndarray, parents: list[Detection]) -> Detection:
     """The detection of ``parents`` whose mask overlaps ``piece`` most."""
     return max(parents, key=lambda d: int((d.mask & piece).sum()))
@@ -99,8 +128,9 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     dets, seen, names = parts
     if not dets:
         return parts
-    changed, _, regions = motion.changed(i)
-    if not len(changed) or not regions.any():
+    changed, valid, regions = motion.changed(i)
+    if not len(changed) or not regions.any() or not _doubtful(parts, shapes, DepthMotion.cues(
+            motion, i, [d.mask for d in dets]), tol, fit):
         return parts
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
@@ -120,7 +150,7 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     rest = [k for k in range(len(dets)) if k not in mixed]
     trial = [dets[k] for k in rest] + pieces
     trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
-    trial_names = name(trial, trial_seen)
+    trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, names, shapes, tol)
 
     def fitting(ns: list[str | None], es: list[tuple[float, float]]) -> set[str]:
         return {n for n, e in zip(ns, es) if n is not None and size_cost(e, shapes[n], True, tol) <= fit}

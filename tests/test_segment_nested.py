@@ -28,11 +28,14 @@ class _Motion:
     """The sampled-depth motion of a cabinet's front seen face-on at 2 m: drawer and door change
     in every one of 11 sampled frames, the carcass in none."""
 
+    fx = 300.0
+
     def __init__(self, moving):
         self.moving = moving
+        self._cache = {0: (np.repeat(moving[None], 11, 0), DEPTH > 0, moving, DEPTH)}
 
     def changed(self, i):
-        return np.repeat(self.moving[None], 11, 0), np.ones_like(self.moving), self.moving
+        return self._cache[i][:3]
 
 
 FRONT = _rect(60, 150, 120, 195)     # 0.50 x 0.60 m, facing the camera at 2 m
