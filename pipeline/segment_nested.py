@@ -8,17 +8,21 @@ it, and the library shapes it leaves open are taken by a distractor or a few bac
 drawer). A rigid part moves as a whole: a named mask whose pixels are partly still and
 partly moving over the clip (``segment_split.split_pieces``) holds two parts or more.
 
-``split_by_motion`` takes the union of such masks of the chosen frame and cuts it into its
-moving pieces (the 8-connected pieces of the moving regions, ``DepthMotion.changed``, inside
-it, of at least ``min_px`` px: a drawer front and a door apart from each other), each grown
-over the union's pixels that changed in at least ``GROW_SHARE`` of the sampled frames and lie
-nearer to it than to another piece, and its largest still piece (the rest, opened by 3 x 3
-px, still over the clip: ``STILL_CHANGED``). Each piece takes the class and scores of the
-named mask it overlaps most. The pieces and the other named parts are named again
-(the caller's naming, with its motion cue); the split is kept where it names at least as
-many library shapes at a size they can have (``size_cost`` at most the caller's ``fit``) as
-the unsplit naming, every named piece fits its shape so, and it names a library shape to a
-moving piece. Otherwise the parts stay as they were.
+``split_by_motion`` looks only at a doubtful naming (``_doubtful``: a library shape not named
+at a size it can have, or, while a part moves, two named parts still or one still with nothing
+moving near it: the drawer's name on a still distractor). It takes the union of the named masks
+partly still and partly moving, with every named mask mostly inside it (a door's own mask over
+part of the carcass's), and cuts it into its moving pieces (the moving regions,
+``DepthMotion.changed``, inside it, parted where the masks' boundaries cross them, pieces of at
+least ``min_px`` px: a drawer front and a door apart from each other), each grown over the
+union's pixels that changed in at least ``GROW_SHARE`` of the sampled frames and lie nearer to
+it than to another piece, and its largest still piece (the rest, opened by 3 x 3 px, still over
+the clip: ``STILL_CHANGED``). Each piece takes the class and scores of the named mask it overlaps
+most. The pieces and the other named parts are named again (the caller's naming, by class and
+size); a library name given more often than before stays on the part it fits best. The split is
+kept where it names at least as many library shapes at a size they can have (``size_cost`` at
+most the caller's ``fit``) as the unsplit naming, every named part fits its shape so, and a
+moving piece is named; otherwise the parts stay as they were.
 
 Masks are (H, W) bool at segment's working resolution.
 """
