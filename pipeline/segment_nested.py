@@ -102,16 +102,17 @@ def _doubtful(parts: Named, shapes: dict[str, Shape], motion: Motion, tol: float
     return still is not None and (int(still.sum()) >= 2 or bool(loose.any()))
 
 
-def _no_new_repeats(names: list[str | None], seen: list[tuple[float, float]], before: list[str],
+def _no_new_repeats(names: list[str | None], seen: list[tuple[float, float]], apart: list[bool], before: list[str],
                     shapes: dict[str, Shape], tol: float) -> list[str | None]:
     """``names`` with a library name given more often than in ``before`` (a surplus piece
-    repeating a shape: a drawer's name on its moving front and on a distractor) kept only on
+    repeating a shape: a drawer's name on its moving front and on a distractor) kept first on
+    the parts not ``apart`` (a still part with nothing moving near it: ``Motion.loose``), then on
     the parts it fits best by ``size_cost``, the others None (background)."""
     out = list(names)
     for n in {n for n in names if n is not None}:
         ks = [k for k, m in enumerate(names) if m == n]
         allowed = max(1, before.count(n))
-        for k in sorted(ks, key=lambda k: size_cost(seen[k], shapes[n], True, tol))[allowed:]:
+        for k in sorted(ks, key=lambda k: (apart[k], size_cost(seen[k], shapes[n], True, tol)))[allowed:]:
             out[k] = None
     return out
 
@@ -133,9 +134,10 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     if not dets:
         return parts
     changed, valid, regions = motion.changed(i)
-    if not len(changed) or not regions.any() or not _doubtful(parts, shapes, DepthMotion.cues(
-            motion, i, [d.mask for d in dets]), tol, fit):
+    cues = DepthMotion.cues(motion, i, [d.mask for d in dets]) if len(changed) else None
+    if cues is None or not regions.any() or not _doubtful(parts, shapes, cues, tol, fit):
         return parts
+    loose = cues.loose()
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
     if not mixed:
@@ -154,7 +156,8 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     rest = [k for k in range(len(dets)) if k not in mixed]
     trial = [dets[k] for k in rest] + pieces
     trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
-    trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, names, shapes, tol)
+    apart = [bool(loose[k]) for k in rest] + [False] * len(pieces)
+    trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, apart, names, shapes, tol)
 
     def fitting(ns: list[str | None], es: list[tuple[float, float]]) -> set[str]:
         return {n for n, e in zip(ns, es) if n is not None and size_cost(e, shapes[n], True, tol) <= fit}
