@@ -138,6 +138,7 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     if cues is None or not regions.any() or not _doubtful(parts, shapes, cues, tol, fit):
         return parts
     loose = cues.loose()
+    loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
     if not mixed:

@@ -112,3 +112,18 @@ def test_a_drawer_name_on_a_still_distractor_goes_to_the_moving_drawer_front():
     truth = {"carcass": CARCASS & ~DRAWER & ~DOOR, "drawer": DRAWER, "door": DOOR}
     for d, n in zip(out_d, out_n):
         assert (d.mask & truth[n]).sum() / d.mask.sum() > 0.85, n
+
+
+def test_a_split_that_leaves_a_name_at_a_size_it_cannot_have_is_not_kept():
+    """Only the drawer moves (13 % of the carcass's mask: under the share that makes a part
+    moving, so the motion cue calls no named part moving or loose) and the door's name is on a
+    background sliver at a size it cannot have: the size doubt looks at the split, which cuts the
+    drawer front out but still names the door on the sliver, so the naming stays as it was."""
+    junk = _rect(200, 203, 20, 40)
+    depth = DEPTH + 2.0 * junk
+    dets = [Detection(CARCASS, 0, 0.9, BOX), Detection(junk, 0, 0.4, BOX)]
+    seen = [measure_extents(d.mask, depth, K) for d in dets]
+    names = _name(dets, seen)
+    assert names == ["carcass", "door"]
+    out = split_by_motion(_Motion(DRAWER, depth), 0, (dets, seen, names), _name, SHAPES, depth, K, depth, 1.6, 20, 1.0)
+    assert out[2] == names and out[0][0] is dets[0]
