@@ -39,7 +39,8 @@ part where a library shape is unnamed (one per such shape): the full cue, ``moti
 By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``): a still
 detection pays more only for the library shapes a moving detection fits best (a still
 distractor loses the cart's name to the moving cart; the still carcass keeps its own).
-Writes ``segmentation_overlay.png`` beside the artifact.
+A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
+mask): cut by motion where that names as well (``segment_nested``). Writes the overlay PNG.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
 that move rigidly are the parts), unless ``motion.by_motion`` is "off".
@@ -73,6 +74,7 @@ from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
+from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
@@ -361,8 +363,7 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
 
 @contextlib.contextmanager
 def logging_disabled():
-    previous = log.disabled
-    log.disabled = True
+    previous, log.disabled = log.disabled, True
     try:
         yield
     finally:
@@ -464,13 +465,10 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
                 split, i, found, (dets, matched, seen, total), max(1, round(cfg.min_pixels / s**2)),
                 lambda f: _name_frame(cfg, rec, i, depth, K, smoothed, f, metric, s),
                 lambda r: _naming_key(r[0], r[1], r[2], rec.shapes, metric, cfg.size_tolerance))
-        # Rank frames by how much of the library they explain (distinct library shapes
-        # matched at a size the shape can have), then by parts not so explained (left
-        # unexplained, repeating a library shape, or named at a size cost above
-        # SURPLUS_SIZE_COST), then by the names among those: a frame where the pole cuts the
-        # cart's image in two is worse than one where each is seen once, and a distractor
-        # named as a repeat or at a size its shape cannot have explains nothing. Among the frames
-        # that rank best, the earliest within 10 % of the best total score (``_choose``).
+        # Rank frames by the library shapes explained at a size they can have, then by parts not so
+        # explained (unexplained, repeating a shape, or at a size cost above SURPLUS_SIZE_COST), then by
+        # the names among those (``_naming_key``): a frame where the pole cuts the cart's image in two is
+        # worse than one where each is seen once. Among the best, ``_choose`` picks by total score.
         rank = _naming_key(dets, matched, seen, rec.shapes, metric, cfg.size_tolerance)[:3] + (total,)
         log.info("segment: frame %d%s: %d parts (%s), %d library shapes, total score %.2f", i,
                  f" (zoom up to {zoom:g})" if zoom > 1 else "", len(dets), ", ".join(CLASSES[d.label] for d in dets),
@@ -480,10 +478,9 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
 
 
 def _choose(candidates: list[Candidate]) -> Candidate:
-    """The candidate to segment: among those of the best rank (ignoring the total score), the
-    earliest frame within 10 % of their best total score (the first such in the list on a tie).
-    The tracker runs backward from the segmentation frame without a velocity history, so the
-    fewer frames before it the better (a fast pole is lost from a later start)."""
+    """Of the candidates of the best rank (ignoring the total score), the earliest frame within 10 %
+    of their best total score (the first in the list on a tie): the tracker runs backward from it
+    without a velocity history, so the fewer frames before it the better (a fast pole is lost)."""
     top = max(c.rank[:3] for c in candidates)
     good = [c for c in candidates if c.rank[:3] == top]
     best_total = max(c.rank[3] for c in good)
@@ -540,7 +537,7 @@ def _named(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: list
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the best of ``cfg.frames`` (ranked without motion, ``segment_frames``), with the
     motion cue in that frame where ``cfg.motion_samples`` asks or a library shape is left unnamed
-    (``segment_missing``); returns the artifact (the runner saves it)."""
+    (``segment_missing``), then ``segment_nested``; returns the artifact (the runner saves it)."""
     from vid2sim.pipeline.artifacts import Segmentation
     from vid2sim.datasets.atomic import write_bytes
     from vid2sim.pipeline.actuators import explain_actuators
@@ -563,20 +560,23 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
     wanted = set(order := findable(rec.shapes, shapes_path))   # order: shapes.json's, for the error
+    K, least = downsample_intrinsics(rec.camera.K, s), max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
     if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
         # the library unexplained (a part the network never proposes, a look-alike with its name): the
         # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
         # more and every part fits its shape's size (segment_missing)
-        full = DepthMotion(rec, s, cfg.missing_samples)
-        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, full)
+        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, DepthMotion(rec, s, cfg.missing_samples))
         again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
-                           sorted(wanted), rec.shapes, best.depth, downsample_intrinsics(rec.camera.K, s),
-                           best.smoothed, cfg.size_tolerance, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
+                           sorted(wanted), rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least,
                            SURPLUS_SIZE_COST)
         if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
                 size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
+    if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
+        dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
+            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
+            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")
