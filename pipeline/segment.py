@@ -72,6 +72,7 @@ from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
+from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
 from vid2sim.pipeline.segment_match import (ROD_SIBLING, ROD_SIBLING_FLOOR, SURPLUS_SIZE_COST,  # noqa: F401 (re-exported)
                                             _confirmed, _cost_matrix, _match_cost, match_shapes)
 from vid2sim.pipeline.segment_split import split_moving
@@ -267,7 +268,7 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
     Logs nothing (the names are logged once, for the chosen frame)."""
     shapes_path = Path(rec.path) / "shapes.json"
     tol = cfg.size_tolerance
-    dets = list(found)
+    dets = confirm_spheres(list(found), depth, K, rec.shapes) if metric else list(found)  # segment_sphere
     seen = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
     total = sum(d.score for d in dets)
 
@@ -289,6 +290,10 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
         if len(dets) < n or seen != grown:
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
             total = sum(d.score for d in dets)
+        if metric:  # a library sphere unnamed: cut out of a mask it shares with a rod (segment_sphere)
+            dets, matched, seen = split_sphere(
+                dets, matched, seen, depth, K, smoothed, rec.shapes, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
+                lambda p, e: match_shapes(p, e, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(p)))
         keep = assembly(dets, lambda ks: match_shapes([dets[k] for k in ks], [seen[k] for k in ks], rec.shapes,
                                                       metric, tol, shapes_path, i, "ignore"), depth.shape[1])
         if len(keep) < len(dets):  # look-alikes apart from the mechanism (segment_assembly)
