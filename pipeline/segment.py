@@ -18,6 +18,10 @@ regions no detection explains added as low-score parts, class from the network's
 a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
+A library sphere is also found by its radius in the depth (``segment_sphere``): a mask whose
+depth fits it gets sphere evidence, and where it stays unnamed it is cut out of a rod's mask
+that holds it; two look-alike rods (one type and radius) are named longer to longer where
+that costs little more (``segment_match``).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
