@@ -18,6 +18,10 @@ regions no detection explains added as low-score parts, class from the network's
 a small CNN on full-resolution crops of the part's depth (``models/segmenter/shape_net``)
 and geometric cues); a part scored below ``score_threshold`` is kept only where it
 explains a library shape no more confident part does.
+A library sphere is also found by its radius in the depth (``segment_sphere``): a mask whose
+depth fits it gets sphere evidence, and where it stays unnamed it is cut out of a rod's mask
+that holds it; two look-alike rods (one type and radius) are named longer to longer where
+that costs little more (``segment_match``).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
@@ -52,14 +56,12 @@ from __future__ import annotations
 
 import logging
 import contextlib
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import cv2
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
@@ -76,10 +78,12 @@ from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
+from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
+from vid2sim.pipeline.segment_match import (ROD_SIBLING, ROD_SIBLING_FLOOR, SURPLUS_SIZE_COST,  # noqa: F401 (re-exported)
+                                            _confirmed, _cost_matrix, _match_cost, match_shapes)
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import (STILL_COST, DepthMotion, Motion, StillMotion, contested,
-                                           moving_proposals)
+from vid2sim.pipeline.segment_still import DepthMotion, Motion, StillMotion, moving_proposals
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
                                           predict_zoomed, zoom_tiles)
 
@@ -233,134 +237,6 @@ def detect(method: str, depth: np.ndarray, normal_img: np.ndarray, K: np.ndarray
     return [d for d in dets if d.mask.sum() >= least]
 
 
-ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
-SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (size_cost)
-ROD_SIBLING_FLOOR = 0.06
-
-
-def _cost_matrix(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
-                 names: list[str], metric: bool, tol: float, sizes: np.ndarray | None = None) -> np.ndarray:
-    """(len(dets), len(names)) ``_match_cost`` of each detection against each library shape in
-    ``names`` (sizes: size costs in place of each detection's own, as in ``match_shapes``)."""
-    cost = np.array([[_match_cost(d, e, shapes[n], metric, tol, None if sizes is None else sizes[i, j])
-                      for j, n in enumerate(names)] for i, (d, e) in enumerate(zip(dets, seen))])
-    return cost.reshape(len(dets), len(names))
-
-
-def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float,
-                size: float | None = None) -> float:
-    """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
-    log of its class evidence relative to its score, plus ``size_cost`` (inf: not that shape)
-    or, where given, ``size`` in its place (``segment_evidence.linked_sizes``)."""
-    cs = d.class_scores if d.class_scores is not None else np.eye(len(CLASSES))[d.label] * d.score
-    p = cs[CLASSES.index(shape.type)]
-    if shape.type == ROD_SIBLING.get(CLASSES[d.label]):
-        # capsule and cylinder differ only at their ends, which joints often hide
-        # (rott's arm: both ends covered, every cue said cylinder): a rod may take the
-        # other rod class's library shape, its class evidence floored at this fraction
-        # of its score (cost -log 0.06 = 2.8 on top of the size cost)
-        p = max(p, ROD_SIBLING_FLOOR * d.score)
-    elif p < 0.05 or (p < 0.25 * d.score and shape.type != CLASSES[d.label]):
-        return math.inf
-    return -math.log(p / max(d.score, 1e-9)) + (size_cost(seen, shape, metric, tol) if size is None else size)
-
-
-def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes: dict[str, Shape],
-                 metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error",
-                 motion: Motion | None = None, sizes: np.ndarray | None = None) -> list[str | None]:
-    """Library shape name per detection: class evidence plus size; each library shape is
-    used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
-    one of capsule / cylinder may match the other's library shape at a fixed class penalty
-    (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
-    motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
-    that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
-    ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
-    with nothing moving beside it is background, and a still surplus part repeats no library
-    name (a second still hub beside a moving mechanism is clutter of the right size).
-    sizes: (n, library shapes of a class segment knows, in ``shapes``' order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
-    ``segment_evidence.linked_sizes``: over the candidate frames).
-
-    A detection no library shape explains gets ``None`` (background, one INFO line), or with
-    ``unmatched="error"`` raises ``RecordingError`` naming what was seen.
-    """
-    names = [n for n, s in shapes.items() if s.type in CLASSES]
-    cost = _cost_matrix(dets, seen, shapes, names, metric, tol, sizes)
-    for i, d in enumerate(dets):
-        if not np.isfinite(cost[i]).any():
-            e = seen[i]
-            lib = ", ".join(f"{n} ({s.type} {'x'.join(f'{x:.3g}' for x in s.extents())} m)" if s.type in CLASSES
-                            else f"{n} ({s.type})" for n, s in shapes.items())
-            seen_as = (f"a {CLASSES[d.label]} about {e[0]:.3g} x {e[1]:.3g} m"
-                       f"{'' if metric else ' (proportions only, RGB-only recording)'} "
-                       f"(score {d.score:.2f}, {int(d.mask.sum())} px)")
-            if unmatched != "ignore":
-                raise RecordingError(where, f"frame {frame}: segment saw {seen_as} that matches no library shape; "
-                                            f"library: {lib} (segment.unmatched=ignore takes it for background)")
-            log.info("segment: frame %d: background: %s matches no library shape", frame, seen_as)
-    nameable = np.isfinite(cost).any(1)
-    still = motion.still(nameable) if motion is not None else None
-    if still is not None:
-        cost = cost + STILL_COST * still[:, None] * contested(cost, motion)[None, :]
-        for k in np.flatnonzero(motion.loose(nameable)):
-            if np.isfinite(cost[k]).any():
-                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
-                         "(%.0f %% of its depth changes)", frame, CLASSES[dets[k].label], *seen[k],
-                         100 * motion.shares[k])
-            cost[k] = np.inf
-    big = 1e6
-    c = np.where(np.isfinite(cost), cost, big)
-    rows, cols = linear_sum_assignment(c)
-    out: list[str | None] = [None] * len(dets)
-    for r, k in zip(rows, cols):
-        if c[r, k] < big:
-            out[r] = names[k]
-    for i in range(len(dets)):
-        if out[i] is None and np.isfinite(cost[i]).any():
-            # a surplus part repeats a library shape (several identical parts share one entry)
-            # only where its size fits that shape; anything else is clutter of a like class
-            j = int(np.argmin(cost[i]))
-            size = size_cost(seen[i], shapes[names[j]], metric, tol) if sizes is None else sizes[i, j]
-            if still is not None and still[i]:
-                log.info("segment: frame %d: background: a still %s about %.3g x %.3g m repeats library "
-                         "shape %s while parts move", frame, CLASSES[dets[i].label], *seen[i], names[j])
-            elif size <= SURPLUS_SIZE_COST:
-                out[i] = names[j]
-            else:
-                log.info("segment: frame %d: background: a %s about %.3g x %.3g m repeats library shape %s "
-                         "at a size it does not have (size cost %.2f)", frame, CLASSES[dets[i].label], *seen[i],
-                         names[j], size)
-    return out
-
-
-def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
-               shapes: dict[str, Shape], metric: bool, tol: float, score_threshold: float,
-               motion: Motion | None = None) -> list[int]:
-    """Indices of the detections to keep: all scored at or above the threshold, and those
-    below it (kept by ``refine_detections`` for what the depth shows) only where they
-    explain a library shape that no more confident part explains: a low-score piece of
-    the cart beside the cart is not a second body. Among the parts below the threshold
-    that name one library shape, the one that fits it best (``_match_cost``) keeps it: their
-    scores do not compare (a part only the depth shows has a fixed score; on random scene 18
-    a distractor box seen only in the depth, 0.22 x 0.11 m, outscored the network's own
-    low-score detection of the 0.30 x 0.16 x 0.10 m cart). motion: as ``match_shapes``'s, a
-    still part's fit costing ``STILL_COST`` more where one moves."""
-    sure = [k for k in range(len(dets)) if dets[k].score >= score_threshold]
-    taken = {names[k] for k in sure}
-    rest = [k for k in range(len(dets)) if dets[k].score < score_threshold and names[k] is not None]
-    still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
-    if still is not None:  # the library shapes a still part pays for (``contested``)
-        lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
-        paid = {n for n, c in zip(lib, contested(_cost_matrix(dets, seen, shapes, lib, metric, tol), motion)) if c}
-    rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
-              + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
-    keep = list(sure)
-    for k in rest:
-        if names[k] not in taken:
-            keep.append(k)
-            taken.add(names[k])
-    return sorted(keep)
-
-
 @contextlib.contextmanager
 def logging_disabled():
     previous, log.disabled = log.disabled, True
@@ -397,7 +273,7 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
     Logs nothing (the names are logged once, for the chosen frame)."""
     shapes_path = Path(rec.path) / "shapes.json"
     tol = cfg.size_tolerance
-    dets = list(found)
+    dets = confirm_spheres(list(found), depth, K, rec.shapes) if metric else list(found)  # segment_sphere
     seen = [measure_extents(d.mask, depth, K, smoothed) for d in dets]
     total = sum(d.score for d in dets)
 
@@ -419,6 +295,10 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
         if len(dets) < n or seen != grown:
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))
             total = sum(d.score for d in dets)
+        if metric:  # a library sphere unnamed: cut out of a mask it shares with a rod (segment_sphere)
+            dets, matched, seen = split_sphere(
+                dets, matched, seen, depth, K, smoothed, rec.shapes, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
+                lambda p, e: match_shapes(p, e, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(p)))
         keep = assembly(dets, lambda ks: match_shapes([dets[k] for k in ks], [seen[k] for k in ks], rec.shapes,
                                                       metric, tol, shapes_path, i, "ignore"), depth.shape[1])
         if len(keep) < len(dets):  # look-alikes apart from the mechanism (segment_assembly)
