@@ -1,12 +1,11 @@
 """Segment on depth recordings: named masks that hold a still part and moving ones, split by motion.
 
-Parts nested in or flush with another (a cabinet's drawer front 10 mm and its closed door
-22 mm in front of the carcass) are one flat surface in the normal image: at 2-3 m the
-network gives one mask over the carcass with the drawer and door in it, another over part of
-it, and the library shapes it leaves open are taken by a distractor or a few background pixels
-(random scenes 60 and 69: a still distractor box, 0.36 x 0.26 m, and a 22 px rod named the
-drawer). A rigid part moves as a whole: a named mask whose pixels are partly still and
-partly moving over the clip (``segment_split.split_pieces``) holds two parts or more.
+Parts nested in or flush with another (a drawer front or a closed door a few mm in front of
+a carcass) are one flat surface in the normal image: far away, the network gives one mask over
+the carcass with the drawer and door in it, and the library shapes it leaves open can be taken
+by a distractor or a few background pixels. A rigid part moves as a whole: a named mask whose
+pixels are partly still and partly moving over the clip (``segment_split.split_pieces``) holds
+two parts or more.
 
 ``split_by_motion`` looks only at a doubtful naming (``_doubtful``: a library shape not named
 at a size it can have, or, while a part moves, two named parts still or one still with nothing
