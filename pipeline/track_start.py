@@ -1,10 +1,8 @@
 """Track's check of its start poses against the masks they were fitted to, and a second fit where one fails.
 
-A mask that holds pixels of more than its part (a link's mask running onto its neighbour link or
-onto a distractor behind it, as segmentation can leave them on far, holed depth) is fitted by its
-primitive somewhere between the two, and the frames after it go on from there. Such a start shows
-the body on few of its mask's pixels (its render, the pixels where it is the nearest body, covers
-a fraction of them; right starts cover most: docs/results.md, 2026-12-10).
+A mask that holds pixels of more than its part (a neighbour's or something behind it) can start
+its primitive between the two. Such a start shows the body on a small share of its mask's pixels
+(its render, the pixels where it is the nearest body, covers few of them).
 
 Here each body whose render covers less than ``START_RECALL`` of its mask's pixels with a depth
 reading is fitted again (the least covered first) to parts of the masks of all such bodies (a
