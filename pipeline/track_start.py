@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 
 import cv2
 import numpy as np
 import torch
+from scipy.cluster.vq import kmeans2
 
 from vid2sim.pipeline.track_fit import fit_primitive
 from vid2sim.pipeline.track_refind import body_mask
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 START_RECALL = 0.5   # a start whose render covers less than this share of its mask's pixels with a reading is fitted again
 PARTS = (2, 3)       # the mask's points are split into this many groups (each a candidate to fit)
 MIN_PART_PX = 30     # a group with fewer pixels is not fitted
+KMEANS_SEED = 0      # k-means' random state
 
 
 def mask_observation(cfg, scene, depth: np.ndarray, mask: np.ndarray, fg: np.ndarray):
@@ -52,17 +55,12 @@ def mask_recall(scene, T: torch.Tensor, masks: np.ndarray, depth: np.ndarray) ->
     return out
 
 
-def _kmeans(x: np.ndarray, k: int, iterations: int = 20) -> np.ndarray:
-    """(N,) labels of points x (N, 3) in k groups: Lloyd's iterations from farthest-point seeds
-    (the first seed the point farthest from the mean), deterministic."""
-    seeds = [x[np.argmax(((x - x.mean(0)) ** 2).sum(1))]]
-    while len(seeds) < k:
-        d = np.min([((x - s) ** 2).sum(1) for s in seeds], axis=0)
-        seeds.append(x[np.argmax(d)])
-    c = np.stack(seeds)
-    for _ in range(iterations):
-        lab = np.argmin(((x[:, None] - c[None]) ** 2).sum(-1), 1)
-        c = np.stack([x[lab == j].mean(0) if (lab == j).any() else c[j] for j in range(k)])
+def _kmeans(x: np.ndarray, k: int) -> np.ndarray:
+    """(N,) labels of points x (N, 3) m in k groups: SciPy's k-means (k-means++ seeds, a fixed
+    random state, so the same points give the same groups)."""
+    with warnings.catch_warnings():  # an empty group keeps its centre; the warning says only that
+        warnings.simplefilter("ignore")
+        _, lab = kmeans2(x, k, iter=20, minit="++", rng=KMEANS_SEED)
     return lab
 
 
