@@ -17,7 +17,8 @@ than the shape can look); a surplus part only ever repeats a name, as two distin
 parts of one shape get their own names (``match_shapes``).
 
 When the network finds only one of the pieces, ``complete_pieces`` adds the other from the
-depth: a connected region of pixels that no detection holds and no depth discontinuity
+depth: a connected region of pixels that no named detection holds (a detection that matches
+no library shape, background to be, may hold a piece of a part) and no depth discontinuity
 crosses, wholly within the shape's longest side of the piece (in the image and in depth),
 touching the piece or a part beside it (``NEAR_PX``, across the depth edge between them),
 that makes the piece at least ``GROWN`` x longer while it still fits its library shape and
@@ -82,8 +83,9 @@ def join_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple
 def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],
                     depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, shapes: dict[str, Shape],
                     metric: bool, tol: float) -> tuple[list[Detection], list[tuple[float, float]]]:
-    """``dets`` with each named detection grown by the unclaimed depth regions beside it that
-    lengthen it within its library shape's size (module docstring), and their seen extents (m).
+    """``dets`` with each named detection grown by the depth regions beside it that no other named
+    detection holds (one named None, matching no library shape, does not count) and that lengthen
+    it within its library shape's size (module docstring), and their seen extents (m).
     depth: (H, W) m, K (3, 3), smoothed its ``smooth_depth``. Without metric depth, unchanged."""
     if not metric:
         return dets, seen
@@ -94,7 +96,7 @@ def complete_pieces(dets: list[Detection], names: list[str | None], seen: list[t
             continue
         others = np.zeros(depth.shape, bool)
         for b, d in enumerate(dets):
-            if b != a:
+            if b != a and names[b] is not None:
                 others |= d.mask
         found = _continuation(dets[a].mask, others, depth, smoothed, smooth, K, max(shapes[name].extents()))
         if found is None:

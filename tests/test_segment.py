@@ -374,3 +374,31 @@ def test_a_part_found_only_on_one_side_of_a_nearer_rod_is_completed(gap_depth, w
         assert seen_out[0][0] > 1.5 * seen[0][0] and np.allclose(seen_out[0], both, atol=0.005), (seen, seen_out, both)
     else:
         assert (out[0].mask == left.mask).all() and seen_out[0] == seen[0]
+
+
+@pytest.mark.parametrize("right_name, grown", [(None, True), ("cart", False)])
+def test_a_piece_held_by_a_detection_matching_no_shape_completes_the_part(right_name, grown):
+    """As above, with the right piece held by a detection of its own: one that matches no library
+    shape (name None, background to be) does not keep the cart from growing over it; one named
+    after a library shape (a part of its own) does."""
+    from vid2sim.datasets.shapes import Shape
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment_pieces import complete_pieces
+    from vid2sim.pipeline.segment_size import measure_extents
+
+    shapes = {"cart": Shape("cart", "box", size=(0.3, 0.16, 0.1)),
+              "pole": Shape("pole", "capsule", radius=0.025, length=0.6)}
+    depth, K, (left, right) = _cut_cart(1.9, 0.3)
+    strip = (depth > 0) & ~left.mask & ~right.mask
+    dets = [left, Detection(strip, 1, 0.6, None), right]
+    sm = smooth_depth(depth)
+    seen = [measure_extents(d.mask, depth, K, sm) for d in dets]
+    out, seen_out = complete_pieces(dets, ["cart", "pole", right_name], seen, depth, K, sm, shapes, True, 1.6)
+    assert (out[1].mask == strip).all() and (out[2].mask == right.mask).all()   # the others keep their masks
+    if grown:
+        whole = left.mask | right.mask
+        assert not (out[0].mask & ~whole).any() and (out[0].mask & whole).sum() >= 0.98 * whole.sum()
+        assert seen_out[0][0] > 1.5 * seen[0][0], (seen, seen_out)
+    else:
+        assert (out[0].mask == left.mask).all() and seen_out[0] == seen[0]
