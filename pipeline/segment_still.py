@@ -48,6 +48,7 @@ from vid2sim.pipeline.segment_size import measure_extents, size_cost
 log = logging.getLogger(__name__)
 
 MOVING_SHARE = 0.15  # in [0, 1]: a detection whose pixels changed in at least this median share of sampled frames moves
+CONTEST_MARGIN = 0.25  # naming cost: shapes a moving detection fits this close to its best are alike to it (contested)
 STILL_COST = 3.0  # naming cost (segment._match_cost units) added to a still detection where a nameable one moves
 NOISE_K = 0.03  # 1/m: the largest k of a change threshold k z^2 taken from a recording (noise_k)
 STEPS = 2.0  # noise_k: the threshold in 75th percentiles of a still scene's depth change
@@ -119,14 +120,28 @@ class Motion:
 def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
     """(m,) 1.0 for each of m library shapes a still detection pays ``STILL_COST`` for
     (``cost`` (n, m) the n detections' naming costs, inf: not that shape): every one, or with
-    ``motion.narrow`` only those some moving detection (share at least ``MOVING_SHARE``) fits
-    best, else 0.0."""
+    ``motion.narrow`` one per moving detection (share at least ``MOVING_SHARE``), else 0.0.
+
+    The one a moving detection contests is the shape it fits best, except where it fits
+    others within ``CONTEST_MARGIN`` of that and a still detection fits one of these: then,
+    of those a still detection fits, the one where the moving detection's cost exceeds the
+    still detections' best by least (a moving fin seen 0.10 x 0.06 m fits the hub at 0.50
+    and the fin at 0.61, the still hub beside it fits them at 0.12 and 0.67: the moving one
+    contests the fin, and the still hub keeps its own name)."""
     if not motion.narrow:
         return np.ones(cost.shape[1])
     out = np.zeros(cost.shape[1])
-    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
-        if np.isfinite(cost[k]).any():
-            out[int(np.argmin(cost[k]))] = 1.0
+    moving = np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE
+    still = ~moving & (np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= 0)
+    held = cost[still].min(0) if still.any() else np.full(cost.shape[1], np.inf)  # the still ones' best, per shape
+    for k in np.flatnonzero(moving):
+        if not np.isfinite(cost[k]).any():
+            continue
+        j = int(np.argmin(cost[k]))
+        near = np.flatnonzero((cost[k] <= cost[k, j] + CONTEST_MARGIN) & np.isfinite(held))
+        if np.isfinite(held[j]) and len(near) > 1:
+            j = int(near[np.argmin(cost[k, near] - held[near])])
+        out[j] = 1.0
     return out
 
 
