@@ -117,10 +117,13 @@ class Motion:
         return None if st is None else st & ~self.attached
 
 
-def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
+def contested(cost: np.ndarray, motion: Motion, alike: np.ndarray | None = None) -> np.ndarray:
     """(m,) 1.0 for each of m library shapes a still detection pays ``STILL_COST`` for
     (``cost`` (n, m) the n detections' naming costs, inf: not that shape): every one, or with
-    ``motion.narrow`` one per moving detection (share at least ``MOVING_SHARE``), else 0.0.
+    ``motion.narrow`` one per moving detection (share at least ``MOVING_SHARE``), of the shapes
+    ``alike`` ((n, m) bool, None: all) marks for it: its own class's and the other rod class's
+    (a moving fragment over two arms, classed cylinder, contests no box: the still hub keeps
+    its name), else 0.0.
 
     The one a moving detection contests is the shape it fits best, except where it fits
     others within ``CONTEST_MARGIN`` of that and a still detection fits one of these: then,
@@ -135,12 +138,13 @@ def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
     still = ~moving & (np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= 0)
     held = cost[still].min(0) if still.any() else np.full(cost.shape[1], np.inf)  # the still ones' best, per shape
     for k in np.flatnonzero(moving):
-        if not np.isfinite(cost[k]).any():
+        c = cost[k] if alike is None else np.where(alike[k], cost[k], np.inf)
+        if not np.isfinite(c).any():
             continue
-        j = int(np.argmin(cost[k]))
-        near = np.flatnonzero((cost[k] <= cost[k, j] + CONTEST_MARGIN) & np.isfinite(held))
+        j = int(np.argmin(c))
+        near = np.flatnonzero((c <= c[j] + CONTEST_MARGIN) & np.isfinite(held))
         if np.isfinite(held[j]) and len(near) > 1:
-            j = int(near[np.argmin(cost[k, near] - held[near])])
+            j = int(near[np.argmin(c[near] - held[near])])
         out[j] = 1.0
     return out
 

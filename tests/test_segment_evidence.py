@@ -143,3 +143,10 @@ def test_a_moving_part_fitting_two_shapes_alike_contests_the_one_the_still_part_
     # a second shape fitted much worse (beyond CONTEST_MARGIN) leaves the best fit contested
     far = np.array([[0.30, 0.90, np.inf], [0.20, 1.50, np.inf], [np.inf, np.inf, 0.4]])
     assert contested(far, cue).tolist() == [1.0, 0.0, 1.0]
+    # tree5, RealSense-like random scene 54, frame 12: a moving fragment over two arms, classed
+    # cylinder, fits the hub (a box) at 1.64 and the fin at 2.01; it contests neither, and the
+    # still hub (0.25) keeps its name
+    frag = np.array([[1.64, 2.01, np.inf], [0.25, 0.61, np.inf], [np.inf, np.inf, 0.35]])
+    assert contested(frag, cue).tolist() == [1.0, 0.0, 1.0]
+    alike = np.array([[False, False, False], [True, True, False], [False, False, True]])
+    assert contested(frag, cue, alike).tolist() == [0.0, 0.0, 1.0]
