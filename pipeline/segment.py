@@ -32,8 +32,10 @@ Parts touch the parts they are joined to: of the clusters of touching masks, the
 explains most library shapes is kept, others only for shapes it leaves unexplained
 (``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
-library shape no part matched, even with the full motion cue (``segment_missing``), is an
-error naming it (``SegmentConfig.missing``).
+library shape no part matched, even with the full motion cue (``segment_missing``), is looked
+for in the next candidate frames, named the same way (``segment_fallback``, at most
+``SegmentConfig.fallback`` of them); one still unmatched is an error naming it
+(``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
 look-alikes (``segment_still``; not where a known actuator pushes the parts), in the frame
 the ranking chose only (frames are ranked without motion): where a part moves, a still
@@ -41,7 +43,7 @@ detection loses a library name to a moving one, a still one with nothing moving 
 (a table's leg) is background, and a moving region no detection covers is proposed as a
 part where a library shape is unnamed (one per such shape): the full cue, ``motion_samples``.
 By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``): a still
-detection pays more only for the library shapes a moving detection fits best (a still
+detection pays more only for the library shapes the moving ones contest (``contested``: a still
 distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
 mask): cut by motion where that names as well (``segment_nested``). Writes the overlay PNG.

@@ -74,7 +74,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
     that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
-    ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
+    ``Motion.narrow`` only for the shapes the moving ones contest: ``segment_still.contested``), a still one
     with nothing moving beside it is background, and a still surplus part repeats no library
     name (a second still hub beside a moving mechanism is clutter of the right size).
     sizes: (n, library shapes of a class segment knows, in ``shapes``' order) size costs to name by in place of each detection's ``size_cost`` (None: its own;

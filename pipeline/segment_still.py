@@ -94,8 +94,8 @@ class Motion:
 
     shares: np.ndarray
     attached: np.ndarray
-    # True (``StillMotion``): a still detection costs more only for the library shapes that some
-    # moving detection fits best (``segment.match_shapes``), so a mechanism's fixed part (a
+    # True (``StillMotion``): a still detection costs more only for the library shapes the moving
+    # detections contest (``contested``: one each, of their class), so a mechanism's fixed part (a
     # cabinet's carcass) keeps its name where its moving parts fit other shapes
     narrow: bool = False
 
@@ -222,7 +222,7 @@ class DepthMotion:
 
 class StillMotion(DepthMotion):
     """``DepthMotion`` whose cue only ranks names: a still detection costs ``STILL_COST`` more
-    for a library shape that a moving detection fits best (a still distractor of a part's class
+    for a library shape a moving detection contests (``contested``; a still distractor of a part's class
     and size loses the name to the moving part; ``Motion.narrow``), but none is made background for having nothing moving beside it
     (``Motion.loose``: every detection counts as attached) and no moving region is proposed."""
 
