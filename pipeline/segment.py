@@ -32,8 +32,10 @@ Parts touch the parts they are joined to: of the clusters of touching masks, the
 explains most library shapes is kept, others only for shapes it leaves unexplained
 (``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
-library shape no part matched, even with the full motion cue (``segment_missing``), is an
-error naming it (``SegmentConfig.missing``).
+library shape no part matched, even with the full motion cue (``segment_missing``), is looked
+for in the next candidate frames, named the same way (``segment_fallback``, at most
+``SegmentConfig.fallback`` of them); one still unmatched is an error naming it
+(``SegmentConfig.missing``).
 On depth recordings, depth frames sampled over the clip tell moving detections from still
 look-alikes (``segment_still``; not where a known actuator pushes the parts), in the frame
 the ranking chose only (frames are ranked without motion): where a part moves, a still
@@ -41,7 +43,7 @@ detection loses a library name to a moving one, a still one with nothing moving 
 (a table's leg) is background, and a moving region no detection covers is proposed as a
 part where a library shape is unnamed (one per such shape): the full cue, ``motion_samples``.
 By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``): a still
-detection pays more only for the library shapes a moving detection fits best (a still
+detection pays more only for the library shapes the moving ones contest (``contested``: a still
 distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
 mask): cut by motion where that names as well (``segment_nested``). Writes the overlay PNG.
@@ -75,6 +77,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
+from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
@@ -140,6 +143,10 @@ class SegmentConfig:
     # a still distractor of a part's class and size loses the name to the moving part); 0 = not looked at
     still_samples: int = 12
     missing_samples: int = 12  # depth: frames sampled for the full motion cue where a shape is unnamed (segment_missing); 0 = off
+    # depth: where the chosen frame leaves a library shape unnamed, at most this many more candidates
+    # (best ranked first) are named the same way; the one naming most shapes at fitting sizes is kept
+    # (segment_fallback); 0 = the chosen frame only
+    fallback: int = FALLBACK
     overlay: bool = True  # write segmentation_overlay.png
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
@@ -162,6 +169,8 @@ class SegmentConfig:
             raise ValueError(f"segment: split_samples must be >= 0 (0 = no motion split), got {self.split_samples}")
         if self.missing_samples < 0:
             raise ValueError(f"segment: missing_samples must be >= 0 (0 = not looked at), got {self.missing_samples}")
+        if self.fallback < 0:
+            raise ValueError(f"segment: fallback must be >= 0 (0 = the chosen frame only), got {self.fallback}")
         if self.work_width < 0:
             raise ValueError(f"segment: work_width must be >= 0 (0 = full resolution), got {self.work_width}")
 
@@ -414,6 +423,42 @@ def _named(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: list
     return [dets[k] for k in keep], [seen[k] for k in keep], [names[k] for k in keep]
 
 
+def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: list[Candidate], s: int,
+            motion: DepthMotion | None, wanted: set[str], full: list[DepthMotion]
+            ) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+    """(parts, seen extents m, library names) of candidate ``best``: ``_named`` with ``motion``,
+    named again with the full motion cue where a shape of ``wanted`` is unnamed and rods cut
+    from a mask over two (``segment_missing``), then masks partly still and partly moving split
+    (``segment_nested``). full: the full cue's sampled depth, made on first use and kept."""
+    i, shapes_path = best.frame, Path(rec.path) / "shapes.json"
+    dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
+    K, least = downsample_intrinsics(rec.camera.K, s), max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
+    if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
+        # the library unexplained (a part the network never proposes, a look-alike with its name): the
+        # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
+        # more and every part fits its shape's size (segment_missing)
+        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, _full(full, rec, s, cfg.missing_samples))
+        again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
+                           sorted(wanted), rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least,
+                           SURPLUS_SIZE_COST)
+        if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
+                size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
+            log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
+            dets, seen, names = again
+    if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
+        dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
+            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
+            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+    return dets, seen, names
+
+
+def _full(full: list[DepthMotion], rec: Recording, s: int, samples: int) -> DepthMotion:
+    """The full motion cue's sampled depth, ``full[0]``, made on first use."""
+    if not full:
+        full.append(DepthMotion(rec, s, samples))
+    return full[0]
+
+
 def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     """Segment the best of ``cfg.frames`` (ranked without motion, ``segment_frames``), with the
     motion cue in that frame where ``cfg.motion_samples`` asks or a library shape is left unnamed
@@ -431,32 +476,25 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     frames = sorted({min(max(0, int(f)), rec.num_frames - 1) for f in cfg.frames}) or [0]
     s = work_scale(cfg, rec, frames[0])
     candidates, best = segment_frames(cfg, rec, frames, s)
-    i, nimg, metric = best.frame, best.nimg, best.metric
+    metric = best.metric
     # a pushed mechanism rests until its known actuator reaches it: stillness says nothing of its parts
     pushed = getattr(rec, "actuation", None) is not None
     motion = None
     samples = cfg.motion_samples if cfg.motion_samples > 1 else cfg.still_samples
     if samples > 1 and metric and not pushed:
         motion = (DepthMotion if cfg.motion_samples > 1 else StillMotion)(rec, s, samples)
-    dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
-    wanted = set(order := findable(rec.shapes, shapes_path))   # order: shapes.json's, for the error
-    K, least = downsample_intrinsics(rec.camera.K, s), max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
-    if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
-        # the library unexplained (a part the network never proposes, a look-alike with its name): the
-        # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
-        # more and every part fits its shape's size (segment_missing)
-        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, DepthMotion(rec, s, cfg.missing_samples))
-        again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
-                           sorted(wanted), rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least,
-                           SURPLUS_SIZE_COST)
-        if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
-                size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
-            log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
-            dets, seen, names = again
-    if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
-        dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
-            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
-            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+    order = findable(rec.shapes, shapes_path)   # shapes.json's order, for the error
+    full: list[DepthMotion] = []   # the full motion cue, sampled once (segment_missing)
+
+    def finish(c: Candidate) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+        return _finish(cfg, rec, c, candidates, s, motion, set(order), full)
+
+    dets, seen, names = finish(best)
+    if metric and rec.has_depth:  # a library shape still unnamed: the next candidate frames (segment_fallback)
+        best, (dets, seen, names) = fall_back(candidates, best, (dets, seen, names), finish,
+                                              lambda c: c.rank, set(order), rec.shapes, cfg.size_tolerance,
+                                              SURPLUS_SIZE_COST, cfg.fallback)
+    i, nimg = best.frame, best.nimg
     if not dets:
         raise RecordingError(shapes_path, f"frame {i}: segment ({cfg.method}) found no part that matches a library "
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")

@@ -40,6 +40,13 @@ def _cost_matrix(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     return cost.reshape(len(dets), len(names))
 
 
+def _alike(dets: list[Detection], shapes: dict[str, Shape], names: list[str]) -> np.ndarray:
+    """(len(dets), len(names)) bool: library shape of ``names`` of the detection's class or
+    the other rod class (``ROD_SIBLING``)."""
+    return np.array([[shapes[n].type in (CLASSES[d.label], ROD_SIBLING.get(CLASSES[d.label])) for n in names]
+                     for d in dets], bool).reshape(len(dets), len(names))
+
+
 def _match_cost(d: Detection, seen: tuple[float, float], shape: Shape, metric: bool, tol: float,
                 size: float | None = None) -> float:
     """Cost of library ``shape`` for detection ``d`` seen with extents ``seen`` (m): minus the
@@ -67,7 +74,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
     that some library shape fits moves, the still ones cost ``STILL_COST`` more (with
-    ``Motion.narrow`` only for the shapes a moving one fits best: ``segment_still.contested``), a still one
+    ``Motion.narrow`` only for the shapes the moving ones contest: ``segment_still.contested``), a still one
     with nothing moving beside it is background, and a still surplus part repeats no library
     name (a second still hub beside a moving mechanism is clutter of the right size).
     sizes: (n, library shapes of a class segment knows, in ``shapes``' order) size costs to name by in place of each detection's ``size_cost`` (None: its own;
@@ -93,7 +100,7 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
     nameable = np.isfinite(cost).any(1)
     still = motion.still(nameable) if motion is not None else None
     if still is not None:
-        cost = cost + STILL_COST * still[:, None] * contested(cost, motion)[None, :]
+        cost = cost + STILL_COST * still[:, None] * contested(cost, motion, _alike(dets, shapes, names))[None, :]
         for k in np.flatnonzero(motion.loose(nameable)):
             if np.isfinite(cost[k]).any():
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m with nothing moving beside it "
@@ -144,7 +151,8 @@ def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[
     still = motion.still(np.array([n is not None for n in names])) if motion is not None else None
     if still is not None:  # the library shapes a still part pays for (``contested``)
         lib = [n for n, sh in shapes.items() if sh.type in CLASSES]
-        paid = {n for n, c in zip(lib, contested(_cost_matrix(dets, seen, shapes, lib, metric, tol), motion)) if c}
+        paid = {n for n, c in zip(lib, contested(_cost_matrix(dets, seen, shapes, lib, metric, tol), motion,
+                                                 _alike(dets, shapes, lib))) if c}
     rest.sort(key=lambda k: _match_cost(dets[k], seen[k], shapes[names[k]], metric, tol)
               + (STILL_COST if still is not None and still[k] and names[k] in paid else 0.0))
     keep = list(sure)

@@ -48,6 +48,7 @@ from vid2sim.pipeline.segment_size import measure_extents, size_cost
 log = logging.getLogger(__name__)
 
 MOVING_SHARE = 0.15  # in [0, 1]: a detection whose pixels changed in at least this median share of sampled frames moves
+CONTEST_MARGIN = 0.25  # naming cost: shapes a moving detection fits this close to its best are alike to it (contested)
 STILL_COST = 3.0  # naming cost (segment._match_cost units) added to a still detection where a nameable one moves
 NOISE_K = 0.03  # 1/m: the largest k of a change threshold k z^2 taken from a recording (noise_k)
 STEPS = 2.0  # noise_k: the threshold in 75th percentiles of a still scene's depth change
@@ -93,8 +94,8 @@ class Motion:
 
     shares: np.ndarray
     attached: np.ndarray
-    # True (``StillMotion``): a still detection costs more only for the library shapes that some
-    # moving detection fits best (``segment.match_shapes``), so a mechanism's fixed part (a
+    # True (``StillMotion``): a still detection costs more only for the library shapes the moving
+    # detections contest (``contested``: one each, of their class), so a mechanism's fixed part (a
     # cabinet's carcass) keeps its name where its moving parts fit other shapes
     narrow: bool = False
 
@@ -116,17 +117,35 @@ class Motion:
         return None if st is None else st & ~self.attached
 
 
-def contested(cost: np.ndarray, motion: Motion) -> np.ndarray:
+def contested(cost: np.ndarray, motion: Motion, alike: np.ndarray | None = None) -> np.ndarray:
     """(m,) 1.0 for each of m library shapes a still detection pays ``STILL_COST`` for
     (``cost`` (n, m) the n detections' naming costs, inf: not that shape): every one, or with
-    ``motion.narrow`` only those some moving detection (share at least ``MOVING_SHARE``) fits
-    best, else 0.0."""
+    ``motion.narrow`` one per moving detection (share at least ``MOVING_SHARE``), of the shapes
+    ``alike`` ((n, m) bool, None: all) marks for it: its own class's and the other rod class's
+    (a moving fragment over two arms, classed cylinder, contests no box: the still hub keeps
+    its name), else 0.0.
+
+    The one a moving detection contests is the shape it fits best, except where it fits
+    others within ``CONTEST_MARGIN`` of that and a still detection fits one of these: then,
+    of those a still detection fits, the one where the moving detection's cost exceeds the
+    still detections' best by least (a moving fin seen 0.10 x 0.06 m fits the hub at 0.50
+    and the fin at 0.61, the still hub beside it fits them at 0.12 and 0.67: the moving one
+    contests the fin, and the still hub keeps its own name)."""
     if not motion.narrow:
         return np.ones(cost.shape[1])
     out = np.zeros(cost.shape[1])
-    for k in np.flatnonzero(np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE):
-        if np.isfinite(cost[k]).any():
-            out[int(np.argmin(cost[k]))] = 1.0
+    moving = np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE
+    still = ~moving & (np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= 0)
+    held = cost[still].min(0) if still.any() else np.full(cost.shape[1], np.inf)  # the still ones' best, per shape
+    for k in np.flatnonzero(moving):
+        c = cost[k] if alike is None else np.where(alike[k], cost[k], np.inf)
+        if not np.isfinite(c).any():
+            continue
+        j = int(np.argmin(c))
+        near = np.flatnonzero((c <= c[j] + CONTEST_MARGIN) & np.isfinite(held))
+        if np.isfinite(held[j]) and len(near) > 1:
+            j = int(near[np.argmin(c[near] - held[near])])
+        out[j] = 1.0
     return out
 
 
@@ -203,7 +222,7 @@ class DepthMotion:
 
 class StillMotion(DepthMotion):
     """``DepthMotion`` whose cue only ranks names: a still detection costs ``STILL_COST`` more
-    for a library shape that a moving detection fits best (a still distractor of a part's class
+    for a library shape a moving detection contests (``contested``; a still distractor of a part's class
     and size loses the name to the moving part; ``Motion.narrow``), but none is made background for having nothing moving beside it
     (``Motion.loose``: every detection counts as attached) and no moving region is proposed."""
 

@@ -114,8 +114,9 @@ def test_the_narrow_cue_leaves_the_still_carcass_its_name():
     size cost 0.53, and the door's to a moving low-score sliver of the carcass's rim beside
     the drawer (0.330 x 0.043 m; frame 3 of random scene 28); the narrow cue charges the
     still part only for the shapes a moving detection fits best (here the drawer: the door's
-    mask fits door and drawer alike, the first listed wins, and the sliver fits the door
-    best too), so the carcass keeps its name and the sliver is left out."""
+    mask fits door and drawer alike, and of the shapes the still carcass fits, the drawer
+    costs it most; the sliver fits door and drawer about alike and contests the drawer for
+    the same reason), so the carcass keeps its name and the sliver is left out."""
     dets = [Detection(DOOR, 0, 0.94), Detection(CARCASS, 0, 0.94), Detection(DRAWER, 0, 0.94),
             Detection(_box(330, 20, 340, 120), 0, 0.18)]
     seen = [(0.390, 0.280), (0.560, 0.265), (0.366, 0.097), (0.330, 0.043)]
@@ -125,4 +126,27 @@ def test_the_narrow_cue_leaves_the_still_carcass_its_name():
     cue = Motion(shares, np.ones(4, bool), narrow=True)
     assert match_shapes(dets, seen, CABINET, True, 1.6, Path("x"), 3, "ignore", cue) == ["door", "carcass", "drawer", None]
     cost = np.array([[0.53, 0.38, 0.38], [0.62, 1.13, 0.85], [2.12, 0.31, 1.96], [3.16, 1.36, 1.30]])
+    assert contested(cost, cue).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_a_moving_part_fitting_two_shapes_alike_contests_the_one_the_still_part_does_not_fit():
+    """tree5, clean random scene 57, frame 9: the moving fin's mask (0.102 x 0.057 m) fits the
+    hub at 0.50 and the fin at 0.61; the still hub beside it (0.119 x 0.073 m, score 0.22)
+    fits them at 0.12 and 0.67. Charging the still hub for the hub (the moving fin's best
+    fit) swapped their names; the moving fin contests the fin, and each keeps its own."""
+    cost = np.array([[0.50, 0.61, np.inf], [0.12, 0.67, np.inf], [np.inf, np.inf, 0.35]])
+    cue = Motion(np.array([0.97, 0.14, 0.97]), np.ones(3, bool), narrow=True)
     assert contested(cost, cue).tolist() == [0.0, 1.0, 1.0]
+    # a moving cart that fits only the cart contests it: a still look-alike loses the name
+    cart = np.array([[0.30, np.inf], [0.20, np.inf], [np.inf, 0.4]])
+    assert contested(cart, cue).tolist() == [1.0, 1.0]
+    # a second shape fitted much worse (beyond CONTEST_MARGIN) leaves the best fit contested
+    far = np.array([[0.30, 0.90, np.inf], [0.20, 1.50, np.inf], [np.inf, np.inf, 0.4]])
+    assert contested(far, cue).tolist() == [1.0, 0.0, 1.0]
+    # tree5, RealSense-like random scene 54, frame 12: a moving fragment over two arms, classed
+    # cylinder, fits the hub (a box) at 1.64 and the fin at 2.01; it contests neither, and the
+    # still hub (0.25) keeps its name
+    frag = np.array([[1.64, 2.01, np.inf], [0.25, 0.61, np.inf], [np.inf, np.inf, 0.35]])
+    assert contested(frag, cue).tolist() == [1.0, 0.0, 1.0]
+    alike = np.array([[False, False, False], [True, True, False], [False, False, True]])
+    assert contested(frag, cue, alike).tolist() == [0.0, 0.0, 1.0]

@@ -38,11 +38,12 @@ def test_a_far_thin_pole_the_network_never_proposes_is_found_by_its_motion(tmp_p
     pole is 3-4 px wide with about 40 % of its depth pixels missing; no detection of the
     network covers it, and a still distractor rod (0.29 x 0.07 m) holds the pole's name until
     the size evidence takes it away. Without the full motion cue the pole is missing (the
-    stage's error); with it (by default where a library shape is unnamed) the still distractor
+    stage's error; the next candidate frames, ``segment.fallback``, off too: they name it
+    otherwise); with it (by default where a library shape is unnamed) the still distractor
     is background, the moving cart is the cart and the moving region no part covers is the pole."""
     rec_path = make_recording("cartpole", tmp_path / "rec", seed=49, frames=40, noise="realistic", scene="random")
     with pytest.raises(StageError, match="pole is missing"):
-        run(SegmentConfig(missing_samples=0, overlay=False), open_recording(rec_path), tmp_path / "off")
+        run(SegmentConfig(missing_samples=0, fallback=0, overlay=False), open_recording(rec_path), tmp_path / "off")
     seg = run(SegmentConfig(overlay=False), open_recording(rec_path), tmp_path / "on")
     assert sorted(seg.shape_names) == ["cart", "pole"]
     truth = json.loads((rec_path / "truth.json").read_text())

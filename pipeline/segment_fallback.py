@@ -1,0 +1,73 @@
+"""Segment: the next candidate frames, where the chosen one leaves a library shape unnamed.
+
+The candidate frames are ranked without motion (``segment.segment_frames``); only the chosen
+one is named with the motion cue, the full motion cue where a shape is left unnamed
+(``segment_missing``) and the nested split (``segment_nested``). A frame ranked first can
+still leave a part unnamed after all that while another frame names it: a part hidden behind
+another or a few pixels across in one frame is seen whole in the next (tree5 at 424 x 240,
+frame 6's zoomed naming counts four library shapes, one by sphere evidence, and loses an arm
+the full motion cue finds in frame 3).
+
+``fall_back`` names the next candidates the same way, best ranked first, at most ``FALLBACK``
+of them, and keeps the candidate whose naming explains the most library shapes at a size
+they can have (``size_cost`` at most the caller's ``fit``), then has the most named parts
+the segmenter classed as their shape's type (a box's name on a capsule detection is a
+look-alike's); the better ranked on a tie. It stops at the first that explains every shape
+with every named part of its shape's class. Each candidate tried costs one naming with the motion
+cue (on the recordings of issue 25, 1-4 s each at 1 thread; the sampled depth is read once).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence, TypeVar
+
+from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.pipeline.segment_size import size_cost
+
+log = logging.getLogger("vid2sim.pipeline.segment")
+
+FALLBACK = 3  # candidates named after the chosen one, at most, where it leaves a library shape unnamed
+
+C = TypeVar("C")
+Parts = tuple[list, list[tuple[float, float]], list[str]]  # (detections, seen extents m, library names)
+
+
+def explained(parts: Parts, wanted: set[str], shapes: dict[str, Shape], tol: float, fit: float) -> int:
+    """How many shapes of ``wanted`` the named ``parts`` explain at a size they can have
+    (``size_cost`` of the part's seen extents at most ``fit``; depth recordings)."""
+    return len({n for e, n in zip(parts[1], parts[2])
+                if n in wanted and size_cost(e, shapes[n], True, tol) <= fit})
+
+
+def agreeing(parts: Parts, shapes: dict[str, Shape]) -> int:
+    """How many of the named ``parts`` the segmenter classed as their library shape's type
+    (a box's name on a box detection, not on a capsule)."""
+    return sum(CLASSES[d.label] == shapes[n].type for d, n in zip(parts[0], parts[2]))
+
+
+def fall_back(candidates: Sequence[C], best: C, parts: Parts, name: Callable[[C], Parts], rank: Callable[[C], tuple],
+              wanted: set[str], shapes: dict[str, Shape], tol: float, fit: float,
+              limit: int = FALLBACK) -> tuple[C, Parts]:
+    """(candidate, its named parts): ``best`` and its ``parts`` where they name every shape of
+    ``wanted``; otherwise the next ``limit`` candidates
+    by ``rank`` (larger first) are named with ``name`` until one does, and the one explaining
+    most is kept (``best`` on a tie, then the better ranked)."""
+    score = (explained(parts, wanted, shapes, tol, fit), agreeing(parts, shapes))
+    if wanted <= set(parts[2]) or limit <= 0:
+        return best, parts
+    first = score
+    others = sorted((c for c in candidates if c is not best), key=rank, reverse=True)[:limit]
+    for c in others:
+        got = name(c)
+        n = (explained(got, wanted, shapes, tol, fit), agreeing(got, shapes))
+        log.info("segment: candidate frame %d named as well: %d of %d library shapes at fitting sizes, %d named "
+                 "parts of their shape's class (%s)", getattr(c, "frame", -1), n[0], len(wanted), n[1],
+                 ", ".join(got[2]))
+        if n > score:
+            best, parts, score = c, got, n
+        if score[0] >= len(wanted) and score[1] >= len(parts[2]):
+            break
+    if score > first:
+        log.info("segment: frame %d kept instead: it names %d of %d library shapes at fitting sizes",
+                 getattr(best, "frame", -1), score[0], len(wanted))
+    return best, parts
