@@ -75,7 +75,7 @@ from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
-from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
+from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, other_class_naming, split_rods
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
@@ -453,6 +453,10 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
                 size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
+    if metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1:  # a class the library lacks (segment_missing)
+        dets, seen, names = other_class_naming((dets, seen, names), best, order, rec.shapes, K, cfg.size_tolerance,
+                                               SURPLUS_SIZE_COST, lambda b: _named(replace(cfg, unmatched="ignore"), rec, b,
+                                                                                   candidates, s, DepthMotion(rec, s, cfg.missing_samples)))
     if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
             ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
