@@ -78,7 +78,7 @@ from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
-from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, split_rods
+from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, other_class_naming, split_rods
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
@@ -427,9 +427,9 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
             motion: DepthMotion | None, wanted: set[str], full: list[DepthMotion]
             ) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
     """(parts, seen extents m, library names) of candidate ``best``: ``_named`` with ``motion``,
-    named again with the full motion cue where a shape of ``wanted`` is unnamed and rods cut
-    from a mask over two (``segment_missing``), then masks partly still and partly moving split
-    (``segment_nested``). full: the full cue's sampled depth, made on first use and kept."""
+    named again with the full motion cue where a shape of ``wanted`` is unnamed, rods cut from
+    a mask over two and parts of a class the library lacks named by their size
+    (``segment_missing``), then masks partly still and partly moving split (``segment_nested``). full: the full cue's sampled depth, made on first use and kept."""
     i, shapes_path = best.frame, Path(rec.path) / "shapes.json"
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
     K, least = downsample_intrinsics(rec.camera.K, s), max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
@@ -445,6 +445,11 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
                 size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
+    if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1:  # a class the library lacks (segment_missing)
+        dets, seen, names = other_class_naming((dets, seen, names), best, sorted(wanted), rec.shapes, K,
+                                               cfg.size_tolerance, SURPLUS_SIZE_COST, lambda b: _named(
+                                                   replace(cfg, unmatched="ignore"), rec, b, candidates, s,
+                                                   _full(full, rec, s, cfg.missing_samples)))
     if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
             ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,

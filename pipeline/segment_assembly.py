@@ -8,7 +8,8 @@ the detections into clusters of masks that come within ``GAP`` of the frame's wi
 each other, names each cluster on its own (``match_shapes``) and keeps the cluster that
 explains the most library shapes; other clusters are kept only where they explain a
 library shape that no kept cluster explains (a part cut off by a missed or hidden part
-between). A distractor that touches the mechanism in the image stays in its cluster and
+between), or where they lie near the kept parts and naming them together explains more
+(``segment_apart``: identical links a few cm apart). A distractor that touches the mechanism in the image stays in its cluster and
 is left to the naming.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import cv2
 import numpy as np
 
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_apart import rejoin_apart
 
 GAP = 0.015  # share of the frame's width: masks this close (at least 4 px) are one cluster
 
@@ -70,4 +72,4 @@ def assembly(dets: list[Detection], name: Callable[[list[int]], list[str | None]
         if not keep or named[c] - taken:
             keep += groups[c]
             taken |= named[c]
-    return sorted(keep)
+    return rejoin_apart(dets, groups, keep, name)  # identical parts apart, near the kept ones (segment_apart)

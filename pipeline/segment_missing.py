@@ -13,12 +13,20 @@ naming is kept where it explains more of the library and every part fits its sha
 (``size_cost`` at most ``segment.SURPLUS_SIZE_COST``: a naming that completes the library
 only with parts of the wrong size is on the wrong parts); otherwise, and for a shape still
 unnamed, ``check_missing``'s error stands.
+
+A part the class head is sure of in a class the library lacks (a far flat link 8 px wide
+seen as a capsule, box evidence 0.00) is named by no step above. Where a shape is still
+unnamed, ``other_class`` gives each detection of a class no findable library shape has
+(nor its rod sibling) the least class evidence ``_match_cost`` accepts for another class
+(``OTHER_CLASS_SHARE`` of its score) for the library shapes its size fits closely
+(``size_cost`` at most ``CLOSE_FIT``), and the frame is named again from them; kept only as
+the full motion cue's naming is (more of the library explained, every part at its size).
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -29,7 +37,7 @@ from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
 if TYPE_CHECKING:
-    from vid2sim.pipeline.segment import SegmentConfig
+    from vid2sim.pipeline.segment import Candidate, SegmentConfig
 
 log = logging.getLogger("vid2sim.pipeline.segment")
 
@@ -71,6 +79,59 @@ def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[st
 
 
 RODS = ("capsule", "cylinder")
+ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
+OTHER_CLASS_SHARE = 0.25  # of its score: the least class evidence ``_match_cost`` takes for another class
+CLOSE_FIT = 0.4  # size_cost: a part of a class the library lacks may take a shape its size fits this well
+
+
+def other_class_naming(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], best: "Candidate",
+                       wanted: list[str], shapes: dict[str, Shape], K: np.ndarray, tol: float, fit: float,
+                       name: Callable[["Candidate"], tuple[list[Detection], list[tuple[float, float]], list[str]]]
+                       ) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+    """(parts, seen extents m, names): ``parts`` (the chosen frame's named detections, extents,
+    names) where they name every shape of ``wanted``; otherwise the chosen candidate ``best``
+    named again by ``name`` (``segment._named`` with the full motion cue) from its detections
+    passed through ``other_class``, where that names more of ``wanted`` and every part at a
+    ``size_cost`` of at most ``fit``. K: intrinsics at segment's working resolution."""
+    if set(wanted) <= set(parts[2]):
+        return parts
+    found = other_class(best.found, shapes, wanted, best.depth, K, best.smoothed, tol)
+    if all(a is b for a, b in zip(found, best.found)):
+        return parts
+    again = name(best._replace(found=found))
+    if len(set(wanted) & set(again[2])) > len(set(wanted) & set(parts[2])) and all(
+            size_cost(e, shapes[n], True, tol) <= fit for _, e, n in zip(*again)):
+        log.info("segment: frame %d named again with parts of classes the library lacks taken for the shapes "
+                 "their size fits: %s", best.frame, ", ".join(again[2]))
+        return again
+    return parts
+
+
+def other_class(found: list[Detection], shapes: dict[str, Shape], wanted: list[str], depth: np.ndarray,
+                K: np.ndarray, smoothed: np.ndarray, tol: float) -> list[Detection]:
+    """``found`` (detections of one frame, masks (H, W) at segment's working resolution; depth
+    m, K, ``smoothed`` as for ``measure_extents``) with each detection of a class that no shape
+    of ``wanted`` has, nor its rod sibling, given class evidence ``OTHER_CLASS_SHARE`` x its
+    score for the classes of the ``wanted`` shapes its seen extents fit with a ``size_cost``
+    of at most ``CLOSE_FIT``; its label and score stay. Other detections are returned as they are."""
+    classes = {shapes[n].type for n in wanted}
+    out = []
+    for d in found:
+        own = CLASSES[d.label]
+        if own in classes or ROD_SIBLING.get(own) in classes:
+            out.append(d)
+            continue
+        e = measure_extents(d.mask, depth, K, smoothed)
+        fits = {shapes[n].type for n in wanted if size_cost(e, shapes[n], True, tol) <= CLOSE_FIT}
+        if not fits:
+            out.append(d)
+            continue
+        cs = (np.array(d.class_scores, np.float64) if d.class_scores is not None
+              else np.eye(len(CLASSES))[d.label] * d.score)
+        for c in fits:
+            cs[CLASSES.index(c)] = max(cs[CLASSES.index(c)], OTHER_CLASS_SHARE * d.score)
+        out.append(Detection(d.mask, d.label, d.score, cs))
+    return out
 
 
 def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], wanted: list[str],

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import ZOOM_MIN, match_shapes
+from vid2sim.pipeline.segment_apart import mask_length
 from vid2sim.pipeline.segment_assembly import assembly, clusters
 from vid2sim.pipeline.segment_zoom import zoom_groups, zoom_tiles
 
@@ -90,3 +92,25 @@ def test_a_look_alike_apart_from_the_linkage_is_left_out():
     dets2 = dets[:2] + [rod]
     seen2 = seen[:2] + [(0.13, 0.04)]
     assert assembly(dets2, _names(dets2, seen2, cart), w) == [0, 1, 2]
+
+
+def test_identical_links_apart_but_near_are_named_together():
+    """The pushed linkage of random scene 71 (1280 x 720, camera 0.64 m away): three
+    identical links (0.16 x 0.05 x 0.03 m boxes) lie on the floor 3 cm apart, about 35 px,
+    wider than the 19 px the clusters are joined at, so each link is a cluster of its own.
+    Named alone, each takes the name link1; the first cluster was kept and the others
+    dropped as repeats ("link2 and link3 are missing"). Named with the kept link, each
+    near one (35 px: 0.18 of a link's length) explains one more shape, so all three stay;
+    a look-alike half a link's length away stays out."""
+    h, w = 720, 1280
+    shapes = {"link1": LINK, "link2": LINK, "link3": LINK}
+    links = [_box(h, w, 400, 300 + 85 * i, 590, 350 + 85 * i) for i in range(3)]  # 190 x 50 px, 35 px apart
+    far = _box(h, w, 680, 300, 870, 350)  # 90 px beside the first link: half its length
+    dets = [Detection(m, 0, 0.3) for m in links + [far]]
+    seen = [(0.156, 0.051)] * 4
+    assert clusters([d.mask for d in dets], int(round(0.015 * w))) == [[0], [1], [2], [3]]
+    assert assembly(dets, _names(dets, seen, shapes), w) == [0, 1, 2]
+    # the look-alike alone beside one link: named with it, it would explain a second link
+    assert assembly([dets[0], dets[3]], _names([dets[0], dets[3]], seen[:2], shapes), w) == [0]
+    assert assembly(dets[1:], _names(dets[1:], seen[1:], shapes), w) == [0, 1]  # the middle link and one beside it
+    assert mask_length(links[0]) == pytest.approx(190, rel=0.02)

@@ -107,3 +107,41 @@ def test_a_moving_chain_in_one_region_is_carved_into_the_unnamed_rods():
     assert len(out) == 2 and all(abs(e[0] - 0.38) < 0.06 for e in seen)
     for m in (d.mask for d in out):
         assert max((m & first).sum(), (m & second).sum()) >= 0.85 * m.sum()
+
+
+def test_a_part_of_a_class_the_library_lacks_may_take_a_shape_its_size_fits_closely():
+    """Random scene 73 (320 x 240, 1.6 m): the three flat links (0.16 x 0.05 x 0.03 m boxes)
+    are 8 px wide and the class head calls each a capsule with box evidence 0.00, so no
+    box shape could be matched to them ("link3 is missing"). ``other_class`` gives a part
+    of a class no wanted shape has (nor its rod sibling) box evidence of a quarter of its
+    score where its size fits a box closely; one the size does not fit, and a rod where the
+    library has the sibling rod, keep their evidence."""
+    from pathlib import Path
+
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.pipeline.segment import match_shapes
+    from vid2sim.pipeline.segment_missing import OTHER_CLASS_SHARE, other_class
+    from vid2sim.models.segmenter.normals import smooth_depth
+
+    h, w = 240, 320
+    depth = np.full((h, w), 1.0)
+    K = np.array([[500.0, 0, 160], [0, 500.0, 120], [0, 0, 1]])
+
+    def rect(u0, v0, du, dv):
+        m = np.zeros((h, w), bool)
+        m[v0:v0 + dv, u0:u0 + du] = True
+        return m
+
+    capsule = np.array([0.0, 0.99, 0.0, 0.0])
+    link = Detection(rect(20, 20, 82, 27), 1, 0.99, capsule)      # 0.16 x 0.05 m seen
+    long = Detection(rect(20, 100, 200, 27), 1, 0.99, capsule)    # 0.40 x 0.05 m: not a link
+    link_box = {"link": Shape("link", "box", size=(0.16, 0.05, 0.03))}
+    out = other_class([link, long], link_box, ["link"], depth, K, smooth_depth(depth), 1.6)
+    assert out[0].class_scores[0] == pytest.approx(OTHER_CLASS_SHARE * 0.99) and out[0].label == 1
+    assert out[1] is long
+    seen = [(0.16, 0.05)]
+    where = Path("rec/shapes.json")
+    assert match_shapes([link], seen, link_box, True, 1.6, where, 0, "ignore") == [None]
+    assert match_shapes(out[:1], seen, link_box, True, 1.6, where, 0, "ignore") == ["link"]
+    pole = {"pole": Shape("pole", "cylinder", radius=0.025, length=0.16)}
+    assert other_class([link], pole, ["pole"], depth, K, smooth_depth(depth), 1.6)[0] is link
