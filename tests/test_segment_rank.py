@@ -76,13 +76,17 @@ def test_a_moving_rim_of_a_named_part_is_no_proposal():
 def test_the_motion_cue_segments_the_frame_chosen_without_it(mechanism, scene, seed, frames, tmp_path):
     """Frames are ranked without motion, so the cue (``motion_samples``) changes names in the
     chosen frame, never which frame that is. Random scene 23 (320 x 240, RealSense-like, a
-    table and a distractor): without the cue link2 is not found (``missing="allow"`` goes on
-    without it); with it, link2 is named in the same frame. The default-look cabinet: the moving door and drawer are named, so
-    nothing is proposed beside them and no part is added."""
+    table and a distractor): without the cue, and without the fallback to the next candidate
+    frames (``fallback=0``), link2 is not found (``missing="allow"`` goes on without it); with
+    the cue, link2 is named in the same frame. Without the cue but with the fallback, a later
+    frame names at least as many shapes. The default-look cabinet: the moving door and drawer
+    are named, so nothing is proposed beside them and no part is added."""
     rec_path = make_recording(mechanism, tmp_path / "rec", seed=seed, frames=frames, noise="realistic", scene=scene)
-    off = run(SegmentConfig(missing="allow"), open_recording(rec_path), tmp_path / "off")
+    off = run(SegmentConfig(missing="allow", fallback=0), open_recording(rec_path), tmp_path / "off")
     on = run(SegmentConfig(motion_samples=12), open_recording(rec_path), tmp_path / "on")
+    fell = run(SegmentConfig(missing="allow"), open_recording(rec_path), tmp_path / "fell")
     assert on.frame == off.frame
+    assert set(fell.shape_names) >= set(off.shape_names) and len(fell.shape_names) >= len(off.shape_names)
     assert len(set(on.shape_names)) == len(on.shape_names)  # no library shape twice
     truth = json.loads((rec_path / "truth.json").read_text())
     ids = cv2.imread(str(rec_path / "truth_masks" / f"{on.frame:06d}.png"), cv2.IMREAD_UNCHANGED)
