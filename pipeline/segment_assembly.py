@@ -18,6 +18,7 @@ from typing import Callable
 
 import cv2
 import numpy as np
+from scipy.sparse.csgraph import connected_components
 
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_apart import rejoin_apart
@@ -34,21 +35,11 @@ def clusters(masks: list[np.ndarray], gap_px: int) -> list[list[int]]:
         return []
     k = 2 * ((gap_px + 1) // 2) + 1
     grown = [cv2.dilate(m.astype(np.uint8), np.ones((k, k), np.uint8)) > 0 for m in masks]
-    parent = list(range(n))
-
-    def root(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for a in range(n):
-        for b in range(a + 1, n):
-            if root(a) != root(b) and (grown[a] & grown[b]).any():
-                parent[root(b)] = root(a)
+    touch = np.array([[a != b and bool((grown[a] & grown[b]).any()) for b in range(n)] for a in range(n)])
+    _, lab = connected_components(touch, directed=False)
     out: dict[int, list[int]] = {}
     for a in range(n):
-        out.setdefault(root(a), []).append(a)
+        out.setdefault(int(lab[a]), []).append(a)
     return list(out.values())
 
 
