@@ -429,15 +429,20 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
     """(parts, seen extents m, library names) of candidate ``best``: ``_named`` with ``motion``,
     named again with the full motion cue where a shape of ``wanted`` is unnamed, rods cut from
     a mask over two and parts of a class the library lacks named by their size
-    (``segment_missing``), then masks partly still and partly moving split (``segment_nested``). full: the full cue's sampled depth, made on first use and kept."""
+    (``segment_missing``), then masks partly still and partly moving split (``segment_nested``).
+    full: the full cue's sampled depth, made on first use and kept."""
     i, shapes_path = best.frame, Path(rec.path) / "shapes.json"
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
     K, least = downsample_intrinsics(rec.camera.K, s), max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4))
+
+    def with_full_cue(c: Candidate) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
+        return _named(replace(cfg, unmatched="ignore"), rec, c, candidates, s, _full(full, rec, s, cfg.missing_samples))
+
     if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
         # the library unexplained (a part the network never proposes, a look-alike with its name): the
         # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
         # more and every part fits its shape's size (segment_missing)
-        again = _named(replace(cfg, unmatched="ignore"), rec, best, candidates, s, _full(full, rec, s, cfg.missing_samples))
+        again = with_full_cue(best)
         again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
                            sorted(wanted), rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least,
                            SURPLUS_SIZE_COST)
@@ -447,9 +452,7 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
             dets, seen, names = again
     if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1:  # a class the library lacks (segment_missing)
         dets, seen, names = other_class_naming((dets, seen, names), best, sorted(wanted), rec.shapes, K,
-                                               cfg.size_tolerance, SURPLUS_SIZE_COST, lambda b: _named(
-                                                   replace(cfg, unmatched="ignore"), rec, b, candidates, s,
-                                                   _full(full, rec, s, cfg.missing_samples)))
+                                               cfg.size_tolerance, SURPLUS_SIZE_COST, with_full_cue)
     if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
             ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,

@@ -5,15 +5,13 @@ shapes and drops a cluster that names no shape the kept ones do not. Each cluste
 on its own, so where the library lists identical parts (three links of one size) a second
 link alone takes the first link's name and looks like a repeat. Parts hinged a few cm apart
 (flat links lying on a floor 3 cm from each other) are separate clusters wherever that gap
-is wider than ``segment_assembly.GAP`` of the frame (a camera 0.6 m away at 1280 px: 35 px
-against 19 px).
+is wider than ``segment_assembly.GAP`` of the frame (a near camera).
 
 ``rejoin_apart`` takes such a cluster back where it lies near the kept parts, measured by
 their own size in the image (at most ``NEAR`` times the kept masks' median length), and
 naming it together with the kept parts explains more library shapes than they explain
-alone. A look-alike farther than that stays out: random scene 71's links lie 26-30 px
-apart at lengths of 190-207 px (0.16), scene 69's distractor box 36 px from a link whose
-mask is 33-80 px long (0.45 and more).
+alone. A look-alike farther than that stays out (a distractor box beside a far link lies
+several tenths of the link's length from it; hinged links a small share of it).
 """
 from __future__ import annotations
 

@@ -4,17 +4,15 @@ The candidate frames are ranked without motion (``segment.segment_frames``); onl
 one is named with the motion cue, the full motion cue where a shape is left unnamed
 (``segment_missing``) and the nested split (``segment_nested``). A frame ranked first can
 still leave a part unnamed after all that while another frame names it: a part hidden behind
-another or a few pixels across in one frame is seen whole in the next (tree5 at 424 x 240,
-frame 6's zoomed naming counts four library shapes, one by sphere evidence, and loses an arm
-the full motion cue finds in frame 3).
+another or a few pixels across in one frame is seen whole in another.
 
 ``fall_back`` names the next candidates the same way, best ranked first, at most ``FALLBACK``
 of them, and keeps the candidate whose naming explains the most library shapes at a size
 they can have (``size_cost`` at most the caller's ``fit``), then has the most named parts
 the segmenter classed as their shape's type (a box's name on a capsule detection is a
 look-alike's); the better ranked on a tie. It stops at the first that explains every shape
-with every named part of its shape's class. Each candidate tried costs one naming with the motion
-cue (on the recordings of issue 25, 1-4 s each at 1 thread; the sampled depth is read once).
+with every named part of its shape's class. Each candidate tried costs one more naming with
+the motion cue; the sampled depth is read once for all of them.
 """
 from __future__ import annotations
 
@@ -49,9 +47,9 @@ def fall_back(candidates: Sequence[C], best: C, parts: Parts, name: Callable[[C]
               wanted: set[str], shapes: dict[str, Shape], tol: float, fit: float,
               limit: int = FALLBACK) -> tuple[C, Parts]:
     """(candidate, its named parts): ``best`` and its ``parts`` where they name every shape of
-    ``wanted``; otherwise the next ``limit`` candidates
-    by ``rank`` (larger first) are named with ``name`` until one does, and the one explaining
-    most is kept (``best`` on a tie, then the better ranked)."""
+    ``wanted``; otherwise the next ``limit`` candidates by ``rank`` (larger first) are named
+    with ``name`` until one does, and the one explaining most is kept (``best`` on a tie, then
+    the better ranked)."""
     score = (explained(parts, wanted, shapes, tol, fit), agreeing(parts, shapes))
     if wanted <= set(parts[2]) or limit <= 0:
         return best, parts

@@ -14,8 +14,8 @@ naming is kept where it explains more of the library and every part fits its sha
 only with parts of the wrong size is on the wrong parts); otherwise, and for a shape still
 unnamed, ``check_missing``'s error stands.
 
-A part the class head is sure of in a class the library lacks (a far flat link 8 px wide
-seen as a capsule, box evidence 0.00) is named by no step above. Where a shape is still
+A part the class head is sure of in a class the library lacks (a far flat box a few px wide
+seen as a capsule, with no box evidence) is named by no step above. Where a shape is still
 unnamed, ``other_class`` gives each detection of a class no findable library shape has
 (nor its rod sibling) the least class evidence ``_match_cost`` accepts for another class
 (``OTHER_CLASS_SHARE`` of its score) for the library shapes its size fits closely
@@ -33,6 +33,7 @@ import numpy as np
 from vid2sim.datasets.recording import RecordingError
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_match import ROD_SIBLING
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
@@ -79,7 +80,6 @@ def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[st
 
 
 RODS = ("capsule", "cylinder")
-ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
 OTHER_CLASS_SHARE = 0.25  # of its score: the least class evidence ``_match_cost`` takes for another class
 CLOSE_FIT = 0.4  # size_cost: a part of a class the library lacks may take a shape its size fits this well
 

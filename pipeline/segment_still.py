@@ -128,14 +128,13 @@ def contested(cost: np.ndarray, motion: Motion, alike: np.ndarray | None = None)
     The one a moving detection contests is the shape it fits best, except where it fits
     others within ``CONTEST_MARGIN`` of that and a still detection fits one of these: then,
     of those a still detection fits, the one where the moving detection's cost exceeds the
-    still detections' best by least (a moving fin seen 0.10 x 0.06 m fits the hub at 0.50
-    and the fin at 0.61, the still hub beside it fits them at 0.12 and 0.67: the moving one
-    contests the fin, and the still hub keeps its own name)."""
+    still detections' best by least (a moving part that fits a still part's shape about as
+    well as its own contests its own, and the still part keeps its name)."""
     if not motion.narrow:
         return np.ones(cost.shape[1])
     out = np.zeros(cost.shape[1])
-    moving = np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= MOVING_SHARE
-    still = ~moving & (np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0) >= 0)
+    shares = np.nan_to_num(np.asarray(motion.shares, float), nan=-1.0)   # -1: not measured
+    moving, still = shares >= MOVING_SHARE, (shares >= 0) & (shares < MOVING_SHARE)
     held = cost[still].min(0) if still.any() else np.full(cost.shape[1], np.inf)  # the still ones' best, per shape
     for k in np.flatnonzero(moving):
         c = cost[k] if alike is None else np.where(alike[k], cost[k], np.inf)
