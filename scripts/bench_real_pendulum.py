@@ -177,6 +177,92 @@ class ShootingFit:
     njev: int
 
 
+@dataclass
+class _ShootingLsq:
+    """fit_shooting's least-squares problem over u = (p / pscale (G,), free start coordinates (F * K,))."""
+
+    coeffs: object
+    residual: object
+    starts0: np.ndarray
+    steps: int
+    h: float
+    free: list
+    pscale: np.ndarray
+    w: np.ndarray
+    defect_scale: np.ndarray | None
+
+    @property
+    def ms(self) -> bool:
+        return self.defect_scale is not None and self.starts0.shape[1] > 1
+
+    def unpack(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        G, K = len(self.pscale), self.starts0.shape[1]
+        s = self.starts0.copy()
+        s[self.free] = u[G:].reshape(len(self.free), K)
+        return u[:G] * self.pscale, s
+
+    def simulate(self, P: np.ndarray, X: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(all="ignore"):   # a diverged rollout (single shooting, early iterations) is merely very bad
+            st = rk4_np(self.coeffs(P), X, self.steps + (1 if self.ms else 0), self.h)
+            r = self.residual(st[:self.steps], P, k)
+        return np.nan_to_num(st, nan=1e3, posinf=1e3, neginf=-1e3), np.nan_to_num(r, nan=1e3, posinf=1e3, neginf=-1e3)
+
+    def fun(self, u: np.ndarray) -> np.ndarray:
+        p, s = self.unpack(u)
+        K = s.shape[1]
+        st, r = self.simulate(np.repeat(p[:, None], K, 1), s, np.arange(K))
+        out = [(r * self.w[:, None]).ravel()]
+        if self.ms:
+            out.append(((st[-1, :, :-1] - s[:, 1:]) / self.defect_scale[:, None]).T.ravel())
+        return np.concatenate(out)
+
+    def _perturbed(self, p: np.ndarray, s: np.ndarray, eps_p: np.ndarray, eps_s: float) -> tuple[list, list]:
+        """Central-difference inputs: [base, +-eps_p per parameter, +-eps_s per free state coordinate]."""
+        K = s.shape[1]
+        Ps, Xs = [p[:, None].repeat(K, 1)], [s]
+        for j in range(len(p)):
+            for sign in (1, -1):
+                q = p.copy()
+                q[j] += sign * eps_p[j]
+                Ps.append(q[:, None].repeat(K, 1))
+                Xs.append(s)
+        for j in self.free:
+            for sign in (1, -1):
+                x = s.copy()
+                x[j] += sign * eps_s
+                Ps.append(Ps[0])
+                Xs.append(x)
+        return Ps, Xs
+
+    def jac(self, u: np.ndarray) -> np.ndarray:
+        p, s = self.unpack(u)
+        G, K, F, ms, ds = len(p), s.shape[1], len(self.free), self.ms, self.defect_scale
+        eps_p, eps_s = 1e-6 * self.pscale, 1e-6
+        Ps, Xs = self._perturbed(p, s, eps_p, eps_s)
+        n = len(Ps)
+        st, r = self.simulate(np.concatenate(Ps, 1), np.concatenate(Xs, 1), np.tile(np.arange(K), n))
+        m = r.shape[1]
+        r = r.reshape(n, K, m) * self.w[None, :, None]
+        end = st[-1].reshape(4, n, K) if ms else None
+        J = np.zeros((K * m + (4 * (K - 1) if ms else 0), G + F * K))
+        for j in range(G):
+            J[: K * m, j] = ((r[1 + 2 * j] - r[2 + 2 * j]) / (2 * eps_p[j] / self.pscale[j])).ravel()
+            if ms:
+                J[K * m:, j] = (((end[:, 1 + 2 * j, :-1] - end[:, 2 + 2 * j, :-1]) / (2 * eps_p[j] / self.pscale[j]))
+                                / ds[:, None]).T.ravel()
+        for i in range(F):
+            a, b = 1 + 2 * G + 2 * i, 2 + 2 * G + 2 * i
+            dr = (r[a] - r[b]) / (2 * eps_s)                      # (K, m): window k's data w.r.t. its own start
+            for k in range(K):
+                J[k * m:(k + 1) * m, G + i * K + k] = dr[k]
+            if ms:
+                dend = (end[:, a, :-1] - end[:, b, :-1]) / (2 * eps_s) / ds[:, None]   # (4, K-1)
+                for k in range(K - 1):
+                    J[K * m + 4 * k: K * m + 4 * k + 4, G + i * K + k] = dend[:, k]
+                    J[K * m + 4 * k + self.free[i], G + i * K + k + 1] -= 1.0 / ds[self.free[i]]
+        return J
+
+
 def fit_shooting(coeffs, residual, p0: np.ndarray, starts0: np.ndarray, steps: int, h: float, free_state=(0, 1, 2, 3),
                  lower: np.ndarray | None = None, defect_scale: np.ndarray | None = None, weights: np.ndarray | None = None,
                  max_nfev: int = 30) -> ShootingFit:
@@ -187,84 +273,24 @@ def fit_shooting(coeffs, residual, p0: np.ndarray, starts0: np.ndarray, steps: i
     and is simulated ``steps`` samples.  With ``defect_scale`` (4,) the K trajectories are consecutive
     windows of one recording (multiple shooting, Bock & Plitt 1984): the last simulated state of window k
     must meet the start of window k + 1, as residuals (defect / defect_scale) next to the data's; K = 1
-    is single shooting.  ``weights`` (K,) scale each trajectory's data residuals.
+    is single shooting.  ``weights`` (K,) scale each trajectory's data residuals.  The Jacobian is by
+    central differences (scipy's least_squares, trust-region reflective, Jacobian-scaled steps).
     """
     G, K = len(p0), starts0.shape[1]
     free = list(free_state)
-    F = len(free)
     pscale = np.maximum(np.abs(p0), 1e-12)
     w = np.ones(K) if weights is None else np.asarray(weights, float)
-    ms = defect_scale is not None and K > 1
-    idx = np.arange(K)
-
-    def unpack(u):
-        s = starts0.copy()
-        s[free] = u[G:].reshape(F, K)
-        return u[:G] * pscale, s
-
-    def simulate(P, X, k):
-        with np.errstate(all="ignore"):   # a diverged rollout (single shooting, early iterations) is merely very bad
-            st = rk4_np(coeffs(P), X, steps + (1 if ms else 0), h)
-            r = residual(st[:steps], P, k)
-        return np.nan_to_num(st, nan=1e3, posinf=1e3, neginf=-1e3), np.nan_to_num(r, nan=1e3, posinf=1e3, neginf=-1e3)
-
-    def fun(u):
-        p, s = unpack(u)
-        st, r = simulate(np.repeat(p[:, None], K, 1), s, idx)
-        out = [(r * w[:, None]).ravel()]
-        if ms:
-            out.append(((st[-1, :, :-1] - s[:, 1:]) / defect_scale[:, None]).T.ravel())
-        return np.concatenate(out)
-
-    def jac(u):
-        p, s = unpack(u)
-        eps_p, eps_s = 1e-6 * pscale, 1e-6
-        Ps, Xs = [p[:, None].repeat(K, 1)], [s]
-        for j in range(G):
-            for sign in (1, -1):
-                q = p.copy()
-                q[j] += sign * eps_p[j]
-                Ps.append(q[:, None].repeat(K, 1))
-                Xs.append(s)
-        for j in free:
-            for sign in (1, -1):
-                x = s.copy()
-                x[j] += sign * eps_s
-                Ps.append(Ps[0])
-                Xs.append(x)
-        n = len(Ps)
-        st, r = simulate(np.concatenate(Ps, 1), np.concatenate(Xs, 1), np.tile(idx, n))
-        m = r.shape[1]
-        r = r.reshape(n, K, m) * w[None, :, None]
-        end = st[-1].reshape(4, n, K) if ms else None
-        rows = K * m + (4 * (K - 1) if ms else 0)
-        J = np.zeros((rows, G + F * K))
-        for j in range(G):
-            J[: K * m, j] = ((r[1 + 2 * j] - r[2 + 2 * j]) / (2 * eps_p[j] / pscale[j])).ravel()
-            if ms:
-                J[K * m:, j] = (((end[:, 1 + 2 * j, :-1] - end[:, 2 + 2 * j, :-1]) / (2 * eps_p[j] / pscale[j]))
-                                / defect_scale[:, None]).T.ravel()
-        for i in range(F):
-            a, b = 1 + 2 * G + 2 * i, 2 + 2 * G + 2 * i
-            dr = (r[a] - r[b]) / (2 * eps_s)                      # (K, m): window k's data w.r.t. its own start
-            for k in range(K):
-                J[k * m:(k + 1) * m, G + i * K + k] = dr[k]
-            if ms:
-                dend = (end[:, a, :-1] - end[:, b, :-1]) / (2 * eps_s) / defect_scale[:, None]   # (4, K-1)
-                for k in range(K - 1):
-                    J[K * m + 4 * k: K * m + 4 * k + 4, G + i * K + k] = dend[:, k]
-                    J[K * m + 4 * k + free[i], G + i * K + k + 1] -= 1.0 / defect_scale[free[i]]
-        return J
-
+    prob = _ShootingLsq(coeffs, residual, starts0, steps, h, free, pscale, w, defect_scale)
     u0 = np.concatenate([p0 / pscale, starts0[free].ravel()])
     lb = np.full(len(u0), -np.inf)
     if lower is not None:
         lb[:G] = lower / pscale
-    res = least_squares(fun, np.maximum(u0, lb), jac=jac, method="trf", bounds=(lb, np.inf), x_scale="jac", max_nfev=max_nfev)
-    p, s = unpack(res.x)
-    nd = 4 * (K - 1) if ms else 0
+    res = least_squares(prob.fun, np.maximum(u0, lb), jac=prob.jac, method="trf", bounds=(lb, np.inf), x_scale="jac",
+                        max_nfev=max_nfev)
+    p, s = prob.unpack(res.x)
+    nd = 4 * (K - 1) if prob.ms else 0
     data = res.fun[: len(res.fun) - nd]
-    defects = res.fun[len(res.fun) - nd:].reshape(-1, 4) * defect_scale if ms else np.zeros((0, 4))
+    defects = res.fun[len(res.fun) - nd:].reshape(-1, 4) * defect_scale if prob.ms else np.zeros((0, 4))
     return ShootingFit(p, s, data, defects, int(res.nfev), int(res.njev))
 
 

@@ -166,6 +166,104 @@ def _add_tip(p, cid: int, tip: Tip, part_friction: float) -> int:
     return body
 
 
+def _load(p, cid: int, mech: Mechanism, urdf: str, init, tip: Tip | None, dt: float) -> tuple[int, list, int | None]:
+    """Load ``urdf`` into client ``cid`` in its initial state, with the floor and tip added.
+
+    Returns the robot's body id, PyBullet's joint info tuples and the tip's body id (or None).
+    """
+    p.resetSimulation(physicsClientId=cid)
+    p.setGravity(*GRAVITY, physicsClientId=cid)
+    p.setTimeStep(dt, physicsClientId=cid)
+    p.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1, physicsClientId=cid)
+    floating = mech.root is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{mech.name}.urdf")
+        with open(path, "w") as f:
+            f.write(urdf)
+        rid = p.loadURDF(path, useFixedBase=not floating, flags=p.URDF_USE_INERTIA_FROM_FILE, physicsClientId=cid)
+    nj = p.getNumJoints(rid, physicsClientId=cid)
+    info = [p.getJointInfo(rid, i, physicsClientId=cid) for i in range(nj)]
+    movable = [i for i, inf in enumerate(info) if inf[2] != p.JOINT_FIXED]
+    spec = {j.name: j for j in mech.joints}
+    for i in range(-1, nj):
+        p.changeDynamics(rid, i, linearDamping=0.0, angularDamping=0.0, physicsClientId=cid)
+        if mech.floor is not None:
+            p.changeDynamics(rid, i, lateralFriction=mech.floor.friction,
+                             restitution=mech.floor.restitution, physicsClientId=cid)
+    for i in movable:
+        name = info[i][1].decode()
+        p.changeDynamics(rid, i, jointDamping=spec[name].damping, physicsClientId=cid)
+        p.resetJointState(rid, i, init.q.get(name, 0.0), init.qd.get(name, 0.0), physicsClientId=cid)
+    if movable:
+        p.setJointMotorControlArray(rid, movable, p.VELOCITY_CONTROL, forces=[0.0] * len(movable),
+                                    physicsClientId=cid)
+    if floating:
+        T0 = init.T_world_root
+        p.resetBasePositionAndOrientation(rid, T0[:3, 3], Rotation.from_matrix(T0[:3, :3]).as_quat(),
+                                          physicsClientId=cid)
+        v, w = init.root_twist
+        p.resetBaseVelocity(rid, list(v), list(w), physicsClientId=cid)
+    fid = add_floor(p, cid, mech.floor) if mech.floor is not None else None
+    part_friction = mech.floor.friction if mech.floor is not None else 1.0
+    tid = _add_tip(p, cid, tip, part_friction) if tip is not None else None
+    if tid is not None and fid is not None:
+        p.setCollisionFilterPair(tid, fid, -1, -1, 0, physicsClientId=cid)
+    return rid, info, tid
+
+
+def _record(p, cid: int, mech: Mechanism, rid: int, info: list, tip: Tip | None, tid: int | None,
+            effort, frames: int, fps: float, n_sub: int) -> dict:
+    """Step the loaded clip ``frames`` frames of ``n_sub`` substeps, recording each frame's state.
+
+    Returns poses (T, M, 4, 4) shape-centre poses in world, q (T, dofs) of the movable joints,
+    root_pose (T, 7) or None, tip_pos (T, 3) or None, effort (T, D) or None and
+    joint_frames0 {joint: 4x4 URDF joint frame in world at frame 0}.
+    """
+    nj = len(info)
+    link_index = {inf[12].decode(): i for i, inf in enumerate(info)}
+    joint_index = {inf[1].decode(): i for i, inf in enumerate(info)}
+    movable = [i for i, inf in enumerate(info) if inf[2] != p.JOINT_FIXED]
+    names = [b.name for b in mech.bodies]
+    root_name = mech.root.child if mech.root is not None else None
+    poses = np.zeros((frames, len(names), 4, 4))
+    q = np.zeros((frames, len(movable)))
+    root_pose = np.zeros((frames, 7)) if root_name is not None else None
+    tip_pos = np.zeros((frames, 3)) if tip is not None else None
+    tau = np.zeros((frames, len(effort.joints))) if effort is not None else None
+    driven = [joint_index[j] for j in effort.joints] if effort is not None else []
+    joint_frames0 = {}
+    for k in range(frames):
+        states = p.getLinkStates(rid, list(range(nj)), computeForwardKinematics=1,
+                                 physicsClientId=cid) if nj else []
+        for m, name in enumerate(names):
+            if name == root_name:
+                pos, orn = p.getBasePositionAndOrientation(rid, physicsClientId=cid)
+                root_pose[k] = (*pos, *orn)
+                poses[k, m] = _T_from_pq(pos, orn)
+            else:
+                s = states[link_index[name]]
+                poses[k, m] = _T_from_pq(s[0], s[1])  # inertial frame = shape centre
+        if movable:
+            q[k] = [s[0] for s in p.getJointStates(rid, movable, physicsClientId=cid)]
+        if k == 0:
+            joint_frames0 = {j: _T_from_pq(states[i][4], states[i][5]) for j, i in joint_index.items()}
+        if tip is not None:
+            tip_pos[k] = tip.position(k / fps)
+        if effort is not None:   # held over the frame period: the recorded row replays it exactly
+            tau[k] = effort.values(k / fps)
+        if k == frames - 1:
+            break
+        for s in range(n_sub):
+            if tip is not None:   # the tip follows its path exactly: pose and velocity set each substep
+                t = (k + s / n_sub) / fps
+                p.resetBasePositionAndOrientation(tid, tip.position(t), [0, 0, 0, 1], physicsClientId=cid)
+                p.resetBaseVelocity(tid, tip.velocity_at(t).tolist(), [0, 0, 0], physicsClientId=cid)
+            for i, f in zip(driven, tau[k] if effort is not None else ()):
+                p.setJointMotorControl2(rid, i, p.TORQUE_CONTROL, force=float(f), physicsClientId=cid)
+            p.stepSimulation(physicsClientId=cid)
+    return dict(poses=poses, q=q, root_pose=root_pose, tip_pos=tip_pos, effort=tau, joint_frames0=joint_frames0)
+
+
 def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
     """Simulate ``frames`` frames; returns raw arrays and the frame-0 joint frames."""
     import pybullet as p
@@ -176,104 +274,16 @@ def run_pybullet(mech: Mechanism, seed: int, frames: int, fps: float) -> dict:
     effort = mech.effort_factory(rng) if mech.effort_factory is not None else None
     urdf = build_urdf(mech)
     n_sub = max(1, math.ceil(SIM_HZ / fps))
-    dt = 1.0 / (fps * n_sub)
     cid = p.connect(p.DIRECT)
     try:
-        p.resetSimulation(physicsClientId=cid)
-        p.setGravity(*GRAVITY, physicsClientId=cid)
-        p.setTimeStep(dt, physicsClientId=cid)
-        p.setPhysicsEngineParameter(numSolverIterations=100, deterministicOverlappingPairs=1,
-                                    physicsClientId=cid)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, f"{mech.name}.urdf")
-            with open(path, "w") as f:
-                f.write(urdf)
-            floating = mech.root is not None
-            rid = p.loadURDF(path, useFixedBase=not floating, flags=p.URDF_USE_INERTIA_FROM_FILE,
-                             physicsClientId=cid)
-        nj = p.getNumJoints(rid, physicsClientId=cid)
-        info = [p.getJointInfo(rid, i, physicsClientId=cid) for i in range(nj)]
-        link_index = {inf[12].decode(): i for i, inf in enumerate(info)}
-        joint_index = {inf[1].decode(): i for i, inf in enumerate(info)}
-        movable = [i for i, inf in enumerate(info) if inf[2] != p.JOINT_FIXED]
-        spec = {j.name: j for j in mech.joints}
-        for i in range(-1, nj):
-            p.changeDynamics(rid, i, linearDamping=0.0, angularDamping=0.0, physicsClientId=cid)
-            if mech.floor is not None:
-                p.changeDynamics(rid, i, lateralFriction=mech.floor.friction,
-                                 restitution=mech.floor.restitution, physicsClientId=cid)
-        for i in movable:
-            name = info[i][1].decode()
-            p.changeDynamics(rid, i, jointDamping=spec[name].damping, physicsClientId=cid)
-            p.resetJointState(rid, i, init.q.get(name, 0.0), init.qd.get(name, 0.0), physicsClientId=cid)
-        if movable:
-            p.setJointMotorControlArray(rid, movable, p.VELOCITY_CONTROL, forces=[0.0] * len(movable),
-                                        physicsClientId=cid)
-        if floating:
-            T0 = init.T_world_root
-            p.resetBasePositionAndOrientation(rid, T0[:3, 3], Rotation.from_matrix(T0[:3, :3]).as_quat(),
-                                              physicsClientId=cid)
-            v, w = init.root_twist
-            p.resetBaseVelocity(rid, list(v), list(w), physicsClientId=cid)
-        if mech.floor is not None:
-            fid = add_floor(p, cid, mech.floor)
-        part_friction = mech.floor.friction if mech.floor is not None else 1.0
-        tid = _add_tip(p, cid, tip, part_friction) if tip is not None else None
-        if tid is not None and mech.floor is not None:
-            p.setCollisionFilterPair(tid, fid, -1, -1, 0, physicsClientId=cid)
-
-        names = [b.name for b in mech.bodies]
-        root_name = mech.root.child if floating else None
-        M = len(names)
-        poses = np.zeros((frames, M, 4, 4))
-        q = np.zeros((frames, len(movable)))
-        root_pose = np.zeros((frames, 7)) if floating else None
-        tip_pos = np.zeros((frames, 3)) if tip is not None else None
-        tau = np.zeros((frames, len(effort.joints))) if effort is not None else None
-        driven = [joint_index[j] for j in effort.joints] if effort is not None else []
-
-        def set_tip(t: float) -> None:
-            p.resetBasePositionAndOrientation(tid, tip.position(t), [0, 0, 0, 1], physicsClientId=cid)
-            p.resetBaseVelocity(tid, tip.velocity_at(t).tolist(), [0, 0, 0], physicsClientId=cid)
-
-        joint_frames0 = {}
-        for k in range(frames):
-            states = p.getLinkStates(rid, list(range(nj)), computeForwardKinematics=1,
-                                     physicsClientId=cid) if nj else []
-            for m, name in enumerate(names):
-                if name == root_name:
-                    pos, orn = p.getBasePositionAndOrientation(rid, physicsClientId=cid)
-                    root_pose[k] = (*pos, *orn)
-                    poses[k, m] = _T_from_pq(pos, orn)
-                else:
-                    s = states[link_index[name]]
-                    poses[k, m] = _T_from_pq(s[0], s[1])  # inertial frame = shape centre
-            if movable:
-                js = p.getJointStates(rid, movable, physicsClientId=cid)
-                q[k] = [s[0] for s in js]
-            if k == 0:
-                for jname, i in joint_index.items():
-                    s = states[i]
-                    joint_frames0[jname] = _T_from_pq(s[4], s[5])  # URDF link frame = joint frame
-            if tip is not None:
-                tip_pos[k] = tip.position(k / fps)
-            if effort is not None:   # held over the frame period: the recorded row replays it exactly
-                tau[k] = effort.values(k / fps)
-            if k == frames - 1:
-                break
-            for s in range(n_sub):
-                if tip is not None:
-                    set_tip((k + s / n_sub) / fps)
-                for i, f in zip(driven, tau[k] if effort is not None else ()):
-                    p.setJointMotorControl2(rid, i, p.TORQUE_CONTROL, force=float(f), physicsClientId=cid)
-                p.stepSimulation(physicsClientId=cid)
-        axes_local = {info[i][1].decode(): np.asarray(info[i][13], float) for i in range(nj)}
+        rid, info, tid = _load(p, cid, mech, urdf, init, tip, 1.0 / (fps * n_sub))
+        rec = _record(p, cid, mech, rid, info, tip, tid, effort, frames, fps, n_sub)
     finally:
         p.disconnect(cid)
-    return dict(urdf=urdf, poses=poses, q=q, joint_names=[info[i][1].decode() for i in movable],
-                root_pose=root_pose, tip=tip, tip_pos=tip_pos, joint_frames0=joint_frames0, effort=tau,
+    movable = [i for i, inf in enumerate(info) if inf[2] != p.JOINT_FIXED]
+    return dict(rec, urdf=urdf, joint_names=[info[i][1].decode() for i in movable], tip=tip,
                 effort_names=tuple(effort.joints) if effort is not None else (),
-                axes_local=axes_local, sim_hz=fps * n_sub)
+                axes_local={inf[1].decode(): np.asarray(inf[13], float) for inf in info}, sim_hz=fps * n_sub)
 
 
 def truth_dict(mech: Mechanism, sim: dict, fps: float) -> dict:

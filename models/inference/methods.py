@@ -25,6 +25,7 @@ the single-shooting log-likelihood of their final particles, so results compare.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -116,18 +117,61 @@ def _check_options(precondition: str, csvgd: bool, polish: float) -> None:
         raise ValueError(f"polish must be in [0, 1], got {polish}")
 
 
+def _density(problem: Problem, shooting: Shooting, windows_per_particle: int, constrained: bool):
+    """The particles' log-density: x (N, P + W*S) (unit parameters, window starts / scale) -> the
+    log-likelihood (N,) and, if ``constrained``, the constraints (N, C): window defects and limit overshoots."""
+    P, S = problem.num_params, problem.state_dim
+
+    def density(x: Tensor):
+        u = x[:, :P]
+        theta = problem.to_physical(u.clamp(0.0, 1.0))
+        starts = x[:, P:].reshape(-1, windows_per_particle, S) * problem.state_scale
+        ll, _, defects = shooting.evaluate(theta, starts)
+        if not constrained:
+            return ll, None
+        limits = torch.relu(-u) + torch.relu(u - 1.0)
+        return ll, torch.cat([defects.flatten(1), limits], 1)
+    return density
+
+
+def _clamp_params(x: Tensor, P: int) -> Tensor:
+    """x (N, P + ...) with its first P (unit parameter) columns clamped to [0, 1]."""
+    x = x.clone()
+    x[:, :P] = x[:, :P].clamp(0.0, 1.0)
+    return x
+
+
+def _constraint_weight(problem: Problem, shooting: Shooting) -> float:
+    """The augmented-Lagrangian term's scalar weight: like the likelihood of the observed values, x 1e-2."""
+    return float(shooting.num_obs) / max(shooting.num_traj, 1) / float((problem.sigma ** 2).mean()) * 1e-2
+
+
+def _defect_weights(problem: Problem, sh: Shooting, u0: Tensor, defect_units: str, constrained: bool):
+    """The constraint weight: a scalar (``"scale"``), or per constraint (``"sigma"``): each defect
+    weighs what the same error in a window's start state costs in observations (Gauss-Newton
+    curvature at the guessed starts and the particles' mean parameters ``u0``), limits the scalar."""
+    if defect_units not in ("scale", "sigma"):
+        raise ValueError(f"defect_units must be 'scale' or 'sigma', got {defect_units!r}")
+    cw = _constraint_weight(problem, sh)
+    if defect_units == "sigma" and constrained and len(sh.cur):
+        ws = sh.start_weights(problem.to_physical(u0.mean(0))).clamp(min=1e-6)
+        cw = torch.cat([ws.repeat(len(sh.cur)), torch.full((problem.num_params,), cw, dtype=ws.dtype)])
+    return cw
+
+
 def _gradient_method(name: str, problem: Problem, particles: int, iterations: int, seed: int, windows: int,
                      constrained: bool, use_kernel: bool, lr: float, c: float, lr_multiplier: float,
                      lr_final: float | None, ramp: float = 0.0, polish: float = 0.0, dual: str = "sgd",
                      defect_units: str = "scale", precondition: str = "none", refresh: int = 10,
                      select: bool = False, stop_tol: float = 0.0, init: tuple[Tensor, Tensor] | None = None
                      ) -> InferenceResult:
+    """SVGD (``use_kernel``) or independent Adam particles over ``windows`` shooting windows, then the
+    polish phase (``_polish``); csvgd, svgd and adam document the options."""
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     sh = Shooting(problem, windows)
-    P, W, S = problem.num_params, sh.num_windows, problem.state_dim
+    P, W = problem.num_params, sh.num_windows
     u0, s0 = _initial(problem, sh, particles, seed) if init is None else _warm(problem, sh, *init)
-    scale = problem.state_scale
     _check_options(precondition, constrained and use_kernel, polish)
     # iterations of the shooting phase, then (polish) single shooting from each particle's first window;
     # with single shooting throughout, Gauss-Newton steps take the whole budget
@@ -138,74 +182,62 @@ def _gradient_method(name: str, problem: Problem, particles: int, iterations: in
     n_main = iterations - n_polish
     lr_end = lr if lr_final is None else lr_final
     lr_mid = lr * (lr_end / lr) ** (n_main / max(iterations - 1, 1))   # the geometric schedule, split in two
-
-    def density_for(shooting: Shooting, windows_per_particle: int):
-        def density(x: Tensor):
-            u = x[:, :P]
-            theta = problem.to_physical(u.clamp(0.0, 1.0))
-            starts = x[:, P:].reshape(-1, windows_per_particle, S) * scale
-            ll, _, defects = shooting.evaluate(theta, starts)
-            if not constrained:
-                return ll, None
-            limits = torch.relu(-u) + torch.relu(u - 1.0)
-            return ll, torch.cat([defects.flatten(1), limits], 1)
-        return density
-
-    def clamp(x: Tensor) -> Tensor:
-        x = x.clone()
-        x[:, :P] = x[:, :P].clamp(0.0, 1.0)
-        return x
-
-    def weight_of(shooting: Shooting) -> float:
-        # the augmented-Lagrangian term weighs like the likelihood of the observed values
-        return float(shooting.num_obs) / max(shooting.num_traj, 1) / float((problem.sigma ** 2).mean()) * 1e-2
-
-    cw = weight_of(sh)
-    if defect_units not in ("scale", "sigma"):
-        raise ValueError(f"defect_units must be 'scale' or 'sigma', got {defect_units!r}")
-    if defect_units == "sigma" and constrained and len(sh.cur):
-        # each defect weighs what the same error in a window's start state costs in observations
-        # (Gauss-Newton curvature at the guessed starts and the particles' mean parameters)
-        ws = sh.start_weights(problem.to_physical(u0.mean(0))).clamp(min=1e-6)
-        cw = torch.cat([ws.repeat(len(sh.cur)), torch.full((P,), cw, dtype=ws.dtype)])
+    clamp = functools.partial(_clamp_params, P=P)
+    cw = _defect_weights(problem, sh, u0, defect_units, constrained)
     x = torch.cat([u0, s0], 1)
     trace = {"windows": W, "window_length": sh.L}
     spent = particles * n_main                        # rollouts
     if n_main:
-        x, _, tr = run_svgd(density_for(sh, W), x, n_main, lr=lr, lr_final=lr_mid if n_polish else lr_final,
-                            kernel_dims=P, c=c, lr_multiplier=lr_multiplier, constraint_weight=cw, ramp=ramp,
-                            project=None if constrained else clamp, use_kernel=use_kernel, dual=dual)
+        x, _, tr = run_svgd(_density(problem, sh, W, constrained), x, n_main, lr=lr,
+                            lr_final=lr_mid if n_polish else lr_final, kernel_dims=P, c=c, lr_multiplier=lr_multiplier,
+                            constraint_weight=cw, ramp=ramp, project=None if constrained else clamp,
+                            use_kernel=use_kernel, dual=dual)
         trace.update(mean_log_prob=tr.log_prob, max_violation=tr.max_violation, final_violation=tr.final_violation)
-    score = None
     if n_polish:
-        ms_sh, ms_x = sh, x
         select = select and n_main > 0 and constrained
-        reserve = -(-(3 * particles + S + 1) // particles) if select else 0   # _phase_scores' rollouts
-        single = Shooting(problem, 1)
-        first = x[:, P:].reshape(-1, W, S)[:, sh.first].reshape(particles, -1)
-        x = torch.cat([x[:, :P], first], 1)
-        trace["polish_started"] = time.perf_counter() - t0      # seconds into the method
-        if precondition == "gauss-newton":
-            x, tr2, info = _gauss_newton_svgd(problem, single, density_for(single, single.num_windows), clamp(x),
-                                              particles, max(n_polish - reserve, 2), c, weight_of(single),
-                                              lr * lr_multiplier, refresh, clamp, stop_tol)
-            trace.update(info)
-            spent += info["newton_rollouts"]
-        else:
-            x, _, tr2 = run_svgd(density_for(single, single.num_windows), x, max(n_polish - reserve, 1),
-                                 lr=lr_mid, lr_final=lr_final, kernel_dims=P, c=c, lr_multiplier=lr_multiplier,
-                                 constraint_weight=weight_of(single), project=None if constrained else clamp,
-                                 use_kernel=use_kernel, dual=dual)
-            spent += particles * max(n_polish - reserve, 1)
-        sh, W = single, single.num_windows
-        trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
+        single, xs, rollouts = _polish(problem, sh, x, particles, n_polish, select, constrained, use_kernel,
+                                       lr, lr_mid, lr_final, c, lr_multiplier, dual, precondition, refresh,
+                                       stop_tol, trace, t0)
+        spent += rollouts
         if select:
-            spent += 3 * particles + S + 1
-            kept = _keep_multiple_shooting(problem, ms_sh, ms_x, sh, x, trace)
+            spent += 3 * particles + problem.state_dim + 1
+            kept = _keep_multiple_shooting(problem, sh, x, single, xs, trace)
             if kept is not None:
                 return _finish(name, problem, *kept[:2], spent, t0, trace, kept[2])
+        sh, x = single, xs
     theta, starts = _particles(problem, sh, x)
-    return _finish(name, problem, theta, starts[:, sh.first], spent, t0, trace, score)
+    return _finish(name, problem, theta, starts[:, sh.first], spent, t0, trace)
+
+
+def _polish(problem: Problem, sh: Shooting, x: Tensor, particles: int, n_polish: int, select: bool,
+            constrained: bool, use_kernel: bool, lr: float, lr_mid: float, lr_final: float | None, c: float,
+            lr_multiplier: float, dual: str, precondition: str, refresh: int, stop_tol: float, trace: dict,
+            t0: float) -> tuple[Shooting, Tensor, int]:
+    """The polish phase: single shooting from each particle's first-window state (x (N, P + W*S) of the
+    shooting phase), by Gauss-Newton-preconditioned SVGD or Adam-scheduled SVGD steps, ``n_polish``
+    iterations less what ``select``'s scoring will spend. Returns the single-shooting problem, the
+    particles (N, P + K*S) and the rollouts spent; updates ``trace``."""
+    P, W, S = problem.num_params, sh.num_windows, problem.state_dim
+    reserve = -(-(3 * particles + S + 1) // particles) if select else 0   # _phase_scores' rollouts
+    single = Shooting(problem, 1)
+    first = x[:, P:].reshape(-1, W, S)[:, sh.first].reshape(particles, -1)
+    x = torch.cat([x[:, :P], first], 1)
+    clamp = functools.partial(_clamp_params, P=P)
+    density = _density(problem, single, single.num_windows, constrained)
+    trace["polish_started"] = time.perf_counter() - t0      # seconds into the method
+    if precondition == "gauss-newton":
+        x, tr2, info = _gauss_newton_svgd(problem, single, density, clamp(x), particles, max(n_polish - reserve, 2),
+                                          c, _constraint_weight(problem, single), lr * lr_multiplier, refresh, clamp,
+                                          stop_tol)
+        trace.update(info)
+        spent = info["newton_rollouts"]
+    else:
+        x, _, tr2 = run_svgd(density, x, max(n_polish - reserve, 1), lr=lr_mid, lr_final=lr_final, kernel_dims=P,
+                             c=c, lr_multiplier=lr_multiplier, constraint_weight=_constraint_weight(problem, single),
+                             project=None if constrained else clamp, use_kernel=use_kernel, dual=dual)
+        spent = particles * max(n_polish - reserve, 1)
+    trace.update(polish_iterations=n_polish, polish_mean_log_prob=tr2.log_prob)
+    return single, x, spent
 
 
 def _particles(problem: Problem, sh: Shooting, x: Tensor) -> tuple[Tensor, Tensor]:
