@@ -45,7 +45,9 @@ Heiden et al. 2022, §4.3.3.3 / Alg. 6, with Sturm et al. 2011 model selection:
    more than ``max_birge_ratio`` (Birge ratio, sqrt of the reduced chi-square;
    positions and rotations apart), which slowly varying tracking errors do (third
    differences do not see them), the noise is raised by that ratio and steps 2-3 are
-   repeated (at most ``noise_refits`` times);
+   repeated, then again while a ratio exceeds 1 (at most ``noise_refits`` times); the
+   residuals are a fitting weld's where the floor, not the tracks' jitter, set that part's
+   noise (a joint's coordinate can absorb slow errors), else the chosen joint's;
 5. edges oriented away from the root and refitted in that direction; axes and
    pivots mapped to world coordinates at frame 0 through the parent's denoised
    frame-0 pose; joint positions solved root to leaf so that
@@ -394,16 +396,18 @@ def _settings_for(cfg: ArticulateConfig, sp: float, sr: float, axes: dict):
     return lambda parent, child: _settings(cfg, sp, sr, parent, child, axes)
 
 
-def _choose(cfg, W, valid, names, sp, sr, axes, unseen):
+def _choose(cfg, W, valid, names, sp, sr, axes, unseen, welds=(True, True)):
     """The forest (``_forest``) for noise (sp, sr, per-body axes), chosen again with the
-    noise raised by the chosen joints' Birge ratios while they exceed ``max_birge_ratio``
-    (at most ``noise_refits`` times). -> (tree, table, sp, sr, axes, [position, rotation]
-    factors the noise was raised by)."""
+    noise raised by the chosen joints' Birge ratios (``_tree_birge_ratios``, ``welds``: which
+    of positions and rotations are read from the pairs' welds; at most ``noise_refits`` times): first
+    where one exceeds ``max_birge_ratio``, then, the noise known to be underestimated, while
+    one exceeds 1 (the residuals' level is the estimate). -> (tree, table, sp, sr, axes,
+    [position, rotation] factors the noise was raised by)."""
     tree, table = _forest(cfg, W, valid, names, sp, sr, axes, unseen)
     birge = [1.0, 1.0]
-    for _ in range(cfg.noise_refits):
-        bp, br = _tree_birge_ratios(tree, W, valid, names, _settings_for(cfg, sp, sr, axes), unseen)
-        if max(bp, br) <= cfg.max_birge_ratio:
+    for k in range(cfg.noise_refits):
+        bp, br = _tree_birge_ratios(tree, W, valid, names, _settings_for(cfg, sp, sr, axes), unseen, welds)
+        if max(bp, br) <= (cfg.max_birge_ratio if k == 0 else 1.0):
             break
         birge = [birge[0] * bp, birge[1] * br]
         sp, sr, axes = sp * bp, sr * br, _scaled(axes, bp, br)
@@ -414,27 +418,30 @@ def _choose(cfg, W, valid, names, sp, sr, axes, unseen):
     return tree, table, sp, sr, axes, birge
 
 
-def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict) -> tuple[float, float]:
+def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict, welds=(True, True)
+                       ) -> tuple[float, float]:
     """Birge ratios (``fit.birge_ratio``) of the chosen joints together, for positions and
-    rotations apart: over every fitted edge of the forest (its inlier frames; its pair's
-    fixed joint where that fits too, since a joint with coordinates can absorb the
-    largest part of slowly varying errors and hide them), the whitened
+    rotations apart: over every fitted edge of the forest (its inlier frames; for the parts
+    ``welds`` (positions, rotations) marks, its pair's fixed joint where that fits too, since
+    a joint with coordinates can absorb the largest part of slowly varying errors and hide
+    them; where the tracks' jitter measured a part's noise, a weld's larger residuals there
+    are the joint's motion), the whitened
     residual's position part (its first 3 components depend on the position residual
     only) and rotation part, each per frame over its residual degrees of freedom (3 less
     the joint's translational / rotational coordinates, less the rotations the bodies'
     shapes cannot show), pooled by their median. 1 where there is nothing to pool."""
     pooled: tuple[list, list] = ([], [])
     for u, v, attr in tree.edges(data=True):
-        f = attr["every"].get("fixed", attr["fit"])  # a weld that fits says more about the noise
         parent, child = attr["parent"], (v if attr["parent"] == u else u)
         X = _relative(W, names, parent, child)
         st = settings(parent, child)
         Lw = fit.whitening(X, st.sigma_pos, st.sigma_rot, st.parent_noisy, st.child_axes, st.parent_axes)
-        r = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
         hidden = sum(unseen.get(child, ())) + sum(unseen.get(parent, ()))
-        k_pos = 3 - {"prismatic": 1, "planar": 2}.get(f.kind, 0)
-        k_rot = 3 - {"revolute": 1, "planar": 1}.get(f.kind, 0) - hidden
-        for part, cols, k in ((0, slice(0, 3), k_pos), (1, slice(3, 6), k_rot)):
+        for part, cols in ((0, slice(0, 3)), (1, slice(3, 6))):
+            f = attr["every"].get("fixed", attr["fit"]) if welds[part] else attr["fit"]
+            r = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
+            k = 3 - ({"prismatic": 1, "planar": 2} if part == 0 else {"revolute": 1, "planar": 1}).get(f.kind, 0) \
+                - (hidden if part == 1 else 0)
             if k > 0 and len(r):
                 pooled[part].append((r[:, cols] ** 2).sum(1) / fit.chi2_median(k))
     return tuple(float(np.sqrt(max(1.0, np.median(np.concatenate(p))))) if p else 1.0 for p in pooled)
@@ -514,7 +521,8 @@ def run(cfg: ArticulateConfig, poses: PoseTracks, out_dir: Path, shapes: dict | 
     nm = noise_model(cfg, W, valid, poses, shapes)
     W, valid, unseen_axes = nm.W, nm.valid, nm.unseen_axes
     est_p, est_r = nm.estimated
-    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, nm.sp, nm.sr, nm.axes, unseen_axes)
+    welds = (nm.sp > est_p, nm.sr > est_r)  # parts whose noise the tracks' jitter did not measure
+    tree, table, sp, sr, axes, birge = _choose(cfg, W, valid, names, nm.sp, nm.sr, nm.axes, unseen_axes, welds)
     edges: list[Edge] = []
     roots: list[Root] = []
     def comp_order(c: set) -> tuple[int, int]:
