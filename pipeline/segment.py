@@ -309,7 +309,8 @@ def _name_frame(cfg: SegmentConfig, rec: Recording, i: int, depth: np.ndarray, K
                 dets, matched, seen, depth, K, smoothed, rec.shapes, max(MIN_PIXELS_ZOOMED, round(cfg.min_pixels / s**2 / 4)),
                 lambda p, e: match_shapes(p, e, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(p)))
         keep = assembly(dets, lambda ks: match_shapes([dets[k] for k in ks], [seen[k] for k in ks], rec.shapes,
-                                                      metric, tol, shapes_path, i, "ignore"), depth.shape[1])
+                                                      metric, tol, shapes_path, i, "ignore"), depth.shape[1],
+                        lambda k, n: size_cost(seen[k], rec.shapes[n], metric, tol) <= SURPLUS_SIZE_COST)
         if len(keep) < len(dets):  # look-alikes apart from the mechanism (segment_assembly)
             dets, seen = [dets[k] for k in keep], [seen[k] for k in keep]
             matched = match_shapes(dets, seen, rec.shapes, metric, tol, shapes_path, i, "ignore", moving(dets))

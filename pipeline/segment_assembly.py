@@ -6,7 +6,7 @@ across the scene that the size of some library shape fits (a 0.12 x 0.03 m box b
 linkage of 0.16 x 0.05 x 0.03 m links) is not joined to the parts. ``assembly`` groups
 the detections into clusters of masks that come within ``GAP`` of the frame's width of
 each other, names each cluster on its own (``match_shapes``) and keeps the cluster that
-explains the most library shapes; other clusters are kept only where they explain a
+explains the most library shapes at a size they can have; other clusters are kept only where they explain a
 library shape that no kept cluster explains (a part cut off by a missed or hidden part
 between), or where they lie near the kept parts and naming them together explains more
 (``segment_apart``: identical links a few cm apart). A distractor that touches the mechanism in the image stays in its cluster and
@@ -43,20 +43,28 @@ def clusters(masks: list[np.ndarray], gap_px: int) -> list[list[int]]:
     return list(out.values())
 
 
-def assembly(dets: list[Detection], name: Callable[[list[int]], list[str | None]], width: int) -> list[int]:
+def assembly(dets: list[Detection], name: Callable[[list[int]], list[str | None]], width: int,
+             fits: Callable[[int, str], bool] | None = None) -> list[int]:
     """Indices (ascending) of the detections in the mechanism's clusters (module docstring).
 
     name: the library names (None: background) ``match_shapes`` gives a subset of the
-    detections, by their indices. width: px of the frame the masks are of. Clusters are
-    ranked by the library shapes they explain, then by their total score; the first is
-    kept, each next one only where it names a shape no kept cluster names."""
+    detections, by their indices. width: px of the frame the masks are of. fits: whether
+    detection k fits library shape n at the size it is seen at (None: every named one does).
+    Clusters are ranked by the library shapes they name at a size they fit, then by the
+    shapes they name, then by their total score (clutter naming a shape at a size it cannot
+    have does not outrank the parts that fit it by holding more confident pieces). The
+    first is kept, each next one only where it names a shape no kept cluster names."""
     if len(dets) < 2:
         return list(range(len(dets)))
     groups = clusters([d.mask for d in dets], max(4, int(round(GAP * width))))
     if len(groups) < 2:
         return list(range(len(dets)))
-    named = [{n for n in name(g) if n is not None} for g in groups]
-    order = sorted(range(len(groups)), key=lambda c: (-len(named[c]), -sum(dets[k].score for k in groups[c])))
+    naming = [name(g) for g in groups]
+    named = [{n for n in ns if n is not None} for ns in naming]
+    fitting = [{n for k, n in zip(g, ns) if n is not None and (fits is None or fits(k, n))}
+               for g, ns in zip(groups, naming)]
+    order = sorted(range(len(groups)), key=lambda c: (-len(fitting[c]), -len(named[c]),
+                                                      -sum(dets[k].score for k in groups[c])))
     keep: list[int] = []
     taken: set[str] = set()
     for c in order:

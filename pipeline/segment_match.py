@@ -25,6 +25,7 @@ log = logging.getLogger("vid2sim.pipeline.segment")
 
 ROD_SIBLING = {"capsule": "cylinder", "cylinder": "capsule"}
 SURPLUS_SIZE_COST = 1.0  # a part beyond one per library shape must fit that shape's size this well (size_cost)
+REPEAT_MARGIN = 1.0  # _match_cost: a surplus part repeating a library name costs at most this much more than its holder
 ROD_SIBLING_FLOOR = 0.06
 LOOKALIKE_TOL = 0.1  # two library shapes of one type whose two smaller extents agree this well (relative) are look-alikes
 LOOKALIKE_LONGER = 1.1  # ... where one is this many times longer than the other; two parts seen that much apart in length ...
@@ -69,7 +70,9 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
                  metric: bool, tol: float, where: Path, frame: int, unmatched: str = "error",
                  motion: Motion | None = None, sizes: np.ndarray | None = None) -> list[str | None]:
     """Library shape name per detection: class evidence plus size; each library shape is
-    used once where possible (Hungarian), a surplus part takes its best fit. A rod seen as
+    used once where possible (Hungarian), a surplus part repeats its best fit only where its
+    size fits it (``SURPLUS_SIZE_COST``) and it costs at most ``REPEAT_MARGIN`` more than the
+    part holding that name (identical parts sharing one entry look alike). A rod seen as
     one of capsule / cylinder may match the other's library shape at a fixed class penalty
     (``ROD_SIBLING_FLOOR``): where a right-class shape fits its size, that one wins.
     motion: the detections' ``segment_still.Motion`` (None: not known); where one of them
@@ -115,22 +118,40 @@ def match_shapes(dets: list[Detection], seen: list[tuple[float, float]], shapes:
         if c[r, k] < big:
             out[r] = names[k]
     _order_lookalikes(out, cost, seen, shapes, names)
+    _repeats(out, cost, dets, seen, shapes, names, metric, tol, frame, still, sizes)
+    return out
+
+
+def _repeats(out: list[str | None], cost: np.ndarray, dets: list[Detection], seen: list[tuple[float, float]],
+             shapes: dict[str, Shape], names: list[str], metric: bool, tol: float, frame: int,
+             still: np.ndarray | None, sizes: np.ndarray | None) -> None:
+    """Name, in place, each surplus detection left unnamed by the assignment (``out[i]`` None)
+    after the library shape of ``names`` it fits best (``cost``: (parts, names)), where it is not
+    still while parts move (``still``), costs at most ``REPEAT_MARGIN`` more than the part holding
+    that name and its size fits the shape (``SURPLUS_SIZE_COST``; sizes: as ``match_shapes``'s);
+    each other one is background (one INFO line)."""
+    held = {n: r for r, n in enumerate(out) if n is not None}
     for i in range(len(dets)):
         if out[i] is None and np.isfinite(cost[i]).any():
             # a surplus part repeats a library shape (several identical parts share one entry)
-            # only where its size fits that shape; anything else is clutter of a like class
+            # only where its size fits that shape and it fits it about as well as the part
+            # holding the name (identical parts look alike); anything else is clutter of a like class
             j = int(np.argmin(cost[i]))
             size = size_cost(seen[i], shapes[names[j]], metric, tol) if sizes is None else sizes[i, j]
+            first = cost[held[names[j]], j] if names[j] in held else math.inf
             if still is not None and still[i]:
                 log.info("segment: frame %d: background: a still %s about %.3g x %.3g m repeats library "
                          "shape %s while parts move", frame, CLASSES[dets[i].label], *seen[i], names[j])
+            elif cost[i, j] > first + REPEAT_MARGIN:
+                log.info("segment: frame %d: background: a %s about %.3g x %.3g m repeats library shape %s "
+                         "fitting it worse than the part named so (cost %.2f against %.2f)", frame,
+                         CLASSES[dets[i].label], *seen[i], names[j], cost[i, j], first)
             elif size <= SURPLUS_SIZE_COST:
                 out[i] = names[j]
             else:
                 log.info("segment: frame %d: background: a %s about %.3g x %.3g m repeats library shape %s "
                          "at a size it does not have (size cost %.2f)", frame, CLASSES[dets[i].label], *seen[i],
                          names[j], size)
-    return out
 
 
 def _confirmed(dets: list[Detection], names: list[str | None], seen: list[tuple[float, float]],

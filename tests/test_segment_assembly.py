@@ -10,9 +10,10 @@ import pytest
 
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.segmenter.model import Detection
-from vid2sim.pipeline.segment import ZOOM_MIN, match_shapes
+from vid2sim.pipeline.segment import SURPLUS_SIZE_COST, ZOOM_MIN, match_shapes
 from vid2sim.pipeline.segment_apart import mask_length
 from vid2sim.pipeline.segment_assembly import assembly, clusters
+from vid2sim.pipeline.segment_size import size_cost
 from vid2sim.pipeline.segment_zoom import zoom_groups, zoom_tiles
 
 
@@ -114,3 +115,32 @@ def test_identical_links_apart_but_near_are_named_together():
     assert assembly([dets[0], dets[3]], _names([dets[0], dets[3]], seen[:2], shapes), w) == [0]
     assert assembly(dets[1:], _names(dets[1:], seen[1:], shapes), w) == [0, 1]  # the middle link and one beside it
     assert mask_length(links[0]) == pytest.approx(190, rel=0.02)
+
+
+def test_still_clutter_naming_a_shape_at_a_size_it_cannot_have_does_not_outrank_the_parts():
+    """The far cartpole of random scene 78 (ray cast 1280 x 720, clean): the cart (a box seen
+    0.220 x 0.155 m, score 0.88) and the pole (a capsule 0.699 x 0.081 m, 0.85) touch; apart
+    from them a teal box (0.93), a blue cylinder 0.160 x 0.080 m (0.73) and two more boxes
+    (0.68, 0.50) touch on the floor. Each cluster names both shapes, but the clutter's
+    total score (2.84) beat the parts' (1.73): the cylinder names the 0.6 m pole at a length
+    it cannot have. Ranked by the shapes named at a size they fit first, the parts are kept."""
+    h, w = 720, 1280
+    cart = Shape("cart", "box", size=(0.3, 0.16, 0.1))
+    pole = Shape("pole", "capsule", radius=0.025, length=0.6)
+    shapes = {"cart": cart, "pole": pole}
+    box = lambda m, s: Detection(m, 0, s, np.array([s, 0.0, 0.0, 0.0]))
+    mech = [box(_box(h, w, 700, 320, 810, 370), 0.88),
+            Detection(_box(h, w, 780, 60, 820, 330), 1, 0.85, np.array([0.27, 0.85, 0.25, 0.43]))]
+    clutter = [box(_box(h, w, 380, 500, 460, 570), 0.93),
+               Detection(_box(h, w, 380, 470, 430, 500), 3, 0.73, np.array([0.0, 0.01, 0.01, 0.73])),
+               box(_box(h, w, 455, 515, 480, 545), 0.68), box(_box(h, w, 360, 540, 400, 560), 0.50)]
+    dets = clutter + mech
+    seen = [(0.182, 0.150), (0.160, 0.080), (0.120, 0.115), (0.345, 0.131), (0.220, 0.155), (0.699, 0.081)]
+    assert clusters([d.mask for d in dets], int(round(0.015 * w))) == [[0, 1, 2, 3], [4, 5]]
+    name = _names(dets, seen, shapes)
+    assert name([0, 1, 2, 3])[:2] == ["cart", "pole"] and name([4, 5]) == ["cart", "pole"]
+    fits = lambda k, n: size_cost(seen[k], shapes[n], True, 1.6) <= SURPLUS_SIZE_COST
+    assert size_cost(seen[1], pole, True, 1.6) > 3.0 and size_cost(seen[5], pole, True, 1.6) < 0.8
+    assert assembly(dets, name, w, fits) == [4, 5]
+    # without the size check the clutter's total score decides
+    assert assembly(dets, name, w) == [0, 1, 2, 3]
