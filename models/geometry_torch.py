@@ -23,7 +23,7 @@ def plane_basis(n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (``vid2sim.models.geometry.plane_basis``'s rule; the choice of reference is not differentiated)."""
     n = n / n.norm()
     e = torch.zeros_like(n)
-    e[0 if abs(float(n[0])) < PLANE_REF_SWITCH else 1] = 1.0
+    e[0 if abs(float(n[0].detach())) < PLANE_REF_SWITCH else 1] = 1.0
     t1 = e - (e @ n) * n
     t1 = t1 / t1.norm()
     return t1, torch.cross(n, t1, dim=-1)
