@@ -396,7 +396,7 @@ def _settings_for(cfg: ArticulateConfig, sp: float, sr: float, axes: dict):
     return lambda parent, child: _settings(cfg, sp, sr, parent, child, axes)
 
 
-def _choose(cfg, W, valid, names, sp, sr, axes, unseen, welds=(True, True)):
+def _choose(cfg, W, valid, names, sp, sr, axes, unseen, welds: tuple[bool, bool]):
     """The forest (``_forest``) for noise (sp, sr, per-body axes), chosen again with the
     noise raised by the chosen joints' Birge ratios (``_tree_birge_ratios``, ``welds``: which
     of positions and rotations are read from the pairs' welds; at most ``noise_refits`` times): first
@@ -418,7 +418,11 @@ def _choose(cfg, W, valid, names, sp, sr, axes, unseen, welds=(True, True)):
     return tree, table, sp, sr, axes, birge
 
 
-def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict, welds=(True, True)
+TRANSLATIONS = {"prismatic": 1, "planar": 2}  # a joint's translational coordinates, by kind
+ROTATIONS = {"revolute": 1, "planar": 1}      # ... and rotational ones
+
+
+def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict, welds: tuple[bool, bool]
                        ) -> tuple[float, float]:
     """Birge ratios (``fit.birge_ratio``) of the chosen joints together, for positions and
     rotations apart: over every fitted edge of the forest (its inlier frames; for the parts
@@ -437,11 +441,12 @@ def _tree_birge_ratios(tree: nx.Graph, W, valid, names, settings, unseen: dict, 
         st = settings(parent, child)
         Lw = fit.whitening(X, st.sigma_pos, st.sigma_rot, st.parent_noisy, st.child_axes, st.parent_axes)
         hidden = sum(unseen.get(child, ())) + sum(unseen.get(parent, ()))
-        for part, cols in ((0, slice(0, 3)), (1, slice(3, 6))):
+        residuals: dict[int, np.ndarray] = {}   # per fit read: positions and rotations may share one
+        for part, cols, coords, less in ((0, slice(0, 3), TRANSLATIONS, 0), (1, slice(3, 6), ROTATIONS, hidden)):
             f = attr["every"].get("fixed", attr["fit"]) if welds[part] else attr["fit"]
-            r = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
-            k = 3 - ({"prismatic": 1, "planar": 2} if part == 0 else {"revolute": 1, "planar": 1}).get(f.kind, 0) \
-                - (hidden if part == 1 else 0)
+            if id(f) not in residuals:
+                residuals[id(f)] = fit.residuals(X, fit.predict(f.kind, f.axis, f.pivot, f.ref, f.q), Lw)[f.inliers]
+            r, k = residuals[id(f)], 3 - coords.get(f.kind, 0) - less
             if k > 0 and len(r):
                 pooled[part].append((r[:, cols] ** 2).sum(1) / fit.chi2_median(k))
     return tuple(float(np.sqrt(max(1.0, np.median(np.concatenate(p))))) if p else 1.0 for p in pooled)

@@ -78,7 +78,8 @@ from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
-from vid2sim.pipeline.segment_missing import check_missing as _check_missing, findable, other_class_naming, split_rods
+from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
+                                              other_class_naming, split_rods)
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
@@ -439,7 +440,8 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
     def with_full_cue(c: Candidate) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
         return _named(replace(cfg, unmatched="ignore"), rec, c, candidates, s, _full(full, rec, s, cfg.missing_samples))
 
-    if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1 and not wanted <= set(names):
+    full_cue = best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1   # segment_missing's steps
+    if full_cue and not wanted <= set(names):
         # the library unexplained (a part the network never proposes, a look-alike with its name): the
         # full motion cue in this frame, then rods cut from a mask over two; kept where that explains
         # more and every part fits its shape's size (segment_missing)
@@ -447,11 +449,10 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
         again = split_rods(again if len(wanted & set(again[2])) > len(wanted & set(names)) else (dets, seen, names),
                            sorted(wanted), rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least,
                            SURPLUS_SIZE_COST)
-        if len(wanted & set(again[2])) > len(wanted & set(names)) and all(
-                size_cost(e, rec.shapes[n], True, cfg.size_tolerance) <= SURPLUS_SIZE_COST for _, e, n in zip(*again)):
+        if names_more(again, (dets, seen, names), wanted, rec.shapes, cfg.size_tolerance, SURPLUS_SIZE_COST):
             log.info("segment: frame %d named again with the full motion cue: %s", i, ", ".join(again[2]))
             dets, seen, names = again
-    if best.metric and cfg.missing_samples > 1 and cfg.motion_samples <= 1:  # a class the library lacks (segment_missing)
+    if full_cue:  # a class the library lacks (segment_missing)
         dets, seen, names = other_class_naming((dets, seen, names), best, sorted(wanted), rec.shapes, K,
                                                cfg.size_tolerance, SURPLUS_SIZE_COST, with_full_cue)
     if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)

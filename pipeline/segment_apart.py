@@ -10,8 +10,7 @@ is wider than ``segment_assembly.GAP`` of the frame (a near camera).
 ``rejoin_apart`` takes such a cluster back where it lies near the kept parts, measured by
 their own size in the image (at most ``NEAR`` times the kept masks' median length), and
 naming it together with the kept parts explains more library shapes than they explain
-alone. A look-alike farther than that stays out (a distractor box beside a far link lies
-several tenths of the link's length from it; hinged links a small share of it).
+alone. A look-alike farther than that stays out.
 """
 from __future__ import annotations
 

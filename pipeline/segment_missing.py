@@ -84,6 +84,15 @@ OTHER_CLASS_SHARE = 0.25  # of its score: the least class evidence ``_match_cost
 CLOSE_FIT = 0.4  # size_cost: a part of a class the library lacks may take a shape its size fits this well
 
 
+def names_more(again: tuple[list[Detection], list[tuple[float, float]], list[str]],
+               parts: tuple[list[Detection], list[tuple[float, float]], list[str]], wanted: set[str],
+               shapes: dict[str, Shape], tol: float, fit: float) -> bool:
+    """Whether the naming ``again`` (detections, seen extents m, names) names more shapes of
+    ``wanted`` than ``parts`` does and each of its parts at a ``size_cost`` of at most ``fit``."""
+    return len(wanted & set(again[2])) > len(wanted & set(parts[2])) and all(
+        size_cost(e, shapes[n], True, tol) <= fit for _, e, n in zip(*again))
+
+
 def other_class_naming(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], best: "Candidate",
                        wanted: list[str], shapes: dict[str, Shape], K: np.ndarray, tol: float, fit: float,
                        name: Callable[["Candidate"], tuple[list[Detection], list[tuple[float, float]], list[str]]]
@@ -99,8 +108,7 @@ def other_class_naming(parts: tuple[list[Detection], list[tuple[float, float]], 
     if all(a is b for a, b in zip(found, best.found)):
         return parts
     again = name(best._replace(found=found))
-    if len(set(wanted) & set(again[2])) > len(set(wanted) & set(parts[2])) and all(
-            size_cost(e, shapes[n], True, tol) <= fit for _, e, n in zip(*again)):
+    if names_more(again, parts, set(wanted), shapes, tol, fit):
         log.info("segment: frame %d named again with parts of classes the library lacks taken for the shapes "
                  "their size fits: %s", best.frame, ", ".join(again[2]))
         return again
