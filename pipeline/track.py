@@ -552,7 +552,10 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     tracker = _Tracker(cfg, scene, planar)
     T_init = _start_poses(tracker, rec, seg)
     # the background excludes the parts as fitted, not only as masked; the start is aligned again on it
-    scene.set_background(d0, seg.masks, c0, cover=scene.silhouettes(T_init))
+    cover = scene.silhouettes(T_init)
+    scene.set_background(d0, seg.masks, c0, cover=cover)
+    filled = scene.reveal_background(rec, d0, cover)
+    log.info("track: background behind or beside the parts filled at %d pixels from the frames", filled)
     T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False,
                            rgb=c0 if cfg.noise.w_color > 0 else None)[0]
     tracker.judge_overlaps(T_init)

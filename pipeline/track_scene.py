@@ -17,6 +17,9 @@ from vid2sim.pipeline.track_fit import FLOAT
 
 log = logging.getLogger(__name__)
 
+REVEAL_NEAR_PX = 1  # px: pixels this close to a part as fitted at the start keep an unknown background until revealed
+REVEAL_MIN_FRAMES = 3  # frames that must show a hidden pixel's background before it is taken as known
+
 
 class TrackScene:
     """Camera rays, background model and region-of-interest logic of one recording."""
@@ -63,6 +66,35 @@ class TrackScene:
                 self.body_chroma[off] = np.nan
             if np.isnan(self.body_chroma).all():
                 self.body_chroma = None
+
+    def reveal_background(self, rec: Recording, depth: np.ndarray, cover: np.ndarray) -> int:
+        """Fill the background that ``set_background`` left unknown (0, which counts as foreground)
+        around the parts: a floor the parts leave later, seen there while they are gone, or a mask's
+        margin of floor, would otherwise pull them back onto their starting places.
+
+        ``depth`` (H, W) m: the segmentation frame's reading; ``cover`` (H, W) bool: the parts as
+        fitted there. Unknown pixels within ``REVEAL_NEAR_PX`` of ``cover`` stay unknown unless
+        ``REVEAL_MIN_FRAMES`` frames or more read them farther away than the segmentation frame did
+        (by ``background_tol_m`` or 4.3 depth noise sigmas): then the median of those farther
+        readings. The other unknown pixels (the dilation margin and mask pixels no fitted part covers)
+        take the segmentation frame's reading. Pixels without a reading there, and known actuators'
+        (no reading in any frame), stay unknown. Returns the number of pixels filled."""
+        unknown = self.background <= 0
+        near = cv2.dilate(cover.astype(np.uint8), np.ones((2 * REVEAL_NEAR_PX + 1,) * 2, np.uint8)) > 0
+        ring = unknown & ~near & (depth > 0)
+        self.background[ring] = depth[ring]
+        inner = unknown & near & (depth > 0)
+        ref = depth[inner].astype(np.float64)
+        tol = np.maximum(self.cfg.gates.background_tol_m, 4.3 * self.sigma(ref))
+        far = np.zeros((rec.num_frames, int(inner.sum())), np.float32)   # readings farther than ref + tol, else NaN
+        for i in range(rec.num_frames):
+            d = rec.depth(i)[inner].astype(np.float64)
+            far[i] = np.where(d > ref + tol, d, np.nan)
+        seen = np.isfinite(far).sum(0) >= REVEAL_MIN_FRAMES
+        idx = np.flatnonzero(inner)[seen]
+        if idx.size:
+            self.background.reshape(-1)[idx] = np.nanmedian(far[:, seen], axis=0)
+        return int(ring.sum() + idx.size)
 
     def color_recall(self, rgb: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """(M,) share of each mask's pixels (every 2nd in u and v) whose colour label (``labels``) is
