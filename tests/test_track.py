@@ -43,24 +43,24 @@ def test_tracks_noise_free_cartpole(cartpole, tmp_path):
 
 
 @pytest.mark.slow  # over 10 s on the shared 2-core machine
-def test_a_part_lost_at_a_fast_start_is_flagged_and_the_search_for_it_does_not_fail(tmp_path):
+def test_a_pole_seeded_mid_swing_is_followed_with_capped_steps(tmp_path):
     """Seeded at frame 12 of the swinging cartpole (the pole turns 13-19 deg per frame and
     there is no velocity history there). With the pose steps capped at 8 per frame
-    (``travel_iterations=0``, the tracker before it took extra steps while a part still
-    travels), RealSense noise assumed (``depth_noise_k=0.004``; the clip's own noise,
-    measured, is none: then the pole is not lost even without the extra steps) and the frames
-    next to frame 12 started at rest only (``first_reach_m=0``) the pole is lost for a while:
-    those frames are flagged, and the re-acquisition search, which finds no shape fit in some
-    of them, must say "not found" rather than fail. Started also where the pole's image went
-    (``track_shift.py``), it is followed with the same capped steps; with the defaults too."""
+    (``travel_iterations=0``), RealSense noise assumed (``depth_noise_k=0.004``; the clip's own
+    noise, measured, is none) and the frames next to frame 12 started at rest only
+    (``first_reach_m=0``), the pole is never lost: within 70 mm where it swings fastest and
+    10 mm from frame 16 on. (While the wall the pole uncovers stayed unknown, foreground,
+    it was held back there and lost from frame 15 on, 143-299 mm off.) Started also where
+    the pole's image went (``track_shift.py``), it is followed within 2 mm; with the defaults
+    within 15 mm."""
     path = synthetic.make_recording("cartpole", tmp_path / "rec", seed=0, frames=24, size=(160, 120), noise="none")
     truth = np.load(path / "truth_poses.npz")["world_from_body"]
     rec, seg = open_recording(path), seg_from_truth(path, 12)
     capped = dict(overlay=False, steps=track.TrackSteps(travel_iterations=0), noise=track.TrackNoise(depth_noise_k=0.004))
     poses = track.run(track.TrackConfig(**capped, prior=track.TrackPrior(first_reach_m=0.0)), rec, seg, tmp_path)
     err = np.linalg.norm(poses.world_from_body[:, 1, :3, 3] - truth[:, 1, :3, 3], axis=-1)
-    assert poses.lost[:, 1].sum() >= 5 and err[12] < 0.002
-    assert np.median(err[poses.lost[:, 1]]) > 0.1   # flagged where it is far off
+    assert not poses.lost[:, 1].any() and err[12] < 0.002, poses.lost[:, 1]
+    assert err.max() < 0.07 and err[16:].max() < 0.01, np.round(1000 * err)
     # the first steps away from frame 12 started where the pole's image went (track_shift.py): followed
     poses = track.run(track.TrackConfig(**capped), rec, seg, tmp_path)
     err = np.linalg.norm(poses.world_from_body[:, 1, :3, 3] - truth[:, 1, :3, 3], axis=-1)
