@@ -24,6 +24,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   competes, body by body. Then a mask's other fits (a box with its sides swapped, seen on one
   face) are judged in the whole frame (``track_fit.other_placements``). A body whose start shows it
   on less than half its mask's pixels is fitted again to parts of its mask (``track_start.py``).
+- The static background is the segmentation frame's depth away from the parts and, where they hid it, the
+  frames' once they have gone (``TrackScene.reveal_background``: the floor a part uncovers does not pull it back).
 - Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
@@ -554,8 +556,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     # the background excludes the parts as fitted, not only as masked; the start is aligned again on it
     cover = scene.silhouettes(T_init)
     scene.set_background(d0, seg.masks, c0, cover=cover)
-    filled = scene.reveal_background(rec, d0, cover)
-    log.info("track: background behind or beside the parts filled at %d pixels from the frames", filled)
+    scene.reveal_background(rec, d0, cover)
     T_init = tracker.frame(rec.depth(seg.frame), T_init, T_init, use_prior=False,
                            rgb=c0 if cfg.noise.w_color > 0 else None)[0]
     tracker.judge_overlaps(T_init)

@@ -94,6 +94,8 @@ class TrackScene:
         idx = np.flatnonzero(inner)[seen]
         if idx.size:
             self.background.reshape(-1)[idx] = np.nanmedian(far[:, seen], axis=0)
+        log.info("track: background filled beside the parts from the segmentation frame at %d pixels, behind them "
+                 "from later frames at %d", int(ring.sum()), idx.size)
         return int(ring.sum() + idx.size)
 
     def color_recall(self, rgb: np.ndarray, masks: np.ndarray) -> np.ndarray:
