@@ -9,10 +9,10 @@ shows no reading within ``change_threshold`` of it in the pixel's 3 x 3 neighbou
 surface's dropouts and flying pixels at its edges leave a reading of it beside them). The
 threshold is k z^2, k measured from the recording's own frame-to-frame depth changes
 (``noise_k``). ``motion_shares`` gives each detection the median over the sampled frames of
-the share of its pixels that changed (``DepthMotion.shares``: where its changes hardly ever
-show a farther surface, only those that show no nearer one: a still surface a moving part
-passes in front of has not moved); the *moving regions* are the pixels changed in at least
-``REGION_SHARE`` of the sampled frames.
+the share of its pixels that changed (the narrow cue, ``StillMotion``, with
+``DepthMotion.shares``: where its changes hardly ever show a farther surface, only those that
+show no nearer one: a still surface a moving part passes in front of has not moved); the
+*moving regions* are the pixels changed in at least ``REGION_SHARE`` of the sampled frames.
 
 ``Motion`` holds the cues segment's naming uses (``segment.match_shapes``), only where a
 detection that fits some library shape moves (share at least ``MOVING_SHARE``):
@@ -210,7 +210,8 @@ class DepthMotion:
         show a farther surface in under ``AWAY_SHARE`` of them counting only the changes that do
         not show a nearer one (``beyond``): a still surface something passes in front of (a
         distractor behind a swinging arm) has not moved itself; a part that moves shows what
-        lies behind it somewhere (a door swinging towards the camera)."""
+        lies behind it somewhere. Used by the narrow cue (``StillMotion``) only: a part moving
+        towards the camera (a door swinging out) shows mostly nearer surfaces as well."""
         changed, valid, _ = self.changed(i)
         out = motion_shares(masks, changed, valid)
         if not len(changed):
@@ -224,9 +225,9 @@ class DepthMotion:
         return out
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
-        """``Motion`` of the masks (H, W) bool of frame i (``shares``)."""
+        """``Motion`` of the masks (H, W) bool of frame i."""
         changed, valid, regions = self.changed(i)
-        shares = self.shares(i, masks)
+        shares = motion_shares(masks, changed, valid)
         d0 = self._cache[i][3]
         attached = np.zeros(len(masks), bool)
         for k, m in enumerate(masks):
@@ -248,7 +249,7 @@ class StillMotion(DepthMotion):
     proposes = False
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
-        """``Motion`` of the masks (H, W) bool of frame i, every one attached."""
+        """``Motion`` of the masks (H, W) bool of frame i (``DepthMotion.shares``), every one attached."""
         return Motion(self.shares(i, masks), np.ones(len(masks), bool), narrow=True)
 
 

@@ -10,7 +10,6 @@ from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import match_shapes
 from vid2sim.pipeline.segment_nested import motion_pieces, split_by_motion
 from vid2sim.pipeline.segment_size import measure_extents
-from vid2sim.pipeline.segment_still import motion_shares
 
 K = np.array([[300.0, 0.0, 160.0], [0.0, 300.0, 120.0], [0.0, 0.0, 1.0]])  # 320 x 240; 1 px = 6.7 mm at 2 m
 SHAPES = {"carcass": Shape("carcass", "box", size=(0.5, 0.4, 0.6)),
@@ -37,10 +36,6 @@ class _Motion:
 
     def changed(self, i):
         return self._cache[i][:3]
-
-    def shares(self, i, masks):
-        changed, valid, _ = self.changed(i)
-        return motion_shares(masks, changed, valid)
 
 
 FRONT = _rect(60, 150, 120, 195)     # 0.50 x 0.60 m, facing the camera at 2 m

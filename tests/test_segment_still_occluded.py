@@ -32,10 +32,13 @@ def _sweep(path: Path, n: int = 24) -> tuple[np.ndarray, np.ndarray]:
 def test_a_still_block_an_arm_sweeps_in_front_of_counts_as_still(tmp_path):
     block, bar = _sweep(tmp_path / "rec")
     rec = open_recording(tmp_path / "rec")
-    for motion in (DepthMotion(rec, 1, 12), StillMotion(rec, 1, 12)):
-        changed, valid, _ = motion.changed(0)
-        every = motion_shares([block, bar], changed, valid)   # every change counted: the block "moves"
-        assert every[0] >= MOVING_SHARE   # 0.19
-        cue = motion.cues(0, [block, bar])
-        assert cue.shares[0] == 0.0 and cue.shares[1] > 0.7
-        assert cue.still().tolist() == [True, False]
+    motion = StillMotion(rec, 1, 12)
+    changed, valid, _ = motion.changed(0)
+    every = motion_shares([block, bar], changed, valid)   # every change counted: the block "moves"
+    assert every[0] >= MOVING_SHARE   # 0.19
+    cue = motion.cues(0, [block, bar])
+    assert cue.shares[0] == 0.0 and cue.shares[1] > 0.7
+    assert cue.still().tolist() == [True, False]
+    # the full cue keeps every change (a door swinging towards the camera shows nearer surfaces too)
+    full = DepthMotion(rec, 1, 12).cues(0, [block, bar])
+    assert full.shares[0] == every[0] and full.shares[1] == every[1]
