@@ -80,6 +80,7 @@ from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
                                               other_class_naming, split_rods)
+from vid2sim.pipeline.segment_inside import sphere_inside
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
@@ -457,6 +458,11 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
                                                cfg.size_tolerance, SURPLUS_SIZE_COST, with_full_cue)
     if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
+            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
+            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+        # a sphere's name on a still look-alike apart from the moving parts: the ball inside a rod's mask
+        cues = DepthMotion.cues(motion, i, [d.mask for d in dets])
+        dets, seen, names = sphere_inside(cues, (dets, seen, names), lambda ds, es: match_shapes(
             ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
             best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
     return dets, seen, names

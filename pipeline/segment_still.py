@@ -9,8 +9,10 @@ shows no reading within ``change_threshold`` of it in the pixel's 3 x 3 neighbou
 surface's dropouts and flying pixels at its edges leave a reading of it beside them). The
 threshold is k z^2, k measured from the recording's own frame-to-frame depth changes
 (``noise_k``). ``motion_shares`` gives each detection the median over the sampled frames of
-the share of its pixels that changed; the *moving regions* are the pixels changed in at
-least ``REGION_SHARE`` of the sampled frames.
+the share of its pixels that changed (the narrow cue, ``StillMotion``, with
+``DepthMotion.shares``: where its changes hardly ever show a farther surface, only those that
+show no nearer one: a still surface a moving part passes in front of has not moved); the
+*moving regions* are the pixels changed in at least ``REGION_SHARE`` of the sampled frames.
 
 ``Motion`` holds the cues segment's naming uses (``segment.match_shapes``), only where a
 detection that fits some library shape moves (share at least ``MOVING_SHARE``):
@@ -62,7 +64,7 @@ CARVE_TRIES = 300  # RANSAC pairs per rod (carve_rods)
 CARVE_PAD_PX = 1.0  # px: a carved rod holds the region's pixels this far beyond its radius in the image
 RIM_SHARE = 0.5  # in [0, 1]: a moving region with more of its pixels that close is a named part's rim, no proposal
 TOUCH_M = 0.1  # m: a proposed region must come this close in 3-D to a named part (or a proposal that does)
-AWAY_SHARE = 0.1  # in [0, 1]: least share of a proposed region's changes that show a farther surface
+AWAY_SHARE = 0.1  # in [0, 1]: least share of a moving region's changes that show a farther surface (moves_away, shares)
 
 
 def change_threshold(z: np.ndarray, k: float = 0.0) -> np.ndarray:
@@ -203,6 +205,25 @@ class DepthMotion:
             self._cache[i] += (np.stack(far), np.stack(near)) if far else (empty, empty)
         return self._cache[i][4:6]
 
+    def shares(self, i: int, masks: list[np.ndarray]) -> np.ndarray:
+        """(n,) ``motion_shares`` of the masks (H, W) bool of frame i, where a mask's changes
+        show a farther surface in under ``AWAY_SHARE`` of them counting only the changes that do
+        not show a nearer one (``beyond``): a still surface something passes in front of (a
+        distractor behind a swinging arm) has not moved itself; a part that moves shows what
+        lies behind it somewhere. Used by the narrow cue (``StillMotion``) only: a part moving
+        towards the camera (a door swinging out) shows mostly nearer surfaces as well."""
+        changed, valid, _ = self.changed(i)
+        out = motion_shares(masks, changed, valid)
+        if not len(changed):
+            return out
+        far, near = self.beyond(i)
+        own = motion_shares(masks, changed & ~near, valid)
+        for k, m in enumerate(masks):
+            moved = int(changed[:, m].sum())
+            if moved and int((changed & far)[:, m].sum()) < AWAY_SHARE * moved:
+                out[k] = own[k]
+        return out
+
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
         """``Motion`` of the masks (H, W) bool of frame i."""
         changed, valid, regions = self.changed(i)
@@ -228,9 +249,8 @@ class StillMotion(DepthMotion):
     proposes = False
 
     def cues(self, i: int, masks: list[np.ndarray]) -> Motion:
-        """``Motion`` of the masks (H, W) bool of frame i, every one attached."""
-        changed, valid, _ = self.changed(i)
-        return Motion(motion_shares(masks, changed, valid), np.ones(len(masks), bool), narrow=True)
+        """``Motion`` of the masks (H, W) bool of frame i (``DepthMotion.shares``), every one attached."""
+        return Motion(self.shares(i, masks), np.ones(len(masks), bool), narrow=True)
 
 
 def changed_pixels(d0: np.ndarray, d1: np.ndarray, k: float = 0.0) -> np.ndarray:
