@@ -168,8 +168,11 @@ class DepthMotion:
         self._rec, self._s = rec, s
         self._cache: dict[int, tuple[np.ndarray, ...]] = {}  # frame i -> changed, valid, regions, d0[, far, near]
 
-    def _depth(self, i: int) -> np.ndarray:
+    def frame_depth(self, i: int) -> np.ndarray:
+        """(H, W) m: frame i's depth at 1/s resolution (0 = no reading)."""
         return self.depths[i] if i in self.depths else downsample_depth(self._rec.depth(i), self._s)
+
+    _depth = frame_depth
 
     def changed(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """((F, H, W) bool: pixels changed between frame i and each sampled frame j != i
