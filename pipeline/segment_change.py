@@ -10,8 +10,9 @@ border, or at a still strip between them (the carcass's rail between drawer and 
 depth change in each of the ``EARLY`` sampled frames nearest to i differs from its own by at
 most ``change_threshold`` (the motion cue's threshold; a frame where either pixel has no
 reading says nothing). The joined pieces of at least ``min_px`` px and ``PART_SHARE`` of the
-piece are the parts; the rest of the piece goes to the nearest of them (``parted_pieces``). Only nearby frames: after a larger motion a pixel
-shows another surface (the carcass's inside behind a door opened wide), no longer the part.
+piece are the parts; the rest of the piece goes to the nearest of them (``parted_pieces``).
+Only nearby frames: after a larger motion a pixel shows another surface (the carcass's inside
+behind a door opened wide), no longer the part.
 
 ``misfit``: a named mask partly still and partly moving whose seen size fits another library
 shape better than its own name's by ``MISFIT_MARGIN`` (a door's mask over the carcass, the
@@ -89,7 +90,8 @@ def parted_pieces(motion: DepthMotion, i: int, moving: list[np.ndarray], min_px:
     dz, d0 = depth_changes(motion, i)
     if not len(dz):
         return list(moving)
-    return [p for m in moving for p in part_by_change(m, dz, d0, motion.k, max(min_px, round(PART_SHARE * m.sum())))]
+    return [p for m in moving
+            for p in part_by_change(m, dz, d0, motion.k, max(min_px, round(PART_SHARE * m.sum())))]
 
 
 def misfit(seen: list[tuple[float, float]], names: list[str], mixed: list[int], shapes: dict[str, Shape],
