@@ -9,7 +9,8 @@ two parts or more.
 
 ``split_by_motion`` looks only at a doubtful naming (``_doubtful``: a library shape not named
 at a size it can have, or, while a part moves, two named parts still or one still with nothing
-moving near it: the drawer's name on a still distractor). It takes the union of the named masks
+moving near it: the drawer's name on a still distractor; ``segment_change.misfit``: a partly
+moving named mask the size of another library shape). It takes the union of the named masks
 partly still and partly moving, with every named mask mostly inside it (a door's own mask over
 part of the carcass's), and cuts it into its moving pieces (the moving regions,
 ``DepthMotion.changed``, inside it, parted where the masks' boundaries cross them, pieces of at
@@ -21,7 +22,10 @@ most. The pieces and the other named parts are named again (the caller's naming,
 size); a library name given more often than before stays on the part it fits best. The split is
 kept where it names at least as many library shapes at a size they can have (``size_cost`` at
 most the caller's ``fit``) as the unsplit naming, every named part fits its shape so, and a
-moving piece is named; otherwise the parts stay as they were.
+moving piece is named; otherwise the parts stay as they were. The moving pieces are also tried
+cut where their depth change jumps (``segment_change.parted_pieces``: a drawer front and a door
+moving in one piece); that cut is kept where it names more moving pieces than the uncut one and
+at least as many library shapes at a size they can have.
 
 Masks are (H, W) bool at segment's working resolution.
 """
@@ -36,6 +40,7 @@ from scipy import ndimage
 
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_change import misfit, parted_pieces
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, STILL_CHANGED, split_pieces
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
@@ -126,7 +131,8 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
                     K: np.ndarray, smoothed: np.ndarray, tol: float, min_px: int, fit: float) -> Named:
     """The named ``parts`` (detections, seen extents m, library names) of frame i, with the
     named masks that are partly still and partly moving replaced by their union's moving and
-    still pieces (``motion_pieces``) where that names better (module docstring). name: the
+    still pieces (``motion_pieces``), the moving ones cut where their depth change jumps
+    (``segment_change``), where that names better (module docstring). name: the
     caller's naming of detections with their extents (None: background). Depth (m), K,
     ``smoothed`` and masks at segment's working resolution."""
     dets, seen, names = parts
@@ -134,14 +140,14 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return parts
     changed, valid, regions = motion.changed(i)
     cues = DepthMotion.cues(motion, i, [d.mask for d in dets]) if len(changed) else None
-    if cues is None or not regions.any() or not _doubtful(parts, shapes, cues, tol, fit):
+    if cues is None or not regions.any():
+        return parts
+    freq = changed.mean(0)
+    mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
+    if not mixed or not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol)):
         return parts
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
-    freq = changed.mean(0)
-    mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
-    if not mixed:
-        return parts
     union = np.any([dets[k].mask for k in mixed], axis=0)
     # a named mask mostly inside the union is one of its parts seen apart (a door's own mask)
     mixed += [k for k, d in enumerate(dets) if k not in mixed and (d.mask & union).sum() >= NESTED * d.mask.sum()]
@@ -149,28 +155,40 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     if not moving or still is None:
         return parts
     parents = [dets[k] for k in mixed]
-    pieces = []
-    for m in moving + [still]:
-        p = _parent(m, parents)
-        pieces.append(Detection(m, p.label, p.score, p.class_scores))
     rest = [k for k in range(len(dets)) if k not in mixed]
-    trial = [dets[k] for k in rest] + pieces
-    trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
-    apart = [bool(loose[k]) for k in rest] + [False] * len(pieces)
-    trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, apart, names, shapes, tol)
 
-    def fitting(ns: list[str | None], es: list[tuple[float, float]]) -> set[str]:
-        return {n for n, e in zip(ns, es) if n is not None and size_cost(e, shapes[n], True, tol) <= fit}
+    def trial(moving: list[np.ndarray]) -> tuple[Named, int, int] | None:
+        """(named parts, shapes named at a fitting size, moving pieces named) with the union cut
+        into ``moving`` and ``still``; None where a named part does not fit its shape's size."""
+        pieces = [Detection(m, p.label, p.score, p.class_scores) for m in moving + [still]
+                  for p in [_parent(m, parents)]]
+        trial = [dets[k] for k in rest] + pieces
+        trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
+        apart = [bool(loose[k]) for k in rest] + [False] * len(pieces)
+        trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, apart, names, shapes, tol)
+        named = [(d, e, n) for d, e, n in zip(trial, trial_seen, trial_names) if n is not None]
+        if any(size_cost(e, shapes[n], True, tol) > fit for _, e, n in named):
+            return None
+        movers = sum(n is not None for n in trial_names[len(rest):len(rest) + len(moving)])
+        return ([d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]), \
+            len(_fitting(trial_names, trial_seen, shapes, tol, fit)), movers
 
-    now, then = fitting(names, seen), fitting(trial_names, trial_seen)
-    named = [(d, e, n) for d, e, n in zip(trial, trial_seen, trial_names) if n is not None]
-    moving_named = any(n is not None for n in trial_names[len(rest):len(rest) + len(moving)])
-    if (len(then) < len(now) or not moving_named
-            or any(size_cost(e, shapes[n], True, tol) > fit for _, e, n in named)):
+    plain = trial(moving)
+    parted = parted_pieces(motion, i, moving, min_px)  # two parts moving in one piece (segment_change)
+    more = trial(parted) if len(parted) > len(moving) else None
+    if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
+        plain, moving = more, parted
+    if plain is None or plain[1] < len(_fitting(names, seen, shapes, tol, fit)) or not plain[2]:
         return parts
     log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "
-             "and a still one: %s", i, len(mixed), len(moving), ", ".join(n for _, _, n in named))
-    return [d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]
+             "and a still one: %s", i, len(mixed), len(moving), ", ".join(plain[0][2]))
+    return plain[0]
+
+
+def _fitting(names: list[str | None], seen: list[tuple[float, float]], shapes: dict[str, Shape], tol: float,
+             fit: float) -> set[str]:
+    """The library names among ``names`` given at a size their shape can have (``size_cost`` at most ``fit``)."""
+    return {n for n, e in zip(names, seen) if n is not None and size_cost(e, shapes[n], True, tol) <= fit}
 
 
 __all__ = ["motion_pieces", "split_by_motion"]

@@ -170,7 +170,8 @@ class DepthMotion:
         self._rec, self._s = rec, s
         self._cache: dict[int, tuple[np.ndarray, ...]] = {}  # frame i -> changed, valid, regions, d0[, far, near]
 
-    def _depth(self, i: int) -> np.ndarray:
+    def frame_depth(self, i: int) -> np.ndarray:
+        """(H, W) m: frame i's depth at 1/s resolution (0 = no reading)."""
         return self.depths[i] if i in self.depths else downsample_depth(self._rec.depth(i), self._s)
 
     def changed(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,7 +180,7 @@ class DepthMotion:
         moving regions, pixels changed in at least ``REGION_SHARE`` of the sampled frames, closed
         by 3 x 3 pixels (a part's own dropouts) and in regions of at least ``MIN_REGION`` px)."""
         if i not in self._cache:
-            d0 = self._depth(i)
+            d0 = self.frame_depth(i)
             valid = d0 > 0
             out = [changed_pixels(d0, d, self.k) for j, d in self.depths.items() if j != i]
             changed = np.stack(out) if out else np.zeros((0,) + d0.shape, bool)
