@@ -83,7 +83,7 @@ from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, f
 from vid2sim.pipeline.segment_inside import sphere_inside
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
-from vid2sim.pipeline.segment_sphere import confirm_spheres, split_sphere
+from vid2sim.pipeline.segment_sphere import confirm_spheres, library_spheres, split_sphere
 from vid2sim.pipeline.segment_match import (ROD_SIBLING, ROD_SIBLING_FLOOR, SURPLUS_SIZE_COST,  # noqa: F401 (re-exported)
                                             _confirmed, _cost_matrix, _match_cost, match_shapes)
 from vid2sim.pipeline.segment_split import split_moving
@@ -460,11 +460,11 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
             ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
             best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
-        # a sphere's name on a still look-alike apart from the moving parts: the ball inside a rod's mask
-        cues = DepthMotion.cues(motion, i, [d.mask for d in dets])
-        dets, seen, names = sphere_inside(cues, (dets, seen, names), lambda ds, es: match_shapes(
-            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
-            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+        if set(library_spheres(rec.shapes)) & set(names):  # a sphere's name on a still look-alike (segment_inside)
+            cues = DepthMotion.cues(motion, i, [d.mask for d in dets])
+            dets, seen, names = sphere_inside(cues, (dets, seen, names), lambda ds, es: match_shapes(
+                ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
+                best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
     return dets, seen, names
 
 

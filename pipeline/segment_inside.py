@@ -31,7 +31,7 @@ import numpy as np
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
-from vid2sim.pipeline.segment_sphere import (DISK_GROW, MIN_POINTS, SPHERE_RES, SPLIT_GAIN, _points,
+from vid2sim.pipeline.segment_sphere import (DISK_GROW, MIN_POINTS, SPHERE_RES, SPLIT_GAIN, mask_points,
                                              library_spheres, sphere_fit)
 from vid2sim.pipeline.segment_still import MOVING_SHARE, Motion
 
@@ -83,7 +83,7 @@ def sphere_search(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, r: float,
     if valid.sum() < MIN_POINTS:
         return None
     v, u = np.nonzero(valid)
-    p = _points(valid, depth, K)
+    p = mask_points(valid, depth, K)
     centres = sphere_centres(p, r, np.random.default_rng(seed))
     if not len(centres):
         return None

@@ -162,11 +162,11 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         into ``moving`` and ``still``; None where a named part does not fit its shape's size."""
         pieces = [Detection(m, p.label, p.score, p.class_scores) for m in moving + [still]
                   for p in [_parent(m, parents)]]
-        trial = [dets[k] for k in rest] + pieces
+        trial_dets = [dets[k] for k in rest] + pieces
         trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
         apart = [bool(loose[k]) for k in rest] + [False] * len(pieces)
-        trial_names = _no_new_repeats(name(trial, trial_seen), trial_seen, apart, names, shapes, tol)
-        named = [(d, e, n) for d, e, n in zip(trial, trial_seen, trial_names) if n is not None]
+        trial_names = _no_new_repeats(name(trial_dets, trial_seen), trial_seen, apart, names, shapes, tol)
+        named = [(d, e, n) for d, e, n in zip(trial_dets, trial_seen, trial_names) if n is not None]
         if any(size_cost(e, shapes[n], True, tol) > fit for _, e, n in named):
             return None
         movers = sum(n is not None for n in trial_names[len(rest):len(rest) + len(moving)])

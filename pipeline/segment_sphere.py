@@ -36,7 +36,7 @@ DISK_FILL = 0.7  # split_sphere: the mask must hold a disk of at least this shar
 DISK_GROW = 1.15  # split_sphere: the sphere's pixels are those of the mask within this many image radii of the disk's centre
 
 
-def _points(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+def mask_points(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> np.ndarray:
     """(N, 3) camera-frame points (m) of the mask's pixels with depth."""
     v, u = np.nonzero(mask & (depth > 0))
     z = depth[v, u].astype(np.float64)
@@ -89,7 +89,7 @@ def _weights(res: np.ndarray) -> np.ndarray:
 def fits_sphere(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, r: float) -> bool:
     """Whether the mask's depth points fit a sphere of radius ``r`` (m) better than a plane
     (median absolute residual at most ``SPHERE_GAIN`` of the plane's and ``SPHERE_RES`` r)."""
-    sph, plane = sphere_fit(_points(mask, depth, K), r)
+    sph, plane = sphere_fit(mask_points(mask, depth, K), r)
     return sph <= SPHERE_GAIN * plane and sph <= SPHERE_RES * r
 
 
@@ -135,7 +135,7 @@ def sphere_disk(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, r: float) ->
     R = K[0, 0] * r / (float(np.median(depth[inner])) + r)   # px: the sphere's image radius
     if dt[v, u] < DISK_FILL * R or mask.sum() < 2 * np.pi * R**2:
         return None
-    sph, plane = sphere_fit(_points(inner, depth, K), r)
+    sph, plane = sphere_fit(mask_points(inner, depth, K), r)
     if not (sph <= SPLIT_GAIN * plane and sph <= SPHERE_RES * r):
         return None
     return (ring <= DISK_GROW * R) & mask

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_inside import sphere_inside, sphere_search
 from vid2sim.pipeline.segment_match import SURPLUS_SIZE_COST, match_shapes
@@ -13,35 +13,9 @@ from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_sphere import sphere_disk
 from vid2sim.pipeline.segment_still import Motion
 
-H, W, F = 240, 320, 350.0
-K = np.array([[F, 0, W / 2], [0, F, H / 2], [0, 0, 1.0]])
-R = 0.045
-LIB = {"hub": Shape("hub", "box", size=(0.12, 0.12, 0.08)), "arm": Shape("arm", "capsule", radius=0.02, length=0.25),
-       "ball": Shape("ball", "sphere", radius=R)}
+from sphere_scene import H, K, LIB, R, W, rod_x, sphere_depth
+
 CAPSULE, SPHERE = CLASSES.index("capsule"), CLASSES.index("sphere")
-
-
-def _rays() -> np.ndarray:
-    v, u = np.mgrid[:H, :W]
-    return np.stack([(u - K[0, 2]) / F, (v - K[1, 2]) / F, np.ones((H, W))], -1)  # z component 1: t is the depth
-
-
-def _sphere(c: np.ndarray, r: float) -> np.ndarray:
-    """(H, W) depth (m) of a sphere, inf where the ray misses it."""
-    d = _rays()
-    a, b, cc = (d * d).sum(-1), -2 * (d @ c), c @ c - r * r
-    disc = b * b - 4 * a * cc
-    return np.where(disc > 0, (-b - np.sqrt(np.maximum(disc, 0))) / (2 * a), np.inf)
-
-
-def _rod_x(c: np.ndarray, r: float, x0: float, x1: float) -> np.ndarray:
-    """(H, W) depth (m) of a cylinder along camera x through c, from x0 to x1 (m), inf elsewhere."""
-    d = _rays()
-    a, b, cc = d[..., 1] ** 2 + 1, -2 * (d[..., 1] * c[1] + c[2]), c[1] ** 2 + c[2] ** 2 - r * r
-    disc = b * b - 4 * a * cc
-    t = (-b - np.sqrt(np.maximum(disc, 0))) / (2 * a)
-    x = t * d[..., 0]
-    return np.where((disc > 0) & (x >= x0) & (x <= x1), t, np.inf)
 
 
 def _ball_behind_a_rod_end() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -50,9 +24,9 @@ def _ball_behind_a_rod_end() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     front of its centre and 0.03 m above it; a ball 0.05 m in radius on the floor apart from
     them, at 1.0 m. 0.5 mm of depth noise."""
     c = np.array([0.0, 0.0, 0.8])
-    rod = _rod_x(c + [0, -0.03, -0.03], 0.02, -0.27, 0.0)
-    ball = _sphere(c, R)
-    other = _sphere(np.array([0.25, 0.12, 1.0]), 0.05)
+    rod = rod_x(c + [0, -0.03, -0.03], 0.02, -0.27, 0.0)
+    ball = sphere_depth(c, R)
+    other = sphere_depth(np.array([0.25, 0.12, 1.0]), 0.05)
     z = np.minimum.reduce([rod, ball, other])
     masks = [np.isfinite(d) & (d <= z + 1e-9) for d in (rod, ball, other)]
     z = np.where(np.isfinite(z), z + np.random.default_rng(0).normal(0, 0.0005, z.shape), 0.0)

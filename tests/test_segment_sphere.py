@@ -11,41 +11,11 @@ from vid2sim.pipeline.segment_match import match_shapes
 from vid2sim.pipeline.segment_size import measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, fits_sphere, sphere_disk, split_sphere
 
-H, W, F = 240, 320, 350.0
-K = np.array([[F, 0, W / 2], [0, F, H / 2], [0, 0, 1.0]])
-R = 0.045
-LIB = {"hub": Shape("hub", "box", size=(0.12, 0.12, 0.08)), "arm": Shape("arm", "capsule", radius=0.02, length=0.25),
-       "ball": Shape("ball", "sphere", radius=R)}
-
-
-def _rays() -> np.ndarray:
-    v, u = np.mgrid[:H, :W]
-    d = np.stack([(u - K[0, 2]) / F, (v - K[1, 2]) / F, np.ones((H, W))], -1)
-    return d  # (H, W, 3), z component 1: t along it is the depth
-
-
-def _sphere(c: np.ndarray, r: float) -> np.ndarray:
-    """(H, W) depth (m) of a sphere, inf where the ray misses it."""
-    d = _rays()
-    a, b, cc = (d * d).sum(-1), -2 * (d @ c), c @ c - r * r
-    disc = b * b - 4 * a * cc
-    t = (-b - np.sqrt(np.maximum(disc, 0))) / (2 * a)
-    return np.where(disc > 0, t, np.inf)
-
-
-def _rod_x(c: np.ndarray, r: float, x0: float, x1: float) -> np.ndarray:
-    """(H, W) depth (m) of a cylinder along camera x through c, from x0 to x1 (m), inf elsewhere."""
-    d = _rays()
-    a, b, cc = d[..., 1] ** 2 + 1, -2 * (d[..., 1] * c[1] + c[2]), c[1] ** 2 + c[2] ** 2 - r * r
-    disc = b * b - 4 * a * cc
-    t = (-b - np.sqrt(np.maximum(disc, 0))) / (2 * a)
-    x = t * d[..., 0]
-    return np.where((disc > 0) & (x >= x0) & (x <= x1), t, np.inf)
-
+from sphere_scene import H, K, LIB, R, W, rays, rod_x, sphere_depth
 
 def _box_corner() -> np.ndarray:
     """(H, W) depth (m) of two faces of a box meeting at a vertical edge, 45 deg to the camera, 0.12 m wide each."""
-    d = _rays()
+    d = rays()
     out = np.full((H, W), np.inf)
     for n in (np.array([1.0, 0, -1]) / np.sqrt(2), np.array([-1.0, 0, -1]) / np.sqrt(2)):
         t = (np.array([0, 0, 0.8]) @ n) / (d @ n)
@@ -66,7 +36,7 @@ def _scene(*depths: np.ndarray, noise: float = 0.0) -> tuple[np.ndarray, list[np
 
 @pytest.mark.parametrize("noise", [0.0, 0.001])
 def test_a_ball_fits_its_radius_and_a_plane_or_a_box_corner_do_not(noise):
-    z, (ball,) = _scene(_sphere(np.array([0.0, 0.0, 0.8]), R), noise=noise)
+    z, (ball,) = _scene(sphere_depth(np.array([0.0, 0.0, 0.8]), R), noise=noise)
     assert fits_sphere(ball, z, K, R)
     zc, (corner,) = _scene(_box_corner(), noise=noise)
     assert corner.sum() > 1000 and not fits_sphere(corner, zc, K, R)
@@ -76,7 +46,7 @@ def test_a_ball_fits_its_radius_and_a_plane_or_a_box_corner_do_not(noise):
 
 
 def test_a_ball_classed_a_capsule_takes_the_library_sphere_where_its_depth_fits_it():
-    z, (ball,) = _scene(_sphere(np.array([0.0, 0.0, 0.8]), R))
+    z, (ball,) = _scene(sphere_depth(np.array([0.0, 0.0, 0.8]), R))
     cs = np.array([0.0, 0.62, 0.06, 0.0])   # the network: a capsule, hardly a sphere (random scene 56)
     det = Detection(ball, CLASSES.index("capsule"), 0.62, cs)
     seen = [measure_extents(ball, z, K)]
@@ -90,7 +60,7 @@ def test_a_ball_classed_a_capsule_takes_the_library_sphere_where_its_depth_fits_
 
 def test_a_ball_in_one_mask_with_its_rod_is_cut_out_and_named():
     c = np.array([0.0, 0.0, 0.8])
-    z, (rod, ball) = _scene(_rod_x(c, 0.02, -0.27, 0.0), _sphere(c + [0.02, 0, 0], R), noise=0.0005)
+    z, (rod, ball) = _scene(rod_x(c, 0.02, -0.27, 0.0), sphere_depth(c + [0.02, 0, 0], R), noise=0.0005)
     both = rod | ball
     det = Detection(both, CLASSES.index("capsule"), 0.5, np.array([0.0, 0.5, 0.0, 0.05]))
     seen = [measure_extents(both, z, K)]

@@ -218,7 +218,8 @@ def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float
     if kind == "revolute" and spin_axis is not None:
         return _revolute_from_directions(X, idx, spin_axis, min_step[1], great_circle)
     if kind == "revolute" and len(idx) >= 3:  # the two frames turned farthest apart: the best-posed axis
-        i, j = max(((i, j), (i, idx[2]), (j, idx[2])), key=lambda ij: _angle(X[ij[0]], X[ij[1]]))
+        i, j = max(((i, j), (i, idx[2]), (j, idx[2])),
+                   key=lambda ij: float(se3.rotation_angle(X[ij[1], :3, :3] @ X[ij[0], :3, :3].T)))
         ref = X[i]
     dR = X[j, :3, :3] @ X[i, :3, :3].T
     dp = X[j, :3, 3] - dR @ X[i, :3, 3]
@@ -244,11 +245,6 @@ def _hypothesis(kind: str, X: np.ndarray, idx: np.ndarray, min_step: tuple[float
             n = n / np.linalg.norm(n)
         return n, X[i, :3, 3].copy(), ref
     raise ValueError(kind)
-
-
-def _angle(A: np.ndarray, B: np.ndarray) -> float:
-    """Angle (rad) of the rotation between the poses A and B (4, 4)."""
-    return float(np.arccos(np.clip((np.trace(B[:3, :3] @ A[:3, :3].T) - 1.0) / 2.0, -1.0, 1.0)))
 
 
 def _revolute_from_directions(X: np.ndarray, idx: np.ndarray, k: int, min_angle: float,
