@@ -16,7 +16,10 @@ until one fails. Per cell it records:
 - tracking: median over matched bodies and frames of the position error of poses.npz
   against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
   error does not depend on naming), divided by the camera's distance to the mechanism
-  (truth.json ``scene.distance_m``); truth bodies left without a track are counted;
+  (truth.json ``scene.distance_m``); truth bodies left without a track are counted; the
+  worst-tracked body (``track_worst_body``, the truth's name) and its own median error
+  (``track_err_worst_m``, ``track_err_worst_rel``): one part off in most frames hides in the
+  median over all parts;
 - topology: ``models.joints.evaluate.compare`` of articulation.json against the tree
   the clip shows must give both ``tree_ok`` and ``types_ok`` (same parent/child tree,
   same joint types; the run's body names come from shape names, and a name the truth
@@ -128,7 +131,8 @@ def _segmentation_scores(run: Path, truth: dict, rec: Path | None = None) -> dic
 
 
 def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
-    """Position error of poses.npz against the truth (one-to-one matched bodies), absolute and per metre of distance."""
+    """Position error of poses.npz against the truth (one-to-one matched bodies), absolute and per metre of
+    distance: the median over bodies and frames, and the largest of the bodies' own medians (which truth body)."""
     z = np.load(run / "poses.npz")
     P = z["world_from_body"][..., :3, 3]  # (T, M', 3)
     Q = np.load(rec / "truth_poses.npz")["world_from_body"][..., :3, 3]  # (T, M, 3)
@@ -138,9 +142,14 @@ def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
     r, c = linear_sum_assignment(cost)
     err = np.linalg.norm(P[:, r] - Q[:, c], axis=-1)
     med = float(np.median(err)) if err.size else None
+    per_body = np.median(err, axis=0) if err.size else np.zeros(0)
+    worst = int(np.argmax(per_body)) if per_body.size else None
     dist = truth["scene"]["distance_m"]
     lost = float(np.asarray(z["lost"]).mean()) if "lost" in z else None
     return {"track_err_m": med, "track_err_rel": med / dist if med is not None else None,
+            "track_err_worst_m": float(per_body[worst]) if worst is not None else None,
+            "track_err_worst_rel": float(per_body[worst]) / dist if worst is not None else None,
+            "track_worst_body": truth["bodies"][int(c[worst])]["name"] if worst is not None else None,
             "bodies_missing": int(Q.shape[1] - len(c)), "lost_share": lost}
 
 
