@@ -14,13 +14,14 @@ naming is kept where it explains more of the library and every part fits its sha
 only with parts of the wrong size is on the wrong parts); otherwise, and for a shape still
 unnamed, ``check_missing``'s error stands.
 
-A part the class head is sure of in a class the library lacks (a far flat box a few px wide
-seen as a capsule, with no box evidence) is named by no step above. Where a shape is still
-unnamed, ``other_class`` gives each detection of a class no findable library shape has
-(nor its rod sibling) the least class evidence ``_match_cost`` accepts for another class
-(``OTHER_CLASS_SHARE`` of its score) for the library shapes its size fits closely
-(``size_cost`` at most ``CLOSE_FIT``), and the frame is named again from them; kept only as
-the full motion cue's naming is (more of the library explained, every part at its size).
+A part the class head is sure of in a class its shape does not have (a far flat box a few px
+wide seen as a capsule, with no box evidence; a far box hub seen as a cylinder beside
+library capsules) is named by no step above. Where a shape is still unnamed, ``other_class``
+gives each detection whose size fits closely (``size_cost`` at most ``CLOSE_FIT``) library
+shapes of other classes and none of its own class (nor its rod sibling) the least class
+evidence ``_match_cost`` accepts for another class (``OTHER_CLASS_SHARE`` of its score) for
+those shapes, and the frame is named again from them; kept only as the full motion cue's
+naming is (more of the library explained, every part at its size).
 """
 from __future__ import annotations
 
@@ -118,20 +119,18 @@ def other_class_naming(parts: tuple[list[Detection], list[tuple[float, float]], 
 def other_class(found: list[Detection], shapes: dict[str, Shape], wanted: list[str], depth: np.ndarray,
                 K: np.ndarray, smoothed: np.ndarray, tol: float) -> list[Detection]:
     """``found`` (detections of one frame, masks (H, W) at segment's working resolution; depth
-    m, K, ``smoothed`` as for ``measure_extents``) with each detection of a class that no shape
-    of ``wanted`` has, nor its rod sibling, given class evidence ``OTHER_CLASS_SHARE`` x its
-    score for the classes of the ``wanted`` shapes its seen extents fit with a ``size_cost``
-    of at most ``CLOSE_FIT``; its label and score stay. Other detections are returned as they are."""
-    classes = {shapes[n].type for n in wanted}
+    m, K, ``smoothed`` as for ``measure_extents``) with each detection whose seen extents fit
+    no ``wanted`` shape of its class (nor of its rod sibling) with a ``size_cost`` of at most
+    ``CLOSE_FIT`` given class evidence ``OTHER_CLASS_SHARE`` x its score for the classes of the
+    ``wanted`` shapes they do fit so; its label and score stay. Other detections (a rod whose
+    size fits a library rod, a part no shape fits closely) are returned as they are."""
     out = []
     for d in found:
-        own = CLASSES[d.label]
-        if own in classes or ROD_SIBLING.get(own) in classes:
-            out.append(d)
-            continue
+        own = {CLASSES[d.label], ROD_SIBLING.get(CLASSES[d.label])}
         e = measure_extents(d.mask, depth, K, smoothed)
-        fits = {shapes[n].type for n in wanted if size_cost(e, shapes[n], True, tol) <= CLOSE_FIT}
-        if not fits:
+        close = [n for n in wanted if size_cost(e, shapes[n], True, tol) <= CLOSE_FIT]
+        fits = {shapes[n].type for n in close} - own
+        if not fits or any(shapes[n].type in own for n in close):
             out.append(d)
             continue
         cs = (np.array(d.class_scores, np.float64) if d.class_scores is not None

@@ -145,3 +145,40 @@ def test_a_part_of_a_class_the_library_lacks_may_take_a_shape_its_size_fits_clos
     assert match_shapes(out[:1], seen, link_box, True, 1.6, where, 0, "ignore") == ["link"]
     pole = {"pole": Shape("pole", "cylinder", radius=0.025, length=0.16)}
     assert other_class([link], pole, ["pole"], depth, K, smooth_depth(depth), 1.6)[0] is link
+
+
+def test_a_box_seen_as_a_cylinder_beside_library_capsules_may_take_the_box_shape_it_fits():
+    """Random scene 93 (tree5, clean, 424 x 240, 1.2 m): the still box hub (0.12 x 0.12 x 0.08 m,
+    seen 0.116 x 0.101 m) is called a cylinder with no box evidence; the library's capsule arms
+    made cylinder a class the library has (capsule's rod sibling), so ``other_class`` never gave
+    it box evidence and segment stopped with "hub is missing". A detection whose size fits no
+    shape of its own class or rod sibling closely gets evidence for the shapes it does fit;
+    a cylinder that fits a library capsule keeps its evidence."""
+    from pathlib import Path
+
+    from vid2sim.datasets.shapes import CLASSES
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.models.segmenter.normals import smooth_depth
+    from vid2sim.pipeline.segment import match_shapes
+    from vid2sim.pipeline.segment_missing import OTHER_CLASS_SHARE, other_class
+
+    h, w = 240, 320
+    depth = np.full((h, w), 1.0)
+    K = np.array([[500.0, 0, 160], [0, 500.0, 120], [0, 0, 1]])
+    hub_mask, rod_mask = np.zeros((h, w), bool), np.zeros((h, w), bool)
+    hub_mask[20:72, 20:78] = True       # 0.116 x 0.104 m seen
+    rod_mask[120:140, 20:190] = True    # 0.34 x 0.04 m seen: the capsule arm
+    cyl = CLASSES.index("cylinder")
+    scores = np.eye(len(CLASSES))[cyl] * 0.44
+    hub = Detection(hub_mask, cyl, 0.44, scores)
+    rod = Detection(rod_mask, cyl, 0.44, scores)
+    shapes = {"hub": Shape("hub", "box", size=(0.12, 0.12, 0.08)),
+              "arm": Shape("arm", "capsule", radius=0.02, length=0.3)}
+    out = other_class([hub, rod], shapes, ["arm", "hub"], depth, K, smooth_depth(depth), 1.6)
+    assert out[0].class_scores[CLASSES.index("box")] == pytest.approx(OTHER_CLASS_SHARE * 0.44)
+    assert out[0].label == cyl and out[0].score == pytest.approx(0.44)
+    assert out[1] is rod
+    seen = [(0.116, 0.104), (0.34, 0.04)]
+    where = Path("rec/shapes.json")
+    assert match_shapes([hub, rod], seen, shapes, True, 1.6, where, 0, "ignore") == [None, "arm"]
+    assert match_shapes(out, seen, shapes, True, 1.6, where, 0, "ignore") == ["hub", "arm"]
