@@ -31,9 +31,9 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
   and from each part moved as its image moved (``track_shift.py``), per body whichever aligns to
   the lower cost. A body that finds too few of its points widens its gate.
-- A body whose visible pixels vanish (left the view, fully occluded) or whose render is
-  no longer supported by the depth, or that lies mostly inside another body (``track_overlap.py``),
-  is flagged ``lost`` and held at its last good pose
+- A body whose visible pixels vanish (left the view, fully occluded) or whose render is no longer supported
+  by the depth (both on the pixels it is seen on, not those a nearer surface hides: ``StepResult.seen``),
+  or that lies mostly inside another body (``track_overlap.py``), is flagged ``lost`` and held at its last good pose
   instead of being dragged by its neighbours' points; the per-frame ``residual`` (m)
   counts a lost body at the full gate. With ``lost.reacquire`` a lost body is looked for
   again, each frame, among the depth points no body explains near its last pose, and aligned
@@ -300,7 +300,7 @@ class _Tracker:
         cfg = self.cfg
         searching = False
         for m in range(len(gate)):
-            visible = int((res.visible == m).sum())
+            visible = int(res.seen(m).sum())
             assigned = int((res.assigned == m).sum())
             if visible >= cfg.lost.lost_min_pixels and assigned < 0.5 * visible and gate[m] < cfg.gates.gate_max_m:
                 gate[m] = min(2 * float(gate[m]), cfg.gates.gate_max_m)
@@ -398,7 +398,7 @@ class _Tracker:
         pixels = np.zeros(M, int)
         supported = np.zeros(M)
         for m in range(M):
-            visible = int((res.visible == m).sum())
+            visible = int(res.seen(m).sum())
             pixels[m] = visible * area
             mine = res.assigned == m
             support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
@@ -408,7 +408,7 @@ class _Tracker:
         lost |= inside
         if lost.any() and log.isEnabledFor(logging.DEBUG):
             log.debug("track: lost %s: visible %s, supported %s, inside another %s", np.flatnonzero(lost).tolist(),
-                      [int((res.visible == m).sum()) for m in range(M)], np.round(supported, 2).tolist(),
+                      [int(res.seen(m).sum()) for m in range(M)], np.round(supported, 2).tolist(),
                       np.flatnonzero(inside).tolist())
         for m in range(M):
             r = res.point_res[res.assigned == m]
@@ -452,7 +452,7 @@ class _Tracker:
         # supported by every depth point it renders over, those it shares with a neighbour too (a ball on an arm's tip)
         obs.foreground = seen
         res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
-        visible = int((res.visible == 0).sum())
+        visible = int(res.seen(0).sum())
         supporting = (res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)
         support, own = int(supporting.sum()), int((supporting & fg).sum())   # own: among the points it was fitted to
         if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible \

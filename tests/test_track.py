@@ -242,7 +242,9 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
     defaults (constant-acceleration prediction, stop check: the body is tried at rest where it is
     predicted fast) it is back within a few mm by frame 42. The second look at a body whose fit turned
     much worse (``track_recheck.py``) alone, without the stop check, also keeps it there (within 1.2 mm
-    from frame 42)."""
+    from frame 42). Since a render behind a nearer observed surface (the floor) is hidden there, not seen, the
+    overshooting prediction without either still carries the body 50-71 mm off (frames 35-39), but it is then
+    flagged lost and found again (within 5 mm from frame 41; 151 mm at frame 48 before)."""
     path = synthetic.make_recording("thrown", tmp_path / "rec", seed=0, frames=120, noise="none")
     short = _first_frames(path, tmp_path / "short", 51)
     truth = np.load(path / "truth_poses.npz")
@@ -257,7 +259,8 @@ def test_a_part_that_lands_and_stops_is_not_carried_on_by_its_prediction(tmp_pat
         poses = track.run(cfg, rec, seg, tmp_path / name.replace(" ", "").replace(",", ""))
         errs[name] = np.linalg.norm(poses.world_from_body[:, poses.body_names.index("body_b"), :3, 3] - t, axis=-1)
     assert errs["default"][42:].max() < 0.01 and errs["default"].max() < 0.08, errs["default"]
-    assert errs["cv, no check"][42:].min() > 0.05, errs["cv, no check"]  # the drift this guards against
+    assert errs["cv, no check"][34:41].max() > 0.05, errs["cv, no check"]  # the overshoot this guards against
+    assert errs["cv, no check"][42:].max() < 0.005, errs["cv, no check"]
     assert errs["cv, second look"][42:].max() < 0.002, errs["cv, second look"]
 
 

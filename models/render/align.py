@@ -16,6 +16,10 @@ one damped Gauss-Newton (Levenberg-Marquardt) step per body:
 - silhouette from colour (where ``observed_label`` is given): a ray whose colour says
   "not b" but renders b is free space as above; a ray whose colour says b but that
   does not render b contributes ``min(margin_b, 0)`` (coverage).
+- hidden rays: a ray that renders body b but observes a surface well *in front* of it
+  (a distractor nearer the camera) is neither free space (whatever that surface's colour)
+  nor a ray b is seen on (``StepResult.seen``): a part behind something nearer is not
+  evidence of its absence, so a rod hidden but for one end is not pushed along its axis.
 
 Margins' Jacobians come from autograd with one pose copy per ray (each residual
 depends only on its own copy, so one backward pass yields every Jacobian row).
@@ -107,6 +111,12 @@ class StepResult:
     cost: float = 0.0  # truncated cost of the *input* poses: sum min(|sdf| / sigma, 3)^2 + 3^2 per free-space ray
     regate: object = None  # gate (M,) -> (assigned, point_res) of the input poses' render with that gate
     resolve: object = None  # damping -> (T, step_norm, body_step) of the same normal equations with that damping
+    hidden: torch.Tensor | None = None  # (N,) bool rays whose rendered body lies behind a nearer observed surface
+
+    def seen(self, m: int) -> torch.Tensor:
+        """(N,) bool rays on which body m is rendered and not hidden behind a nearer observed surface."""
+        on = self.visible == m
+        return on if self.hidden is None else on & ~self.hidden
 
     def with_damping(self, damping: float) -> "StepResult":
         """This step taken with another Levenberg-Marquardt ``damping`` (no new render: the
@@ -285,6 +295,7 @@ class _Assignment:
     assigned: torch.Tensor  # (N,) body each point was assigned to (within the gate), -1 none
     point_res: torch.Tensor  # (N,) |sd| to the assigned body, inf where unassigned
     freespace: torch.Tensor  # (N,) bool rays whose observation contradicts the render
+    hidden: torch.Tensor  # (N,) bool rays whose rendered body lies behind a nearer observed surface (not seen there)
     weight: torch.Tensor | None = None  # (N,) ``Observation.weight``, None: 1 each
     ray_sig: torch.Tensor | None = None  # (N,) depth noise std (m) of each ray (``scale`` without obs.sigma)
     ray_floor: torch.Tensor | None = None  # (N,) GATE_SIGMAS * ray_sig: no gate is tighter on a ray
@@ -399,10 +410,13 @@ def _assign(prims: list[Primitive], T: torch.Tensor, obs: Observation, gate: tor
     assigned, point_res = _gate_points(visible, idx, best, sig_floor, gate)
     # Free space: the render puts body b on a ray whose observation lies well behind it.
     freespace = (visible >= 0) & valid & (obs.depth > near + tol)
+    # Hidden: the observation lies well in front of the render, a nearer surface (a distractor) hides
+    # the body there; the colour of what hides it says nothing about the body.
+    hidden = (visible >= 0) & valid & (obs.depth < near - tol)
     if obs.label is not None:  # colour says another body or no body (-1); -2 = undecided
-        freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2)
+        freespace |= (visible >= 0) & (obs.label != visible) & (obs.label > -2) & ~hidden
     return _Assignment(near, visible, valid, pts, fg, idx, sig, sd, [v[2] for v in views], best, assigned, point_res,
-                       freespace, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of, dirs_t)
+                       freespace, hidden, obs.weight, *rays, (near - obs.depth).abs(), sig_floor, point_of, dirs_t)
 
 
 def _depth_terms(prim: Primitive, T_m: torch.Tensor, m: int, obs: Observation, a: _Assignment, gate: torch.Tensor,
@@ -558,7 +572,7 @@ def gauss_newton_step(prims: list[Primitive], T: torch.Tensor, obs: Observation,
     # sets above change with the pose, so the caller keeps the best pose it has seen).
     return StepResult(T_new, a.assigned, a.point_res, a.visible, a.freespace, step_norm, body_step, a.cost(),
                       partial(_gate_points, a.visible, a.idx, a.best, a.sig_floor),
-                      partial(_steps, prims, T, normal, unsolved, dofs, step_scale=step_scale))
+                      partial(_steps, prims, T, normal, unsolved, dofs, step_scale=step_scale), a.hidden)
 
 
 def _steps(prims: list[Primitive], T: torch.Tensor, normal: dict, unsolved: torch.Tensor, dofs: list[int],
