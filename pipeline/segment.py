@@ -456,15 +456,16 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
     if full_cue:  # a class the library lacks (segment_missing)
         dets, seen, names = other_class_naming((dets, seen, names), best, sorted(wanted), rec.shapes, K,
                                                cfg.size_tolerance, SURPLUS_SIZE_COST, with_full_cue)
-    if motion is not None:  # a named mask partly still, partly moving holds several parts (segment_nested)
-        dets, seen, names = split_by_motion(motion, i, (dets, seen, names), lambda ds, es: match_shapes(
-            ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
-            best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+    if motion is not None:
+        def rename(ds: list[Detection], es: list[tuple[float, float]]) -> list[str | None]:
+            return match_shapes(ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore")
+
+        scene = (rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+        # a named mask partly still, partly moving holds several parts (segment_nested)
+        dets, seen, names = split_by_motion(motion, i, (dets, seen, names), rename, *scene)
         if set(library_spheres(rec.shapes)) & set(names):  # a sphere's name on a still look-alike (segment_inside)
-            cues = DepthMotion.cues(motion, i, [d.mask for d in dets])
-            dets, seen, names = sphere_inside(cues, (dets, seen, names), lambda ds, es: match_shapes(
-                ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore"), rec.shapes, best.depth, K,
-                best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+            cues = DepthMotion.cues(motion, i, [d.mask for d in dets])   # the full cues: ``attached`` measured
+            dets, seen, names = sphere_inside(cues, (dets, seen, names), rename, *scene)
     return dets, seen, names
 
 

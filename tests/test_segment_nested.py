@@ -120,16 +120,22 @@ def test_a_drawer_name_on_a_still_distractor_goes_to_the_moving_drawer_front():
         assert (d.mask & truth[n]).sum() / d.mask.sum() > 0.85, n
 
 
+def _carcass_and(junk, score):
+    """(depth, detections, seen extents, names) of the carcass's mask and a box detection of
+    ``score`` on the background patch ``junk``, 2 m behind the scene."""
+    depth = DEPTH + 2.0 * junk
+    dets = [Detection(CARCASS, 0, 0.9, BOX), Detection(junk, 0, score, BOX)]
+    seen = [measure_extents(d.mask, depth, K) for d in dets]
+    return depth, dets, seen, _name(dets, seen)
+
+
 def test_a_split_that_leaves_a_name_at_a_size_it_cannot_have_is_not_kept():
     """Only the drawer moves (13 % of the carcass's mask: under the share that makes a part
     moving, so the motion cue calls no named part moving or loose) and the door's name is on a
     background sliver at a size it cannot have: the size doubt looks at the split, which cuts the
     drawer front out but still names the door on the sliver, so the naming stays as it was."""
     junk = _rect(200, 203, 20, 40)
-    depth = DEPTH + 2.0 * junk
-    dets = [Detection(CARCASS, 0, 0.9, BOX), Detection(junk, 0, 0.4, BOX)]
-    seen = [measure_extents(d.mask, depth, K) for d in dets]
-    names = _name(dets, seen)
+    depth, dets, seen, names = _carcass_and(junk, 0.4)
     assert names == ["carcass", "door"]
     out = split_by_motion(_Motion(DRAWER, depth), 0, (dets, seen, names), _name, SHAPES, depth, K, depth, 1.6, 20, 1.0)
     assert out[2] == names and out[0][0] is dets[0]
@@ -163,10 +169,7 @@ def test_a_drawer_moving_in_one_piece_with_the_door_is_named_not_the_background(
     background patch at a size the drawer's box can have, the drawer and door moving as one region
     (joined by a strip of changed pixels): the drawer's name goes to its front, the door's to the door."""
     junk = _rect(200, 209, 20, 60)
-    depth = DEPTH + 2.0 * junk
-    dets = [Detection(CARCASS, 0, 0.9, BOX), Detection(junk, 0, 0.2, BOX)]
-    seen = [measure_extents(d.mask, depth, K) for d in dets]
-    names = _name(dets, seen)
+    depth, dets, seen, names = _carcass_and(junk, 0.2)
     assert names == ["carcass", "drawer"]
     motion = _Motion(DRAWER | DOOR_AND_LINK, depth, [_moving_front(s) + 2.0 * junk for s in (1, 2, 3)])
     out_d, _, out_n = split_by_motion(motion, 0, (dets, seen, names), _name, SHAPES, depth, K, depth, 1.6, 20, 1.0)
