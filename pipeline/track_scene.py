@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 REVEAL_NEAR_PX = 1  # px: pixels this close to a part as fitted at the start keep an unknown background until revealed
 REVEAL_MIN_FRAMES = 3  # frames that must show a hidden pixel's background before it is taken as known
+# two parts' mean colours closer than this many ``noise.color_tol`` cannot be told apart by a pixel's label: a pixel
+# within color_tol of its own part's colour may be nearer the other's (``TrackScene.labels``)
+COLOUR_APART = 2
+SURROUND_PX = 12  # px: the background around a part (``surroundings``) is this far beyond its mask at most
 
 
 class TrackScene:
@@ -44,7 +48,8 @@ class TrackScene:
         """Static background (depth; colour) from the segmentation frame outside (dilated) part masks
         and outside ``cover`` ((H, W) bool, e.g. the parts rendered at their start poses: a mask that
         misses part of its body must not make that body's pixels background), and each body's
-        chromaticity (the mean inside its mask) for colour silhouettes."""
+        chromaticity (the mean inside its mask) for colour silhouettes, unknown (NaN) for bodies whose
+        colours are alike (``alike_colours``) or whose own pixels mostly miss their label."""
         fg = masks.any(0) if cover is None else masks.any(0) | cover
         fg = cv2.dilate(fg.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
         if depth is not None:
@@ -54,10 +59,18 @@ class TrackScene:
             ch = chroma(rgb)
             self.body_chroma = np.stack([ch[(m > 0)].mean(0) if (m > 0).any() else np.full(3, np.nan) for m in masks])
             self.bg_chroma = np.where(fg[..., None], np.nan, ch).reshape(-1, 3)
+            tol = self.cfg.noise.color_tol
+            alike = alike_colours(self.body_chroma, COLOUR_APART * tol) | \
+                alike_colours(self.body_chroma, tol, surroundings(ch, masks, fg))
+            if alike.any():
+                log.info("track: colour silhouettes off for parts %s: each one's colour lies within %.3f of another "
+                         "part's or within %.3f of the background's around it", np.flatnonzero(alike).tolist(),
+                         COLOUR_APART * tol, tol)
+                self.body_chroma[alike] = np.nan
             # a part whose own pixels do not take its label (shaded faces of another chromaticity than its
             # mean, colour noise) would be pushed off them by its colour silhouettes: its colour is unknown
             recall = self.color_recall(rgb, masks)
-            off = ~(recall >= self.cfg.noise.color_min_recall)
+            off = ~(recall >= self.cfg.noise.color_min_recall) & ~alike
             if off.any():
                 log.info("track: colour silhouettes off for %s: in the segmentation frame %s of each part's pixels "
                          "take its colour label (noise.color_min_recall %.2f)", "every part" if off.all() else
@@ -208,6 +221,35 @@ def long_axis(prim: Primitive, elongation: float = 2.0) -> torch.Tensor | None:
         half = prim.half_length + (prim.radius if prim.kind == "capsule" else 0.0)
         return torch.tensor([0.0, 0.0, 1.0], dtype=FLOAT) if half >= elongation * prim.radius else None
     return None
+
+
+def alike_colours(body_chroma: np.ndarray, apart: float, around: np.ndarray | None = None) -> np.ndarray:
+    """(M,) bool: parts whose mean chromaticity (rows of ``body_chroma`` (M, 3); NaN rows: no colour)
+    lies within ``apart`` of another part's, or, given ``around`` (M, 3), of the background's around
+    it (``surroundings``). A pixel of one such part may take the other's label, whose colour
+    silhouette then drags the other part onto it; a background pixel whose own colour is not known
+    (where the parts lay at the start) takes the nearest part colour within ``noise.color_tol`` as
+    its label, and that holds the part back on its starting place."""
+    C = np.asarray(body_chroma, float)
+    if around is not None:
+        d = np.linalg.norm(C - np.asarray(around, float), axis=-1)
+        return np.where(np.isnan(d), np.inf, d) < apart
+    D = np.linalg.norm(C[:, None] - C[None], axis=-1)
+    np.fill_diagonal(D, np.inf)
+    return (np.where(np.isnan(D), np.inf, D) < apart).any(1)
+
+
+def surroundings(ch: np.ndarray, masks: np.ndarray, fg: np.ndarray, ring_px: int = SURROUND_PX) -> np.ndarray:
+    """(M, 3) median chromaticity of the background within ``ring_px`` pixels of each part's mask
+    (``ch`` (H, W, 3) chromaticity image, ``masks`` (M, H, W), ``fg`` (H, W) bool: the parts with their
+    margin, left out); NaN where no such pixel."""
+    k = np.ones((2 * ring_px + 1,) * 2, np.uint8)
+    out = np.full((len(masks), 3), np.nan)
+    for m, mask in enumerate(masks):
+        ring = (cv2.dilate((mask > 0).astype(np.uint8), k) > 0) & ~fg
+        if ring.any():
+            out[m] = np.median(ch[ring], axis=0)
+    return out
 
 
 def chroma(rgb: np.ndarray) -> np.ndarray:

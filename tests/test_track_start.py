@@ -15,7 +15,7 @@ from vid2sim.models.render import Primitive, make_renderer
 from vid2sim.pipeline import track, track_fit
 from vid2sim.pipeline.artifacts import Segmentation
 from vid2sim.pipeline.track_overlap import inside_shares, interior_samples
-from vid2sim.pipeline.track_scene import TrackScene
+from vid2sim.pipeline.track_scene import TrackScene, alike_colours, chroma, surroundings
 
 BOX = Shape("box", "box", size=(0.28, 0.14, 0.08))
 ROD = Shape("rod", "capsule", radius=0.03, length=0.25)
@@ -113,6 +113,64 @@ def test_colour_labels_that_miss_the_parts_own_pixels_switch_colour_off(tmp_path
     two[v[left], u[left]] = (200, 40, 40)   # the rod half red, half blue as well: no part keeps a colour
     scene.set_background(rec.depth(0), seg.masks, two)
     assert scene.body_chroma is None
+
+
+def test_parts_of_alike_colours_get_no_colour_labels_that_drag_one_onto_the_other(tmp_path):
+    """A yellow box and an olive rod, 60 % of its pixels in a greener shade and 40 % in the box's own
+    yellow: their mean chromaticities lie 0.071 apart, within twice ``noise.color_tol`` (0.12), so a
+    pixel's label cannot tell them apart: 40 % of the rod's pixels took the box's label (its colour
+    silhouette would drag the box onto the rod). Both parts' colours are dropped and those pixels are
+    undecided. With the box blue, both keep their colours."""
+    truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
+    rec = open_recording(tmp_path / "pair")
+    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
+    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
+    rgb = np.full((120, 160, 3), 128, np.uint8)
+    rgb[seg.masks[0] > 0] = (200, 170, 60)
+    v, u = np.nonzero(seg.masks[1])
+    shade = u < np.quantile(u, 0.6)
+    rgb[v[shade], u[shade]] = (175, 170, 100)
+    rgb[v[~shade], u[~shade]] = (200, 172, 64)
+    C = np.stack([chroma(rgb)[m > 0].mean(0) for m in seg.masks])
+    assert np.linalg.norm(C[0] - C[1]) == pytest.approx(0.071, abs=0.004)
+    np.testing.assert_array_equal(alike_colours(C, 0.12), [True, True])
+    np.testing.assert_array_equal(alike_colours(C, 0.06), [False, False])
+    scene = TrackScene(rec, prims, cfg)
+    scene.set_background(rec.depth(0), seg.masks, rgb)
+    assert scene.body_chroma is None   # no part keeps a colour: no pixel takes the box's label
+    rod = np.flatnonzero(seg.masks.reshape(2, -1)[1])
+    blue = rgb.copy()
+    blue[seg.masks[0] > 0] = (40, 40, 200)
+    scene.set_background(rec.depth(0), seg.masks, blue)
+    assert np.isfinite(scene.body_chroma).all()   # apart: both keep their colours
+    assert (scene.labels(blue, rod) == 0).sum() == 0   # and none of the rod's pixels is the box's
+
+
+def test_a_part_of_its_backgrounds_colour_gets_no_colour_label_that_holds_it_on_its_start(tmp_path):
+    """A blue box on a grey wall with a rod whose greyish pink lies 0.038 from the wall's colour: where
+    the rod lay at the start the wall's colour is not known, so wall pixels there (0.038 from the
+    rod's colour, within ``noise.color_tol`` 0.06) would take the rod's label and hold it there. The
+    rod's colour is dropped (the wall around it, ``surroundings``, is measured 0.038 away); the
+    box's, 0.46 from the wall's, is kept."""
+    truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
+    rec = open_recording(tmp_path / "pair")
+    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
+    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
+    rgb = np.full((120, 160, 3), 128, np.uint8)
+    rgb[seg.masks[0] > 0] = (40, 40, 200)
+    rgb[seg.masks[1] > 0] = (140, 125, 120)
+    ch = chroma(rgb)
+    C = np.stack([ch[m > 0].mean(0) for m in seg.masks])
+    fg = cv2.dilate(seg.masks.any(0).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
+    around = surroundings(ch, seg.masks, fg)
+    np.testing.assert_allclose(around, np.full((2, 3), 129 / 387), atol=1e-6)   # the wall's grey
+    np.testing.assert_allclose(np.linalg.norm(C - around, axis=1), [0.462, 0.038], atol=0.002)
+    np.testing.assert_array_equal(alike_colours(C, 0.06, around), [False, True])
+    scene = TrackScene(rec, prims, cfg)
+    scene.set_background(rec.depth(0), seg.masks, rgb)
+    assert np.isfinite(scene.body_chroma[0]).all() and np.isnan(scene.body_chroma[1]).all()
+    wall = np.full_like(rgb, 128)   # the rod gone: its place shows the wall, whose colour there is unknown
+    assert (scene.labels(wall, np.flatnonzero(seg.masks.reshape(2, -1)[1])) == 1).sum() == 0
 
 
 HUB = Shape("hub", "box", size=(0.12, 0.12, 0.08))
