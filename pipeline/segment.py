@@ -73,6 +73,7 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.actuators import off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
@@ -350,6 +351,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         depth, nimg, metric = frame_input(rec, i, s)
         found = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
                                max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
+        found = off_actuators(rec, i, found, s)   # the hole a known actuator leaves is no part
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
         dets, matched, seen, total = _name_frame(cfg, rec, i, depth, K, smoothed, found, metric, s)
         if split is not None and metric:  # a mask partly still, partly moving: split where that names better
