@@ -22,6 +22,8 @@ A library sphere is also found by its radius in the depth (``segment_sphere``): 
 depth fits it gets sphere evidence, and where it stays unnamed it is cut out of a rod's mask
 that holds it; two look-alike rods (one type and radius) are named longer to longer where
 that costs little more (``segment_match``).
+A detection lying mostly on a known actuator's pixels (the hole its tip leaves in the depth) is
+no part (``actuators.off_actuators``).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
