@@ -15,10 +15,15 @@ It does not track the actuator (its pose is known) nor model its contacts (ident
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import cv2
 import numpy as np
 
 from vid2sim.datasets.recording import Recording
+
+if TYPE_CHECKING:
+    from vid2sim.models.segmenter.model import Detection
 
 MARGIN_M = 0.015  # a reading this much nearer than the actuator's surface is a part in front of it
 RING_PX = 1       # the actuator's outline grows by this many pixels (edge pixels mix tool and scene)
@@ -89,7 +94,7 @@ def hidden_pixels(rec: Recording, i: int) -> np.ndarray | None:
     return rec.hidden(i) if isinstance(rec, ExplainedRecording) else None
 
 
-def off_actuators(rec: Recording, i: int, dets: list, s: int = 1) -> list:
+def off_actuators(rec: Recording, i: int, dets: list[Detection], s: int = 1) -> list[Detection]:
     """``dets`` (detections of frame i with a ``mask``: (H/s, W/s) bool at 1/s of the frame)
     without those more than ``ACTUATOR_SHARE`` of whose pixels are actuator pixels of frame i
     (``hidden``, the s x s blocks at least half hidden): no depth reading there, so such a
