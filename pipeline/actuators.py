@@ -8,17 +8,26 @@ surface (its shape ray-cast at its known pose through the recording's camera,
 Pixels where a part is in front of the actuator keep their reading. ``hidden(i)`` gives
 those pixels, so that colour evidence there (the tool's own colour) is set aside too.
 
+``off_actuators`` drops the segmenter's detections that lie mostly on those pixels: the hole
+an actuator leaves in the depth has the tool's outline, and is found as a part of its shape.
+
 It does not track the actuator (its pose is known) nor model its contacts (identify does).
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
 from vid2sim.datasets.recording import Recording
 
+if TYPE_CHECKING:
+    from vid2sim.models.segmenter.model import Detection
+
 MARGIN_M = 0.015  # a reading this much nearer than the actuator's surface is a part in front of it
 RING_PX = 1       # the actuator's outline grows by this many pixels (edge pixels mix tool and scene)
+ACTUATOR_SHARE = 0.5  # in (0, 1]: a detection with more than this share of its pixels hidden is the actuator
 
 
 class ExplainedRecording(Recording):
@@ -83,6 +92,20 @@ def explain_actuators(rec: Recording) -> Recording:
 def hidden_pixels(rec: Recording, i: int) -> np.ndarray | None:
     """(H, W) bool actuator pixels of frame i for an ``ExplainedRecording``, else None."""
     return rec.hidden(i) if isinstance(rec, ExplainedRecording) else None
+
+
+def off_actuators(rec: Recording, i: int, dets: list[Detection], s: int = 1) -> list[Detection]:
+    """``dets`` (detections of frame i with a ``mask``: (H/s, W/s) bool at 1/s of the frame)
+    without those more than ``ACTUATOR_SHARE`` of whose pixels are actuator pixels of frame i
+    (``hidden``, the s x s blocks at least half hidden): no depth reading there, so such a
+    detection is the hole the actuator leaves, not a part. ``dets`` itself without actuators."""
+    hidden = hidden_pixels(rec, i)
+    if hidden is None or not hidden.any() or not dets:
+        return dets
+    h, w = dets[0].mask.shape
+    if hidden.shape != (h, w):
+        hidden = cv2.resize(hidden.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA) >= 0.5
+    return [d for d in dets if (d.mask & hidden).sum() <= ACTUATOR_SHARE * max(int(d.mask.sum()), 1)]
 
 
 def fill_hidden(depth: np.ndarray, hidden: np.ndarray | None, iterations: int = 2000) -> np.ndarray:

@@ -22,6 +22,8 @@ A library sphere is also found by its radius in the depth (``segment_sphere``): 
 depth fits it gets sphere evidence, and where it stays unnamed it is cut out of a rod's mask
 that holds it; two look-alike rods (one type and radius) are named longer to longer where
 that costs little more (``segment_match``).
+A detection lying mostly on a known actuator's pixels (the hole its tip leaves in the depth) is
+no part (``actuators.off_actuators``).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
@@ -73,6 +75,7 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
+from vid2sim.pipeline.actuators import off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
@@ -350,6 +353,7 @@ def _candidates(cfg: SegmentConfig, rec: Recording, frames: list[int], zoom: flo
         depth, nimg, metric = frame_input(rec, i, s)
         found = _dedupe(detect(cfg.method, depth, nimg, K, cfg.score_threshold, cfg.checkpoint,
                                max(1, round(cfg.min_pixels / s**2)), cfg.snap_to_depth and metric, zoom, s))
+        found = off_actuators(rec, i, found, s)   # the hole a known actuator leaves is no part
         smoothed = smooth_depth(depth)  # once per frame, for every part's extents
         dets, matched, seen, total = _name_frame(cfg, rec, i, depth, K, smoothed, found, metric, s)
         if split is not None and metric:  # a mask partly still, partly moving: split where that names better

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vid2sim.datasets.recording import open_recording
-from vid2sim.pipeline.actuators import ExplainedRecording, explain_actuators, fill_hidden
+from vid2sim.pipeline.actuators import ExplainedRecording, explain_actuators, fill_hidden, off_actuators
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,34 @@ def test_the_pushers_pixels_are_explained_and_the_parts_kept(pushed):
         assert (hidden & ~tip & ~body).sum() <= 0.5 * tip.sum(), k       # a one-pixel ring of floor at most
         d = ex.depth(k)
         assert np.all(d[hidden] == 0) and np.array_equal(d[~hidden], rec.depth(k)[~hidden])
+
+
+def test_the_hole_the_pusher_leaves_is_no_part_and_a_link_touching_it_is_kept(pushed):
+    """Frame 0: the segmenter (magnified look) finds the tip's hole as a box (216 of its 245 px
+    hidden); frame 45: a link's mask holds the tip it touches (171 of 646 px hidden). The
+    first is dropped, the second and the other links kept, at full and at half resolution."""
+    from vid2sim.datasets.synthetic import TIP_ID
+    from vid2sim.models.segmenter.model import Detection
+    from vid2sim.pipeline.segment import SegmentConfig, _candidates
+
+    ex = explain_actuators(open_recording(pushed))
+    cfg = SegmentConfig()
+    for k in (0, 45):
+        ids = cv2.imread(str(pushed / "truth_masks" / f"{k:06d}.png"), cv2.IMREAD_UNCHANGED)
+        links = [ids == b for b in (1, 2, 3)]
+        assert (ids == TIP_ID).sum() > 100, k
+        found = _candidates(cfg, ex, [k], cfg.zoom)[0].found
+        hidden = ex.hidden(k)
+        share = [(d.mask & hidden).sum() / d.mask.sum() for d in found]
+        assert max(share) < 0.3, (k, share)                    # no detection is mostly the tip's hole
+        for link in links:                                     # every link found
+            assert max((d.mask & link).sum() for d in found) >= 0.8 * link.sum(), k
+        hole = cv2.dilate(hidden.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        dets = [Detection(hole, 0, 0.5), *[Detection(m | (hole & (cv2.dilate(m.astype(np.uint8), np.ones((9, 9),
+                                                                     np.uint8)) > 0)), 0, 0.8) for m in links]]
+        assert len(off_actuators(ex, k, dets)) == len(dets) - 1, k   # the hole alone is dropped
+        half = [Detection(d.mask.reshape(120, 2, 160, 2).any(axis=(1, 3)), 0, d.score) for d in dets]
+        assert [d.score for d in off_actuators(ex, k, half, s=2)] == [0.8, 0.8, 0.8], k
 
 
 def test_a_recording_without_actuators_is_itself(tmp_path):
