@@ -76,6 +76,7 @@ from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
+from vid2sim.pipeline.segment_contact import drop_apart
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
@@ -507,6 +508,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _finish(cfg, rec, c, candidates, s, motion, set(order), full)
 
     dets, seen, names = finish(best)
+    if motion is not None:  # a still name apart in depth from the moving parts (segment_contact)
+        dets, seen, names = drop_apart(motion, best, (dets, seen, names), finish, set(order), rec.shapes,
+                                       downsample_intrinsics(rec.camera.K, s), cfg.size_tolerance, SURPLUS_SIZE_COST)
     if metric and rec.has_depth:  # a library shape still unnamed: the next candidate frames (segment_fallback)
         best, (dets, seen, names) = fall_back(candidates, best, (dets, seen, names), finish,
                                               lambda c: c.rank, set(order), rec.shapes, cfg.size_tolerance,
