@@ -46,7 +46,9 @@ By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``
 detection pays more only for the library shapes the moving ones contest (``contested``: a still
 distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
-mask): cut by motion where that names as well (``segment_nested``). Writes the overlay PNG.
+mask): cut by motion where that names as well (``segment_nested``). A still named part apart in 3-D
+from every moving part (a look-alike a part swings in front of) is left out where the frame, named
+again without it, still explains every shape it did (``segment_contact``). Writes the overlay PNG.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
 that move rigidly are the parts), unless ``motion.by_motion`` is "off".
