@@ -48,7 +48,9 @@ By default only the narrow cue (``still_samples``, ``segment_still.StillMotion``
 detection pays more only for the library shapes the moving ones contest (``contested``: a still
 distractor loses the cart's name to the moving cart; the still carcass keeps its own).
 A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
-mask): cut by motion where that names as well (``segment_nested``). Writes the overlay PNG.
+mask): cut by motion where that names as well (``segment_nested``). A still named part apart in 3-D
+from every moving part (a look-alike a part swings in front of) is left out where the frame, named
+again without it, still explains every shape it did (``segment_contact``). Writes the overlay PNG.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
 that move rigidly are the parts), unless ``motion.by_motion`` is "off".
@@ -79,6 +81,7 @@ from vid2sim.pipeline.actuators import off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
+from vid2sim.pipeline.segment_contact import drop_apart
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
@@ -511,6 +514,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         return _finish(cfg, rec, c, candidates, s, motion, set(order), full)
 
     dets, seen, names = finish(best)
+    if motion is not None:  # a still name apart in depth from the moving parts (segment_contact)
+        dets, seen, names = drop_apart(motion, best, (dets, seen, names), finish, set(order), rec.shapes,
+                                       downsample_intrinsics(rec.camera.K, s), cfg.size_tolerance, SURPLUS_SIZE_COST)
     if metric and rec.has_depth:  # a library shape still unnamed: the next candidate frames (segment_fallback)
         best, (dets, seen, names) = fall_back(candidates, best, (dets, seen, names), finish,
                                               lambda c: c.rank, set(order), rec.shapes, cfg.size_tolerance,
