@@ -40,6 +40,11 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
     frame's ``smooth_depth`` when the caller measures several parts of one frame.
     """
     smoothed = smooth_depth(depth) if smoothed is None else smoothed
+    # the mask's box grown by the erosion's 1 px: pixel (v, u) of the crop is (v + y0, u + x0)
+    x, y, w, h = cv2.boundingRect(np.ascontiguousarray(mask, bool).view(np.uint8))
+    y0, x0 = max(y - 1, 0), max(x - 1, 0)
+    box = np.s_[y0:y + h + 1, x0:x + w + 1]
+    mask, depth, smoothed = mask[box], depth[box], smoothed[box]
     whole = mask & (depth > 0)
     m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
     if (m & (depth > 0)).sum() < max(10, THIN_KEPT * whole.sum()):
@@ -48,6 +53,7 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
     if m.sum() < 3:
         return 0.0, 0.0
     v, u = np.nonzero(m)
+    v, u = v + y0, u + x0
     z = smoothed[m].astype(np.float64)
     zm = float(np.median(z))
     span2d = max(np.ptp(u), np.ptp(v)) * zm / K[0, 0]
@@ -63,6 +69,7 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
     if n <= 1e-6:  # a rod seen end-on: no in-image width
         return length, second
     vw, uw = np.nonzero(whole)  # the in-image width of the whole mask: erosion took 2 px of it
+    vw, uw = vw + y0, uw + x0
     pw = _points(uw, vw, smoothed[whole].astype(np.float64), K, zm, span2d)
     if len(pw) < 3:
         return length, second

@@ -8,7 +8,7 @@ import math
 import cv2
 import numpy as np
 
-from vid2sim.models.segmenter.model import Detection, Segmenter, mask_iou
+from vid2sim.models.segmenter.model import BoxedMask, Detection, Segmenter, boxed, iou_above
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +220,12 @@ def _drop_cut_pieces(found: list[tuple[int, Detection, bool]], share: float = 0.
 
 
 def _dedupe(dets: list[Detection], iou: float = 0.5) -> list[Detection]:
+    """``dets`` less each one whose mask IoU with an earlier kept one is above ``iou`` (>= 0)."""
     kept: list[Detection] = []
+    boxes: list[BoxedMask] = []
     for d in dets:
-        if all(mask_iou(d.mask, k.mask) <= iou for k in kept):
+        b = boxed(d.mask)
+        if not any(iou_above(b, k, iou) for k in boxes):
             kept.append(d)
+            boxes.append(b)
     return kept

@@ -275,16 +275,17 @@ def _box_gap(a: tuple[slice, slice] | None, b: tuple[slice, slice] | None) -> fl
 
 
 def split_bent(mask: np.ndarray, rng: np.random.Generator, min_pixels: int, fill: float = 0.6,
-               trials: int = 200) -> list[np.ndarray]:
+               trials: int = 200, origin: tuple[int, int] = (0, 0)) -> list[np.ndarray]:
     """Split a region that is several rods joined end to end (an L, a V, a chain).
 
     A single primitive fills most of its minimum-area rectangle; a bent chain does not.
     Such a region is cut into straight pieces by sequential RANSAC of 2-D lines over its
     pixels (inlier band: the rod's width from the distance transform); leftover pixels
-    join the nearest piece.
+    join the nearest piece. origin: (x, y) px of the mask's first column and row in the frame
+    (a mask cut from a larger frame: the line fit sees frame coordinates).
     """
     v, u = np.nonzero(mask)
-    pts = np.stack([u, v], 1).astype(np.float32)
+    pts = np.stack([u + origin[0], v + origin[1]], 1).astype(np.float32)
     (_, (rw, rh), _) = cv2.minAreaRect(pts)
     if len(pts) < 2 * min_pixels or len(pts) / max(rw * rh, 1.0) >= fill:
         return [mask]
@@ -367,6 +368,19 @@ def class_scores(cls: int, conf: float) -> np.ndarray:
     return cs
 
 
+_PAD = 2  # px a region's box is grown by in segment_geometric: its 3x3 erosion and dilation stay inside
+
+
+def _grown(box: tuple[slice, slice] | None, shape: tuple[int, int]) -> tuple[slice, slice] | None:
+    """A ``find_objects`` box (rows, columns) grown by ``_PAD`` px on every side, inside an image of
+    ``shape`` (H, W); None stays None."""
+    if box is None:
+        return None
+    v, u = box
+    return (slice(max(v.start - _PAD, 0), min(v.stop + _PAD, shape[0])),
+            slice(max(u.start - _PAD, 0), min(u.stop + _PAD, shape[1])))
+
+
 def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, seed: int = 0,
                       P: np.ndarray | None = None, N: np.ndarray | None = None) -> list[Detection]:
     """depth: (H, W) metres (0 = none), K: (3, 3) -> detections (mask, class, confidence).
@@ -384,52 +398,60 @@ def segment_geometric(depth: np.ndarray, K: np.ndarray, min_pixels: int = 40, se
     fg[:, :2] = fg[:, -2:] = False
     count, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=4)
     h, w = d.shape
+    boxes = ndimage.find_objects(lab)
     ids = []
     for k in range(1, count):
-        m = lab == k
-        if m.sum() < min_pixels:
+        v, u = boxes[k - 1]
+        if np.count_nonzero(lab[v, u] == k) < min_pixels:
             continue
-        v, u = np.nonzero(m)
         # A band from one image border to the other is a piece of the room (a floor strip
         # beyond a plane's inlier band), not a part.
-        if (u.min() <= 3 and u.max() >= w - 4) or (v.min() <= 3 and v.max() >= h - 4):
+        if (u.start <= 3 and u.stop - 1 >= w - 4) or (v.start <= 3 and v.stop - 1 >= h - 4):
             continue
         ids.append(k)
     if len(ids) <= MERGE_MAX_REGIONS:
         lab = merge_occluded(lab, d, ids)
+        boxes = ndimage.find_objects(lab)
     else:
         log.warning("segment: %d depth regions of >= %d px (a shattered frame, e.g. sensor noise at high "
                     "resolution): the merge of parts cut by a nearer one is skipped", len(ids), min_pixels)
+    ones = np.ones((3, 3), np.uint8)
 
-    def classify(m: np.ndarray) -> tuple[int, float] | None:
-        inner = cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        use = inner & valid if (inner & valid).sum() >= 20 else m & valid
-        return classify_region(P[use], N[use], rng) if use.sum() >= 10 else None
+    def classify(m: np.ndarray, box: tuple[slice, slice]) -> tuple[int, float] | None:
+        inner = cv2.erode(m.astype(np.uint8), ones) > 0
+        ok = valid[box]
+        use = inner & ok if (inner & ok).sum() >= 20 else m & ok
+        return classify_region(P[box][use], N[box][use], rng) if use.sum() >= 10 else None
 
-    regions = []
+    regions = []  # (mask in its box, class or None, box): each region is worked on in its box grown by _PAD
     for k in ids:
-        m = lab == k
-        c = classify(m)
+        box = _grown(boxes[k - 1] if k <= len(boxes) else None, (h, w))
+        if box is None:
+            continue  # merged into another region
+        m = lab[box] == k
+        c = classify(m, box)
         if c is None:
             continue
         pieces = [m]
         if c[0] != BOX:
             pieces = split_blob(m, min_pixels)
-            if len(pieces) == 2 and (classify(pieces[0]) or (None,))[0] != SPHERE:
+            if len(pieces) == 2 and (classify(pieces[0], box) or (None,))[0] != SPHERE:
                 pieces = [m]  # only a ball is cut off a rod
-            pieces = [q for p in pieces for q in split_bent(p, rng, min_pixels)]
-        regions.extend([(m, c)] if len(pieces) == 1 else [(p, None) for p in pieces])
+            pieces = [q for p in pieces for q in split_bent(p, rng, min_pixels, origin=(box[1].start, box[0].start))]
+        regions.extend([(m, c, box)] if len(pieces) == 1 else [(p, None, box) for p in pieces])
     dets = []
-    for m, c in regions:
+    for m, c, box in regions:
         if m.sum() < min_pixels:
             continue
-        c = c or classify(m)
+        c = c or classify(m, box)
         if c is None:
             continue
         cls, conf = c
         # Give back the edge pixels the discontinuity cut removed (one pixel around).
-        full = cv2.dilate(m.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
-        full &= (d > 0) & ~bg & ((lab == 0) | m)
+        near = cv2.dilate(m.astype(np.uint8), ones) > 0
+        near &= (d[box] > 0) & ~bg[box] & ((lab[box] == 0) | m)
+        full = np.zeros((h, w), bool)
+        full[box] = near
         cs = class_scores(cls, conf)
         dets.append(Detection(full, cls, float(conf), cs))
     return sorted(dets, key=lambda d: -d.score)

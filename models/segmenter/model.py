@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+import cv2
 import numpy as np
 import torch
 
@@ -68,6 +70,35 @@ class Detection:
 def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = np.logical_and(a, b).sum()
     return float(inter / max(1, np.logical_or(a, b).sum()))
+
+
+class BoxedMask(NamedTuple):
+    """A mask (H, W) bool with its bounding box (x0, y0, x1, y1) px, end exclusive, and its pixel count."""
+
+    mask: np.ndarray
+    box: tuple[int, int, int, int]
+    area: int
+
+
+def boxed(mask: np.ndarray) -> BoxedMask:
+    """``mask`` (H, W) bool with its bounding box and pixel count (an empty mask: box (0, 0, 0, 0))."""
+    x, y, w, h = cv2.boundingRect(np.ascontiguousarray(mask, bool).view(np.uint8))
+    return BoxedMask(mask, (x, y, x + w, y + h), int(np.count_nonzero(mask[y:y + h, x:x + w])))
+
+
+def iou_above(a: BoxedMask, b: BoxedMask, iou: float) -> bool:
+    """``mask_iou(a.mask, b.mask) > iou`` (iou >= 0), computed on the two masks' common box only,
+    and not at all where the boxes are apart or the smaller mask is at most ``iou`` of the larger
+    (the IoU is at most that share)."""
+    small, large = min(a.area, b.area), max(a.area, b.area)
+    if small == 0 or small / large <= iou:
+        return False
+    x0, y0 = max(a.box[0], b.box[0]), max(a.box[1], b.box[1])
+    x1, y1 = min(a.box[2], b.box[2]), min(a.box[3], b.box[3])
+    if x0 >= x1 or y0 >= y1:
+        return False
+    inter = int(np.count_nonzero(a.mask[y0:y1, x0:x1] & b.mask[y0:y1, x0:x1]))
+    return float(inter / max(1, a.area + b.area - inter)) > iou
 
 
 def group_detections(masks: list[np.ndarray], labels: list[int], scores: list[float],

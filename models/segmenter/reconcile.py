@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from vid2sim.models.segmenter.geometric import SPHERE, region_features
-from vid2sim.models.segmenter.model import Detection, mask_iou
+from vid2sim.models.segmenter.model import BoxedMask, Detection, boxed, mask_iou
 
 INSIDE = 0.6  # share of a geometric part inside a learned mask for it to count as held
 MIN_SHARE = 0.15  # a held part must be at least this share of the mask's region pixels
@@ -96,7 +96,8 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
     of the blob the network proposed, which along creases can be as many as the rest.
     """
     parts = [p for p in parts if p.mask.sum() >= min_pixels]
-    area = np.array([p.mask.sum() for p in parts], float)
+    boxes = [boxed(p.mask) for p in parts]
+    area = np.array([b.area for b in boxes], float)
     taken = np.zeros(len(parts), bool)
     split_out = np.zeros(regions.shape, bool)
     out: list[Detection] = []
@@ -106,8 +107,9 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
         n_inner = max(int(inner.sum()), 1)
         if split_out.any() and (inner & split_out).sum() >= SEEN * n_inner:
             continue
-        held = [k for k, p in enumerate(parts) if not taken[k] and (p.mask & m).sum() >= INSIDE * area[k]
-                and (p.mask & inner).sum() >= MIN_SHARE * n_inner]
+        box = boxed(m).box
+        held = [k for k in range(len(parts)) if not taken[k] and _inside(boxes[k], m, box) >= INSIDE * area[k]
+                and _inside(boxes[k], inner, box) >= MIN_SHARE * n_inner]
         if (not 2 <= len(held) <= 3 or sum(int((parts[k].mask & inner).sum()) for k in held) < COVER * n_inner
                 or _capsule_end([parts[k] for k in held]) or _is_sphere(m, P, N, rng)
                 or noisy and not _corroborated([parts[k] for k in held], d, dets)):
@@ -118,6 +120,15 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
             split_out |= parts[k].mask
             out.append(Detection(parts[k].mask, d.label, d.score, d.class_scores))
     return out
+
+
+def _inside(part: BoxedMask, mask: np.ndarray, box: tuple[int, int, int, int]) -> int:
+    """Pixels of ``part`` in ``mask`` (H, W) bool, whose pixels lie in ``box`` (x0, y0, x1, y1)."""
+    x0, y0 = max(part.box[0], box[0]), max(part.box[1], box[1])
+    x1, y1 = min(part.box[2], box[2]), min(part.box[3], box[3])
+    if x0 >= x1 or y0 >= y1:
+        return 0
+    return int(np.count_nonzero(part.mask[y0:y1, x0:x1] & mask[y0:y1, x0:x1]))
 
 
 def _corroborated(held: list[Detection], d: Detection, dets: list[Detection]) -> bool:

@@ -38,6 +38,7 @@ classified as rods changed it by under 0.002 and did not separate rott's links).
 from __future__ import annotations
 
 import numpy as np
+from scipy import ndimage
 
 from vid2sim.datasets.shapes import CLASSES
 from vid2sim.models.segmenter.class_head import ClassHead, instance_features
@@ -114,21 +115,23 @@ def _depth_only_parts(regions: np.ndarray, explained: np.ndarray, P: np.ndarray,
     on_bg = np.bincount(regions[bg], minlength=n)
     covered = np.bincount(regions[explained], minlength=n)
     h, w = regions.shape
+    boxes = ndimage.find_objects(regions)  # region k's (rows, columns) box: its pixels are worked on there
     out = []
     for k in np.flatnonzero((area >= max(min_pixels, 100)) & (on_bg < 0.3 * area) & (covered < 0.5 * area)):
         if k == 0:
             continue
-        m = regions == k
-        v, u = np.nonzero(m)
-        if (u.min() <= 3 and u.max() >= w - 4) or (v.min() <= 3 and v.max() >= h - 4):
+        box = v, u = boxes[k - 1]
+        if (u.start <= 3 and u.stop - 1 >= w - 4) or (v.start <= 3 and v.stop - 1 >= h - 4):
             continue  # a strip of floor or wall from border to border
-        m &= ~explained
-        use = m & valid
+        m = (regions[box] == k) & ~explained[box]
+        use = m & valid[box]
         if use.sum() < 10:
             continue
-        cls, conf = classify_region(P[use], N[use], rng)
+        cls, conf = classify_region(P[box][use], N[box][use], rng)
         cs = class_scores(cls, conf)
-        out.append(Detection(m, cls, DEPTH_ONLY_SCORE, cs * (DEPTH_ONLY_SCORE / float(cs.max()))))
+        full = np.zeros((h, w), bool)
+        full[box] = m
+        out.append(Detection(full, cls, DEPTH_ONLY_SCORE, cs * (DEPTH_ONLY_SCORE / float(cs.max()))))
     return out
 
 
