@@ -85,33 +85,39 @@ def test_a_part_mostly_inside_another_is_lost_unless_they_were_nested_at_the_sta
     assert not tracker.inside(torch.as_tensor(inside), support).any()
 
 
+def _grey_pair(path: Path) -> tuple[Segmentation, TrackScene, np.ndarray, np.ndarray]:
+    """One frame of the flying box and rod (``_flying_pair``, seed 0): its true masks, a TrackScene over
+    it (depth noise k 0.001), its (120, 160) depth in metres, and a (120, 160, 3) uint8 colour image of
+    mid grey to paint the parts on."""
+    _, seg = _flying_pair(path / "pair", seed=0, frames=1)
+    rec = open_recording(path / "pair")
+    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
+    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
+    return seg, TrackScene(rec, prims, cfg), rec.depth(0), np.full((120, 160, 3), 128, np.uint8)
+
+
 def test_colour_labels_that_miss_the_parts_own_pixels_switch_colour_off(tmp_path):
     """A part whose mask pixels mostly fall outside its mean colour's tolerance (two faces of
     different colour: half red, half green) would be pushed off its own pixels by colour
     silhouettes: its colour is dropped (its pixels undecided, not "no part"), the other part's
     kept; with no part's colour left, none is used."""
-    truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
-    rec = open_recording(tmp_path / "pair")
-    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
-    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
-    rgb = np.full((120, 160, 3), 128, np.uint8)
+    seg, scene, depth, rgb = _grey_pair(tmp_path)
     rgb[seg.masks[0] > 0] = (200, 40, 40)
     rgb[seg.masks[1] > 0] = (40, 40, 200)
-    scene = TrackScene(rec, prims, cfg)
-    scene.set_background(rec.depth(0), seg.masks, rgb)
+    scene.set_background(depth, seg.masks, rgb)
     assert scene.body_chroma is not None and scene.color_recall(rgb, seg.masks).min() > 0.99
     two = rgb.copy()
     v, u = np.nonzero(seg.masks[0])
     left = u < np.median(u)
     two[v[left], u[left]] = (40, 200, 40)
-    scene.set_background(rec.depth(0), seg.masks, two)
+    scene.set_background(depth, seg.masks, two)
     assert np.isnan(scene.body_chroma[0]).all() and np.isfinite(scene.body_chroma[1]).all()
     flat = np.flatnonzero(seg.masks.reshape(2, -1)[0])
     assert set(scene.labels(two, flat).tolist()) == {-2}   # the box's pixels: undecided, not "no part"
     v, u = np.nonzero(seg.masks[1])
     left = u < np.median(u)
     two[v[left], u[left]] = (200, 40, 40)   # the rod half red, half blue as well: no part keeps a colour
-    scene.set_background(rec.depth(0), seg.masks, two)
+    scene.set_background(depth, seg.masks, two)
     assert scene.body_chroma is None
 
 
@@ -121,11 +127,7 @@ def test_parts_of_alike_colours_get_no_colour_labels_that_drag_one_onto_the_othe
     pixel's label cannot tell them apart: 40 % of the rod's pixels took the box's label (its colour
     silhouette would drag the box onto the rod). Both parts' colours are dropped and those pixels are
     undecided. With the box blue, both keep their colours."""
-    truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
-    rec = open_recording(tmp_path / "pair")
-    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
-    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
-    rgb = np.full((120, 160, 3), 128, np.uint8)
+    seg, scene, depth, rgb = _grey_pair(tmp_path)
     rgb[seg.masks[0] > 0] = (200, 170, 60)
     v, u = np.nonzero(seg.masks[1])
     shade = u < np.quantile(u, 0.6)
@@ -135,13 +137,12 @@ def test_parts_of_alike_colours_get_no_colour_labels_that_drag_one_onto_the_othe
     assert np.linalg.norm(C[0] - C[1]) == pytest.approx(0.071, abs=0.004)
     np.testing.assert_array_equal(alike_colours(C, 0.12), [True, True])
     np.testing.assert_array_equal(alike_colours(C, 0.06), [False, False])
-    scene = TrackScene(rec, prims, cfg)
-    scene.set_background(rec.depth(0), seg.masks, rgb)
+    scene.set_background(depth, seg.masks, rgb)
     assert scene.body_chroma is None   # no part keeps a colour: no pixel takes the box's label
     rod = np.flatnonzero(seg.masks.reshape(2, -1)[1])
     blue = rgb.copy()
     blue[seg.masks[0] > 0] = (40, 40, 200)
-    scene.set_background(rec.depth(0), seg.masks, blue)
+    scene.set_background(depth, seg.masks, blue)
     assert np.isfinite(scene.body_chroma).all()   # apart: both keep their colours
     assert (scene.labels(blue, rod) == 0).sum() == 0   # and none of the rod's pixels is the box's
 
@@ -152,11 +153,7 @@ def test_a_part_of_its_backgrounds_colour_gets_no_colour_label_that_holds_it_on_
     rod's colour, within ``noise.color_tol`` 0.06) would take the rod's label and hold it there. The
     rod's colour is dropped (the wall around it, ``surroundings``, is measured 0.038 away); the
     box's, 0.46 from the wall's, is kept."""
-    truth, seg = _flying_pair(tmp_path / "pair", seed=0, frames=1)
-    rec = open_recording(tmp_path / "pair")
-    prims = [Primitive.from_shape(BOX), Primitive.from_shape(ROD)]
-    cfg = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.001))
-    rgb = np.full((120, 160, 3), 128, np.uint8)
+    seg, scene, depth, rgb = _grey_pair(tmp_path)
     rgb[seg.masks[0] > 0] = (40, 40, 200)
     rgb[seg.masks[1] > 0] = (140, 125, 120)
     ch = chroma(rgb)
@@ -166,8 +163,7 @@ def test_a_part_of_its_backgrounds_colour_gets_no_colour_label_that_holds_it_on_
     np.testing.assert_allclose(around, np.full((2, 3), 129 / 387), atol=1e-6)   # the wall's grey
     np.testing.assert_allclose(np.linalg.norm(C - around, axis=1), [0.462, 0.038], atol=0.002)
     np.testing.assert_array_equal(alike_colours(C, 0.06, around), [False, True])
-    scene = TrackScene(rec, prims, cfg)
-    scene.set_background(rec.depth(0), seg.masks, rgb)
+    scene.set_background(depth, seg.masks, rgb)
     assert np.isfinite(scene.body_chroma[0]).all() and np.isnan(scene.body_chroma[1]).all()
     wall = np.full_like(rgb, 128)   # the rod gone: its place shows the wall, whose colour there is unknown
     assert (scene.labels(wall, np.flatnonzero(seg.masks.reshape(2, -1)[1])) == 1).sum() == 0
