@@ -12,11 +12,11 @@ motion cue's change threshold at the still detection's depth (``change_threshold
 noise grows as z^2).
 
 ``drop_apart`` names the chosen frame again without the found detections that lie on such
-an apart still named part, and without its pixels in the others (the caller's whole naming, so that a shape it leaves unnamed is
-looked for with the full motion cue), and keeps that naming only where it explains at least
-as many library shapes at a size they can have and names every part at a fitting size: the
-look-alike loses its name only where the mechanism's own parts take all the names it held,
-so no shape goes missing for it (no new stop).
+an apart still named part, and without its pixels in the others (the caller's whole naming,
+so that a shape it leaves unnamed is looked for with the full motion cue), and keeps that
+naming only where it explains at least as many library shapes at a size they can have and
+names every part at a fitting size: the look-alike loses its name only where the mechanism's
+own parts take all the names it held, so no shape goes missing for it (no new stop).
 
 Not here: a still detection apart from the moving parts is not made background on its own
 (a real clip may hold still library objects apart from the moving one); the image-space
