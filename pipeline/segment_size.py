@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 
 from vid2sim.datasets.shapes import Shape
+from vid2sim.models.segmenter.model import boxed
 from vid2sim.models.segmenter.normals import smooth_depth
 
 
@@ -41,9 +42,9 @@ def measure_extents(mask: np.ndarray, depth: np.ndarray, K: np.ndarray,
     """
     smoothed = smooth_depth(depth) if smoothed is None else smoothed
     # the mask's box grown by the erosion's 1 px: pixel (v, u) of the crop is (v + y0, u + x0)
-    x, y, w, h = cv2.boundingRect(np.ascontiguousarray(mask, bool).view(np.uint8))
+    x, y, x1, y1 = boxed(mask).box
     y0, x0 = max(y - 1, 0), max(x - 1, 0)
-    box = np.s_[y0:y + h + 1, x0:x + w + 1]
+    box = np.s_[y0:y1 + 1, x0:x1 + 1]
     mask, depth, smoothed = mask[box], depth[box], smoothed[box]
     whole = mask & (depth > 0)
     m = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0

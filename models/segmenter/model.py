@@ -86,18 +86,24 @@ def boxed(mask: np.ndarray) -> BoxedMask:
     return BoxedMask(mask, (x, y, x + w, y + h), int(np.count_nonzero(mask[y:y + h, x:x + w])))
 
 
+def box_overlap(a: BoxedMask, mask: np.ndarray, box: tuple[int, int, int, int]) -> int:
+    """Pixels of ``a.mask & mask`` ((H, W) bool, every pixel of it inside ``box`` (x0, y0, x1, y1)),
+    counted on the common box of ``a.box`` and ``box`` only; 0 where the boxes are apart."""
+    x0, y0 = max(a.box[0], box[0]), max(a.box[1], box[1])
+    x1, y1 = min(a.box[2], box[2]), min(a.box[3], box[3])
+    if x0 >= x1 or y0 >= y1:
+        return 0
+    return int(np.count_nonzero(a.mask[y0:y1, x0:x1] & mask[y0:y1, x0:x1]))
+
+
 def iou_above(a: BoxedMask, b: BoxedMask, iou: float) -> bool:
-    """``mask_iou(a.mask, b.mask) > iou`` (iou >= 0), computed on the two masks' common box only,
-    and not at all where the boxes are apart or the smaller mask is at most ``iou`` of the larger
+    """``mask_iou(a.mask, b.mask) > iou`` (iou >= 0), computed on the two masks' common box only
+    (``box_overlap``), and not at all where the smaller mask is at most ``iou`` of the larger
     (the IoU is at most that share)."""
     small, large = min(a.area, b.area), max(a.area, b.area)
     if small == 0 or small / large <= iou:
         return False
-    x0, y0 = max(a.box[0], b.box[0]), max(a.box[1], b.box[1])
-    x1, y1 = min(a.box[2], b.box[2]), min(a.box[3], b.box[3])
-    if x0 >= x1 or y0 >= y1:
-        return False
-    inter = int(np.count_nonzero(a.mask[y0:y1, x0:x1] & b.mask[y0:y1, x0:x1]))
+    inter = box_overlap(a, b.mask, b.box)
     return float(inter / max(1, a.area + b.area - inter)) > iou
 
 

@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from vid2sim.models.segmenter.geometric import SPHERE, region_features
-from vid2sim.models.segmenter.model import BoxedMask, Detection, boxed, mask_iou
+from vid2sim.models.segmenter.model import Detection, box_overlap, boxed, mask_iou
 
 INSIDE = 0.6  # share of a geometric part inside a learned mask for it to count as held
 MIN_SHARE = 0.15  # a held part must be at least this share of the mask's region pixels
@@ -108,9 +108,10 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
         if split_out.any() and (inner & split_out).sum() >= SEEN * n_inner:
             continue
         box = boxed(m).box
-        held = [k for k in range(len(parts)) if not taken[k] and _inside(boxes[k], m, box) >= INSIDE * area[k]
-                and _inside(boxes[k], inner, box) >= MIN_SHARE * n_inner]
-        if (not 2 <= len(held) <= 3 or sum(int((parts[k].mask & inner).sum()) for k in held) < COVER * n_inner
+        in_inner = {k: box_overlap(boxes[k], inner, box) for k in range(len(parts))   # parts inside the mask
+                    if not taken[k] and box_overlap(boxes[k], m, box) >= INSIDE * area[k]}
+        held = [k for k, n in in_inner.items() if n >= MIN_SHARE * n_inner]
+        if (not 2 <= len(held) <= 3 or sum(in_inner[k] for k in held) < COVER * n_inner
                 or _capsule_end([parts[k] for k in held]) or _is_sphere(m, P, N, rng)
                 or noisy and not _corroborated([parts[k] for k in held], d, dets)):
             out.append(d)
@@ -120,15 +121,6 @@ def split_merged(dets: list[Detection], parts: list[Detection], regions: np.ndar
             split_out |= parts[k].mask
             out.append(Detection(parts[k].mask, d.label, d.score, d.class_scores))
     return out
-
-
-def _inside(part: BoxedMask, mask: np.ndarray, box: tuple[int, int, int, int]) -> int:
-    """Pixels of ``part`` in ``mask`` (H, W) bool, whose pixels lie in ``box`` (x0, y0, x1, y1)."""
-    x0, y0 = max(part.box[0], box[0]), max(part.box[1], box[1])
-    x1, y1 = min(part.box[2], box[2]), min(part.box[3], box[3])
-    if x0 >= x1 or y0 >= y1:
-        return 0
-    return int(np.count_nonzero(part.mask[y0:y1, x0:x1] & mask[y0:y1, x0:x1]))
 
 
 def _corroborated(held: list[Detection], d: Detection, dets: list[Detection]) -> bool:
