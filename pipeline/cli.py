@@ -29,12 +29,14 @@ from rich.logging import RichHandler
 
 from vid2sim.pipeline import run as runner
 from vid2sim.pipeline.config import is_group
+from vid2sim.pipeline.logs import RepeatFilter
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Turn a video of a moving mechanism into a simulation of it (a URDF digital twin).")
 err = Console(stderr=True)
 USER_ERRORS = runner.USER_ERRORS  # their messages name the file and the problem: printed as they are
 _DEBUG = {"on": False}  # set by --debug: show the traceback of a failure as well
+_REPEATS: dict[str, RepeatFilter | None] = {"filter": None}  # the log handler's filter, without --verbose
 
 
 @app.callback()
@@ -45,8 +47,11 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
                                            "several vid2sim processes share the machine: two processes of 2 "
                                            "threads on 2 cores tracked at 5 s/frame instead of 0.1.")) -> None:
     _DEBUG["on"] = debug
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
-                        handlers=[RichHandler(console=err, show_path=False, show_time=False)])
+    handler = RichHandler(console=err, show_path=False, show_time=False)
+    if not verbose:  # a warning met once per frame is shown once, the repeats counted (pipeline/logs)
+        _REPEATS["filter"] = RepeatFilter()
+        handler.addFilter(_REPEATS["filter"])
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s", handlers=[handler])
     if threads:
         import torch
 
@@ -360,6 +365,13 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _say_repeats() -> None:
+    """The line naming the repeated warnings the log handler hid, if it hid any."""
+    line = _REPEATS["filter"].summary() if _REPEATS["filter"] is not None else None
+    if line:
+        err.print(line, markup=False, highlight=False)
+
+
 def main() -> None:
     """Run the CLI. Every failure ends in one ``error:`` line and exit code 2 (``--debug``:
     with its traceback); Ctrl-C in exit code 130."""
@@ -367,12 +379,16 @@ def main() -> None:
     signal.signal(signal.SIGINT, _interrupt)
     try:
         app()  # usage errors, --help and Ctrl-C (exit code 130) are handled by typer itself
+    except SystemExit:
+        _say_repeats()
+        raise
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the one place every failure is turned into a line
         if _DEBUG["on"]:
             traceback.print_exc()
+        _say_repeats()  # before the error line, which stays the last
         # escaped: a message's own brackets ("tuple[int, ...]", "['a', 'b']") are not Rich markup
         err.print(f"[red]error:[/] {rich.markup.escape(error_line(e, argv))}", highlight=False, soft_wrap=True)
         sys.exit(2)
