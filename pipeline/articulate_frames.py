@@ -21,7 +21,7 @@ from vid2sim.pipeline.artifacts import PoseTracks
 
 SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
 REFERENCE_REACH = 2  # a rod frame's reference is one of the next this many valid frames (before or after)
-UNTRUSTED_TURN = np.pi / 2  # rad added to the turn to a frame not trusted: over any line angle, so it is a leaf where it can be
+UNTRUSTED_TURN = np.pi / 2  # rad added to a turn to a frame not trusted: over any line angle, so it is a leaf
 BOX_SYMMETRY_TOL = 0.1  # relative: box extents this close are alike (a turn swapping them looks the same)
 
 

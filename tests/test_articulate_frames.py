@@ -4,7 +4,6 @@ double pendulum stays a chain of hinges."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from scipy.spatial.transform import Rotation
 from vid2sim.datasets.synthetic import simulate
 from vid2sim.models import geometry
