@@ -478,10 +478,11 @@ def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: 
     names = list(poses.body_names)
     unseen_axes = unseen_rotations(poses, shapes)
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
-    W = rods_without_spin_jumps(rods_without_flips(W, valid, names, rods), valid, names, rods)
+    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
+    W = rods_without_flips(W, valid, names, rods, trusted=~poor)  # a poorly fit frame is no rod's reference
+    W = rods_without_spin_jumps(W, valid, names, rods, trusted=~poor)
     W = boxes_without_flips(W, valid, names, box_symmetries(poses, shapes))
     est_p, est_r = fit.estimate_noise(W, valid)
-    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
     if poor.any():
         log.info("frames %s: the tracking residual stands out from its usual level: set aside as poorly fit",
                  np.flatnonzero(poor).tolist())

@@ -4,38 +4,69 @@ A tracker fits a shape to depth; where the shape looks the same turned (a rod en
 about its own axis, a box by its symmetries), the frame it reports may switch between those
 turns from one frame to the next, which no joint explains. ``rods_without_flips``,
 ``rods_without_spin_jumps`` and ``boxes_without_flips`` take the switches out: world_from_body
-(T, M, 4, 4) in, the same with each such body's rotation turned back to the previous valid
-frame's; positions are never changed. Not here: the noise, the fits, the tree
+(T, M, 4, 4) in, the same with each such body's rotation turned back to a reference frame's (a
+box: the previous valid frame; a rod: a near frame its axis turned least from,
+``rod_reference_edges``); positions are never changed. Not here: the noise, the fits, the tree
 (``vid2sim.pipeline.articulate``).
 """
 from __future__ import annotations
 
 import itertools
 
+import networkx as nx
 import numpy as np
 
 from vid2sim.models import geometry as se3
 from vid2sim.pipeline.artifacts import PoseTracks
 
 SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than this between frames is a tracker's jump
+REFERENCE_REACH = 2  # a rod frame's reference is one of the next this many valid frames (before or after)
+UNTRUSTED_TURN = np.pi / 2  # rad added to a turn to a frame not trusted: over any line angle, so it is a leaf
 BOX_SYMMETRY_TOL = 0.1  # relative: box extents this close are alike (a turn swapping them looks the same)
 
 
-def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+def rod_reference_edges(z: np.ndarray, frames: np.ndarray, trusted: np.ndarray | None = None,
+                        reach: int = REFERENCE_REACH) -> list[tuple[int, int]]:
+    """(reference, frame) pairs, each reference listed before it serves, that carry a rod's
+    frame from the first trusted one of ``frames`` (N,) to every other: the minimum spanning tree
+    (Kruskal, networkx) over the frames, each joined to the next ``reach`` ones, weighted by the
+    angle between their z axes as lines (0-90 deg), plus ``UNTRUSTED_TURN`` where either frame is
+    not ``trusted`` (N,) bool (None: all). A frame's reference is thus a near frame its axis
+    turned least from, not just the one before: a mistracked frame whose axis is off both
+    neighbours', or one not trusted, ends as a leaf and the frames after it are carried from the
+    frame before it. Over a gap of ``reach`` frames a rod must turn less than 90 deg (else its
+    line's angle wraps round). z: (N, 3) unit axes."""
+    if len(frames) == 0:
+        return []
+    ok = np.ones(len(frames), bool) if trusted is None else np.asarray(trusted, bool)
+    G = nx.Graph()
+    G.add_nodes_from(range(len(frames)))
+    for gap in range(1, reach + 1):
+        cos = np.abs(np.einsum("ij,ij->i", z[gap:], z[:-gap]))
+        w = np.arccos(np.clip(cos, 0.0, 1.0)) + UNTRUSTED_TURN * ~(ok[gap:] & ok[:-gap])
+        G.add_weighted_edges_from(zip(range(len(w)), range(gap, len(w) + gap), w.tolist()))
+    tree = nx.minimum_spanning_tree(G, algorithm="kruskal")
+    return [(int(frames[a]), int(frames[b])) for a, b in nx.bfs_edges(tree, int(np.argmax(ok)))]
+
+
+def rods_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str],
+                       trusted: np.ndarray | None = None) -> np.ndarray:
     """(T, M, 4, 4) world_from_body with each rod's (capsule's, cylinder's) frame kept
     continuous: a rod looks the same turned end over end, and a tracker may switch
     between the two frames (double_pendulum, realistic depth: link2's frame turned 180
     deg about its x axis from frame 36 on), which no joint explains. Where a rod's z axis
-    points against its previous valid frame's, its frame is turned 180 deg about its own
-    x axis (same shape in the same place). Other bodies are returned as they are."""
+    points against its reference frame's (``rod_reference_edges`` over its valid frames; only
+    frames ``trusted`` (T,) bool, default all, serve as references), its frame is turned 180
+    deg about its own x axis (same shape in the same place). Other bodies are returned as
+    they are."""
     flip = np.diag([1.0, -1.0, -1.0])  # 180 deg about x: z -> -z
     W = np.array(W, float)
     for m in [names.index(r) for r in rods]:
-        prev = None
-        for t in np.flatnonzero(valid[:, m]):
-            if prev is not None and W[t, m, :3, 2] @ W[prev, m, :3, 2] < 0:
+        frames = np.flatnonzero(valid[:, m])
+        trust = None if trusted is None else trusted[frames]
+        for ref, t in rod_reference_edges(W[frames, m, :3, 2], frames, trust):
+            if W[t, m, :3, 2] @ W[ref, m, :3, 2] < 0:
                 W[t, m, :3, :3] = W[t, m, :3, :3] @ flip
-            prev = t
     return W
 
 
@@ -82,29 +113,34 @@ def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symm
     return W
 
 
-def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str]) -> np.ndarray:
+def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str],
+                            trusted: np.ndarray | None = None) -> np.ndarray:
     """(T, M, 4, 4) world_from_body with the jumps of each rod's spin about its own axis (z)
     taken out. A rod's spin cannot be seen; the tracker leaves it where it was, but a
     mistracked frame can leave it turned (double_pendulum, realistic depth, seed 1: by 73 deg
     about the lower link's axis from frame 12 on), and the joint coordinate solved from the
-    rotation then reads that turn as motion. Between valid frames, the spin the tracker
-    changed is measured against the least rotation carrying the previous frame's z axis to
-    this one's (the previous x axis made perpendicular to this z); a change above
-    ``SPIN_JUMP_DEG`` is a jump, undone in this frame and every later one (a turn about the
-    rod's own z axis). Smaller changes, positions and other bodies are kept as they are."""
+    rotation then reads that turn as motion. Each valid frame is compared with its reference
+    (``rod_reference_edges``, among the frames ``trusted`` (T,) bool, default all; its jumps
+    already undone): the spin the tracker changed is
+    measured against the least rotation carrying the reference's z axis to this one's (the
+    reference's x axis made perpendicular to this z); a change above ``SPIN_JUMP_DEG`` is a
+    jump, undone in this frame and every frame carried from it (a turn about the rod's own z
+    axis). Smaller changes, positions and other bodies are kept as they are."""
     W = np.array(W, float)
+    z_axis = np.array([0.0, 0.0, 1.0])
     for m in [names.index(r) for r in rods]:
-        turn, prev = 0.0, None
-        for t in np.flatnonzero(valid[:, m]):
-            if turn:
-                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([turn]))[0]
+        frames = np.flatnonzero(valid[:, m])
+        turn: dict[int, float] = {}
+        trust = None if trusted is None else trusted[frames]
+        for ref, t in rod_reference_edges(W[frames, m, :3, 2], frames, trust):
+            turn[t] = turn.get(ref, 0.0)
+            if turn[t]:
+                W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(z_axis, np.array([turn[t]]))[0]
             x, z = W[t, m, :3, 0], W[t, m, :3, 2]
-            if prev is not None:
-                carried = W[prev, m, :3, 0] - (W[prev, m, :3, 0] @ z) * z
-                if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg since the previous frame
-                    jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
-                    if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
-                        turn += jump
-                        W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(np.array([0.0, 0.0, 1.0]), np.array([jump]))[0]
-            prev = t
+            carried = W[ref, m, :3, 0] - (W[ref, m, :3, 0] @ z) * z
+            if np.linalg.norm(carried) > 0.1:  # z turned by less than ~84 deg from the reference
+                jump = float(np.arctan2(np.cross(x, carried) @ z, x @ carried))
+                if abs(jump) > np.deg2rad(SPIN_JUMP_DEG):
+                    turn[t] += jump
+                    W[t, m, :3, :3] = W[t, m, :3, :3] @ se3.rot_axis(z_axis, np.array([jump]))[0]
     return W
