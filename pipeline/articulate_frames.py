@@ -5,9 +5,9 @@ about its own axis, a box by its symmetries), the frame it reports may switch be
 turns from one frame to the next, which no joint explains. ``rods_without_flips``,
 ``rods_without_spin_jumps`` and ``boxes_without_flips`` take the switches out: world_from_body
 (T, M, 4, 4) in, the same with each such body's rotation turned back to a reference frame's (a
-box: the previous valid frame; a rod: a near frame its axis turned least from,
-``rod_reference_edges``); positions are never changed. Not here: the noise, the fits, the tree
-(``vid2sim.pipeline.articulate``).
+rod: a near frame its axis turned least from, ``rod_reference_edges``; a box: the smoothest
+sequence over the whole track, ``smoothest_turns``); positions are never changed. Not here: the
+noise, the fits, the tree (``vid2sim.pipeline.articulate``).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ SPIN_JUMP_DEG = 10.0  # a rod's spin about its own axis changed by more than thi
 REFERENCE_REACH = 2  # a rod frame's reference is one of the next this many valid frames (before or after)
 UNTRUSTED_TURN = np.pi / 2  # rad added to a turn to a frame not trusted: over any line angle, so it is a leaf
 BOX_SYMMETRY_TOL = 0.1  # relative: box extents this close are alike (a turn swapping them looks the same)
+BOX_SKIP_DEG = 45.0  # the turn a box's frame may save by passing over one frame: half a 90-deg turn no symmetry undoes
 
 
 def rod_reference_edges(z: np.ndarray, frames: np.ndarray, trusted: np.ndarray | None = None,
@@ -95,22 +96,55 @@ def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symm
     """(T, M, 4, 4) world_from_body with each box's frame kept continuous: a box looks the same
     turned by any of its symmetries (``box_symmetries``), and a tracker in noisy, far depth may
     switch between those frames (a cart's frame turned 180 deg about its long axis), which no
-    joint explains. Each
-    valid frame's rotation R is replaced by the R S (S a symmetry or the identity) closest to
-    the previous valid frame's (same box in the same place; a real turn of more than 45 deg
-    between two frames is not followed). Positions and other bodies are returned as they are."""
+    joint explains. Each valid frame's rotation R is replaced by one R S (S a symmetry or the
+    identity), chosen for the whole track at once (``smoothest_turns``): the least total
+    frame-to-frame turn, where one frame at a time may be passed over for ``BOX_SKIP_DEG``, so
+    that a single mistracked frame (a box turned by 90 deg, which no symmetry undoes) does not
+    decide the frames after it. The first valid frame keeps its rotation. Positions and other
+    bodies are returned as they are."""
     W = np.array(W, float)
     for name, S in symmetries.items():
         m = names.index(name)
+        idx = np.flatnonzero(valid[:, m])
+        if idx.size < 2:
+            continue
         cands = np.concatenate([np.eye(3)[None], S])  # (K+1, 3, 3)
-        prev = None
-        for t in np.flatnonzero(valid[:, m]):
-            if prev is not None:
-                R = W[t, m, :3, :3] @ cands  # (K+1, 3, 3)
-                k = int(np.argmax(np.einsum("ij,kij->k", W[prev, m, :3, :3], R)))  # largest tr(R_prev^T R S)
-                W[t, m, :3, :3] = R[k]
-            prev = t
+        pick = smoothest_turns(W[idx, m, :3, :3][:, None] @ cands[None], np.deg2rad(BOX_SKIP_DEG))
+        first = cands[pick[0]].T  # keep the first frame's rotation: every pick turned back by its symmetry
+        W[idx, m, :3, :3] = W[idx, m, :3, :3] @ cands[pick] @ first
     return W
+
+
+def _turn(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Angle (rad) between rotations A (..., 3, 3) and B (..., 3, 3), broadcast."""
+    return np.arccos(np.clip((np.einsum("...ij,...ij->...", A, B) - 1.0) / 2.0, -1.0, 1.0))
+
+
+def smoothest_turns(R: np.ndarray, skip_rad: float) -> np.ndarray:
+    """R: (n, K, 3, 3) the K candidate rotations of each of n frames -> (n,) int: one candidate
+    per frame, the sequence of least total turn between consecutive kept frames (Viterbi).
+    A frame may be passed over (its neighbours compared directly) at a cost of ``skip_rad``,
+    one frame at a time; a passed-over frame takes the candidate nearest the frame before it."""
+    n, K = R.shape[:2]
+    cost = np.zeros((n, K))
+    back = np.zeros((n, K, 2), int)  # (frame, candidate) each (frame, candidate) came from
+    for t in range(1, n):
+        steps = [(1, 0.0)] + ([(2, skip_rad)] if t >= 2 else [])
+        tot = np.stack([cost[t - d][:, None] + _turn(R[t - d][:, None], R[t][None]) + c for d, c in steps])
+        flat = tot.transpose(2, 0, 1).reshape(K, -1)  # (K now, steps x K before)
+        best = flat.argmin(1)
+        cost[t] = flat[np.arange(K), best]
+        back[t] = np.stack([t - 1 - best // K, best % K], 1)
+    pick = np.full(n, -1)
+    t, k = n - 1, int(cost[-1].argmin())
+    while True:
+        pick[t] = k
+        if t == 0:
+            break
+        t, k = back[t, k]
+    for t in np.flatnonzero(pick < 0):  # passed over: nearest the (kept) frame before it
+        pick[t] = int(_turn(R[t - 1, pick[t - 1]][None], R[t]).argmin())
+    return pick
 
 
 def rods_without_spin_jumps(W: np.ndarray, valid: np.ndarray, names: list[str], rods: list[str],
