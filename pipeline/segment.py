@@ -81,12 +81,12 @@ from vid2sim.pipeline.actuators import off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
-from vid2sim.pipeline.segment_contact import drop_apart
+from vid2sim.pipeline.segment_contact import apart_from_mechanism, drop_apart
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
                                               other_class_naming, split_rods)
-from vid2sim.pipeline.segment_inside import sphere_inside
+from vid2sim.pipeline.segment_inside import drop_apart_repeats, sphere_inside
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, library_spheres, split_sphere
@@ -471,8 +471,10 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
         # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), rename, *scene)
         if set(library_spheres(rec.shapes)) & set(names):  # a sphere's name on a still look-alike (segment_inside)
+            apart = apart_from_mechanism([d.mask for d in dets], best.depth, K, motion.k)   # segment_contact
+            (dets, seen, names), apart = drop_apart_repeats((dets, seen, names), apart, library_spheres(rec.shapes))
             cues = DepthMotion.cues(motion, i, [d.mask for d in dets])   # the full cues: ``attached`` measured
-            dets, seen, names = sphere_inside(cues, (dets, seen, names), rename, *scene)
+            dets, seen, names = sphere_inside(cues, (dets, seen, names), rename, *scene, apart)
     return dets, seen, names
 
 

@@ -18,16 +18,24 @@ naming only where it explains at least as many library shapes at a size they can
 names every part at a fitting size: the look-alike loses its name only where the mechanism's
 own parts take all the names it held, so no shape goes missing for it (no new stop).
 
+``apart_from_mechanism`` asks the same of every named part, moving or not: the parts whose
+depth points come within ``CONTACT_STEPS`` change thresholds of each other are joined, and a
+part outside the largest group so joined is apart from the mechanism (a look-alike ball a
+distractor, 0.8 m behind the arms, whose image the ball crosses: its depth changes as the ball
+passes in front, so its share says it moves).
+
 Not here: a still detection apart from the moving parts is not made background on its own
 (a real clip may hold still library objects apart from the moving one); the image-space
 ``Motion.attached`` of the full cue is unchanged.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import replace
 from typing import Callable, TypeVar
 
+import networkx as nx
 import numpy as np
 from scipy.spatial import cKDTree
 
@@ -86,6 +94,32 @@ def apart_in_depth(masks: list[np.ndarray], shares: np.ndarray, depth: np.ndarra
     return out
 
 
+def apart_from_mechanism(masks: list[np.ndarray], depth: np.ndarray, K: np.ndarray, k: float) -> np.ndarray:
+    """(n,) bool: the masks outside the largest group of masks joined in 3-D, two masks joined
+    where the least distance between their depth points is at most ``CONTACT_STEPS`` change
+    thresholds (``change_threshold`` at the nearer of their median depths, k 1/m the recording's
+    noise); all False where two groups tie for the largest or fewer than three masks have depth.
+    masks: (H, W) bool; depth (H, W) m and intrinsics K of the masks' frame."""
+    out = np.zeros(len(masks), bool)
+    pts = [_points(m, depth, K) for m in masks]
+    have = [j for j, p in enumerate(pts) if len(p)]
+    if len(have) < 3:
+        return out
+    graph = nx.Graph()
+    graph.add_nodes_from(have)
+    trees = {j: cKDTree(pts[j]) for j in have}
+    for a, b in itertools.combinations(have, 2):
+        z = min(float(np.median(pts[a][:, 2])), float(np.median(pts[b][:, 2])))
+        if trees[a].query(pts[b], distance_upper_bound=CONTACT_STEPS * float(change_threshold(z, k)))[0].min() < np.inf:
+            graph.add_edge(a, b)
+    groups = sorted((len(g), sorted(g)) for g in nx.connected_components(graph))
+    if len(groups) < 2 or groups[-1][0] == groups[-2][0]:
+        return out
+    out[have] = True
+    out[groups[-1][1]] = False
+    return out
+
+
 def drop_apart(motion: DepthMotion, best: C, parts: Parts, finish: Callable[[C], Parts],
                wanted: set[str], shapes: dict[str, Shape], K: np.ndarray, tol: float, fit: float) -> Parts:
     """``parts`` (the chosen candidate ``best``'s named detections, seen extents m, names, masks
@@ -118,4 +152,4 @@ def drop_apart(motion: DepthMotion, best: C, parts: Parts, finish: Callable[[C],
     return again
 
 
-__all__ = ["CONTACT_STEPS", "apart_in_depth", "depth_gaps", "drop_apart"]
+__all__ = ["CONTACT_STEPS", "apart_from_mechanism", "apart_in_depth", "depth_gaps", "drop_apart"]

@@ -4,7 +4,10 @@ mechanism, found instead inside a moving part's mask.
 A ball welded to a rod's end is often one mask with the rod (the rod's mask then wider than
 its shape), and a still sphere-like distractor on the floor takes the ball's name. The motion
 cue tells the two apart: the distractor is still with no moving region on or near it
-(``Motion.loose``), while every part of the mechanism moves or touches one that does.
+(``Motion.loose``), while every part of the mechanism moves or touches one that does. Where
+the ball crosses in front of the distractor in the image, the image test counts it attached
+and its depth changes as the ball passes; it is then told apart in 3-D: outside the group of
+named parts joined in depth (``segment_contact.apart_from_mechanism``, the caller's ``apart``).
 
 ``sphere_inside`` looks, for each library sphere named on such a loose detection, inside the
 named masks that move (share at least ``MOVING_SHARE``) for the sphere's depth
@@ -14,8 +17,9 @@ disk alone, ``segment_sphere.sphere_disk``, straddles the rod and the ball where
 partly outside the mask or a rod crosses in front of it). The sphere's image disk, less the
 pixels whose depth lies outside the sphere (the rod in front), becomes the sphere's part, the
 rest stays the holder's, the loose detection is dropped, and the parts are named again. A cut
-is kept where the disk takes the sphere's name, the holder keeps its own at a size cost no
-larger than before, the same names are given, and every named part fits its shape
+is kept where the disk takes the sphere's name, the holder a name at a size cost no larger
+than its own before (the rod's mask less the ball may fit a look-alike rod's name better),
+the same names are given, and every named part fits its shape
 (``size_cost`` at most ``fit``); of several holders, the one whose size cost drops most.
 
 Masks are (H, W) bool at segment's working resolution; depth (H, W) m.
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -113,16 +117,20 @@ def sphere_search(mask: np.ndarray, depth: np.ndarray, K: np.ndarray, r: float,
 def sphere_inside(cues: Motion, parts: Named,
                   name: Callable[[list[Detection], list[tuple[float, float]]], list[str | None]],
                   shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, tol: float,
-                  least: int, fit: float) -> Named:
+                  least: int, fit: float, apart: np.ndarray | None = None) -> Named:
     """The named ``parts`` (detections, seen extents m, library names) with a library sphere
-    named on a loose still detection cut out of a moving named mask instead, where that names
-    as well (module docstring); unchanged otherwise. cues: the parts' ``Motion`` with
-    ``attached`` measured (``DepthMotion.cues``); name: the caller's naming of detections with
-    their extents (None: background); least: px the holder keeps at least."""
+    named on a loose still detection, or on one ``apart`` from the mechanism, cut out of a
+    moving named mask instead, where that names as well (module docstring); unchanged
+    otherwise. cues: the parts' ``Motion`` with ``attached`` measured (``DepthMotion.cues``);
+    name: the caller's naming of detections with their extents (None: background); least: px
+    the holder keeps at least; apart: (n,) bool, the parts apart in 3-D from the mechanism
+    (``segment_contact.apart_from_mechanism``; None: none)."""
     dets, seen, names = parts
     loose = cues.loose() if dets else None
     if loose is None:
         return parts
+    if apart is not None:
+        loose = loose | np.asarray(apart, bool)
     shares = np.nan_to_num(np.asarray(cues.shares, float), nan=-1.0)
     for sphere, r in library_spheres(shapes).items():
         if sphere not in names or not loose[names.index(sphere)]:
@@ -134,10 +142,7 @@ def sphere_inside(cues: Motion, parts: Named,
                 continue
             trial = _cut(dets, seen, names, k, h, r, sphere, name, shapes, depth, K, smoothed, tol, least, fit)
             if trial is not None:
-                j = trial[2].index(names[h])
-                shape = shapes[names[h]]
-                gain = size_cost(seen[h], shape, True, tol) - size_cost(trial[1][j], shape, True, tol)
-                cuts.append((gain, h, trial))
+                cuts.append((trial[0], h, trial[1]))
         if cuts:
             _, h, parts = max(cuts, key=lambda c: c[0])
             log.info("segment: %s cut out of %s's mask; the still %s apart from the moving parts is background",
@@ -146,12 +151,31 @@ def sphere_inside(cues: Motion, parts: Named,
     return dets, seen, names
 
 
+def drop_apart_repeats(parts: Named, apart: np.ndarray, spheres: Iterable[str]) -> tuple[Named, np.ndarray]:
+    """(the named ``parts`` (detections, seen extents m, library names), their ``apart``) less
+    the parts that repeat a library sphere's name (of ``spheres``) while apart from the
+    mechanism (apart: (n,) bool, ``segment_contact.apart_from_mechanism``) where a part not
+    apart holds that name too: a still look-alike ball the ball crosses in front of, beside
+    the ball's own mask. Unchanged where no such repeat."""
+    dets, seen, names = parts
+    drop = {j for n in spheres for j in range(len(names)) if names[j] == n and apart[j]
+            and any(names[i] == n and not apart[i] for i in range(len(names)))}
+    if not drop:
+        return parts, apart
+    for j in sorted(drop):
+        log.info("segment: a %s about %.3g x %.3g m repeating library sphere %s apart in depth from the mechanism "
+                 "is background", CLASSES[dets[j].label], *seen[j], names[j])
+    keep = [j for j in range(len(names)) if j not in drop]
+    return ([dets[j] for j in keep], [seen[j] for j in keep], [names[j] for j in keep]), apart[keep]
+
+
 def _cut(dets: list[Detection], seen: list[tuple[float, float]], names: list[str], k: int, h: int, r: float,
          sphere: str, name: Callable[[list[Detection], list[tuple[float, float]]], list[str | None]],
          shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, tol: float, least: int,
-         fit: float) -> Named | None:
-    """The parts with the loose detection k dropped and the sphere cut out of holder h's mask,
-    named again, where that keeps every name and fits better (``sphere_inside``); None where not."""
+         fit: float) -> tuple[float, Named] | None:
+    """(the holder's size cost gained, the parts): the loose detection k dropped and the sphere
+    cut out of holder h's mask, named again, where that keeps every name and the holder fits
+    its name (its own, or one another part held) no worse (``sphere_inside``); None where not."""
     holder = dets[h]
     ball = sphere_search(holder.mask, depth, K, r)
     if ball is None or (holder.mask & ~ball).sum() < max(least, 1):
@@ -163,14 +187,15 @@ def _cut(dets: list[Detection], seen: list[tuple[float, float]], names: list[str
                                        Detection(ball, SPHERE, holder.score, cs)]
     trial_seen = [seen[j] for j in rest] + [measure_extents(d.mask, depth, K, smoothed) for d in trial[-2:]]
     got = name(trial, trial_seen)
-    if got[-1] != sphere or got[-2] != names[h] or sorted(n for n in got if n is not None) != sorted(names):
+    if got[-1] != sphere or got[-2] is None or sorted(n for n in got if n is not None) != sorted(names):
         return None
-    if size_cost(trial_seen[-2], shapes[names[h]], True, tol) > size_cost(seen[h], shapes[names[h]], True, tol):
+    gain = size_cost(seen[h], shapes[names[h]], True, tol) - size_cost(trial_seen[-2], shapes[got[-2]], True, tol)
+    if gain < 0:
         return None
     if any(n is not None and size_cost(e, shapes[n], True, tol) > fit for n, e in zip(got, trial_seen)):
         return None
     named = [(d, e, n) for d, e, n in zip(trial, trial_seen, got) if n is not None]
-    return [d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]
+    return gain, ([d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named])
 
 
-__all__ = ["sphere_inside", "sphere_search"]
+__all__ = ["drop_apart_repeats", "sphere_inside", "sphere_search"]
