@@ -8,9 +8,9 @@ left unnamed. Where a rod shape of the library is still unnamed, ``rods_from_mer
 at each of the chosen frame's detections that fits no library shape at a size it can have,
 takes away the pixels of the parts already named, cuts from what is left the image segment
 of each library rod in turn (``segment_still.carve_rods``) and keeps the cut of most pixels
-that fits its rod's size, where it moves over the clip (a still look-alike behind the mechanism gives
-none) and the detection touches a named part in the image; the frame is then named again with those rods added. The new naming is kept
-only where it explains more of the library and every part fits its shape's size
+that fits its rod's size, where it moves over the clip (a still look-alike behind the
+mechanism gives none) and the detection touches a named part in the image; the frame is then
+named again with those rods added. The new naming is kept only where it explains more of the library and every part fits its shape's size
 (``segment_missing.names_more``), so a cut that names nothing new changes nothing.
 
 ``cut_along`` cuts a mask holding two rods end to end (two links of a chain) across its
