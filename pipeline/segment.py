@@ -34,7 +34,8 @@ Parts touch the parts they are joined to: of the clusters of touching masks, the
 explains most library shapes is kept, others only for shapes it leaves unexplained
 (``segment_assembly``; a look-alike distractor apart from the mechanism is background).
 What fits no library shape (walls, floors, tables, distractors) is background, logged; a
-library shape no part matched, even with the full motion cue (``segment_missing``), is looked
+library shape no part matched, even with the full motion cue (``segment_missing``) or a rod cut
+from a mask it shares with its neighbour (``segment_merged``), is looked
 for in the next candidate frames, named the same way (``segment_fallback``, at most
 ``SegmentConfig.fallback`` of them); one still unmatched is an error naming it
 (``SegmentConfig.missing``).
@@ -87,6 +88,7 @@ from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
 from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, findable, names_more,
                                               other_class_naming, split_rods)
 from vid2sim.pipeline.segment_inside import drop_apart_repeats, sphere_inside
+from vid2sim.pipeline.segment_merged import rods_from_merged
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, library_spheres, split_sphere
@@ -94,7 +96,7 @@ from vid2sim.pipeline.segment_match import (ROD_SIBLING, ROD_SIBLING_FLOOR, SURP
                                             _confirmed, _cost_matrix, _match_cost, match_shapes)
 from vid2sim.pipeline.segment_split import split_moving
 from vid2sim.pipeline.segment_motion import SegmentMotion, segment_by_motion
-from vid2sim.pipeline.segment_still import DepthMotion, Motion, StillMotion, moving_proposals
+from vid2sim.pipeline.segment_still import MOVING_SHARE, DepthMotion, Motion, StillMotion, moving_proposals
 from vid2sim.pipeline.segment_zoom import (MIN_PIXELS_ZOOMED, ZOOM_MIN, ZOOM_TILES, _dedupe,  # noqa: F401 (re-exported)
                                           predict_zoomed, zoom_tiles)
 
@@ -463,10 +465,16 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
     if full_cue:  # a class the library lacks (segment_missing)
         dets, seen, names = other_class_naming((dets, seen, names), best, sorted(wanted), rec.shapes, K,
                                                cfg.size_tolerance, SURPLUS_SIZE_COST, with_full_cue)
-    if motion is not None:
-        def rename(ds: list[Detection], es: list[tuple[float, float]]) -> list[str | None]:
-            return match_shapes(ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore")
 
+    def rename(ds: list[Detection], es: list[tuple[float, float]]) -> list[str | None]:
+        return match_shapes(ds, es, rec.shapes, True, cfg.size_tolerance, shapes_path, i, "ignore")
+
+    if full_cue:  # a rod merged with a neighbour into a mask no shape fits (segment_merged)
+        dets, seen, names = rods_from_merged((dets, seen, names), best.found, sorted(wanted), rec.shapes, best.depth,
+                                             K, best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST,
+                                             rename, i, None if motion is None else
+                                             lambda ms: motion.shares(i, ms) >= MOVING_SHARE)
+    if motion is not None:
         scene = (rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
         # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), rename, *scene)

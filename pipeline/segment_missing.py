@@ -35,6 +35,7 @@ from vid2sim.datasets.recording import RecordingError
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_match import ROD_SIBLING
+from vid2sim.pipeline.segment_merged import cut_along
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
@@ -147,8 +148,9 @@ def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str
     """(parts, seen extents m, names): the named ``parts`` (detections, extents, names), where a
     rod shape of ``wanted`` is unnamed, with each named rod's mask that holds two rods (a far
     chain's two links in one mask) cut in two (``segment_still.carve_rods``: its own shape's
-    rod, then the unnamed shape's from what is left), the second piece named as the unnamed
-    shape (score ``PROPOSAL_SCORE``). A cut is kept only where both pieces have at least
+    rod, then the unnamed shape's from what is left; where that leaves no two pieces of the
+    rods' sizes, across the mask's axis, ``segment_merged.cut_along``), the second piece named
+    as the unnamed shape (score ``PROPOSAL_SCORE``). A cut is kept only where both pieces have at least
     ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``. Depth (m),
     ``smoothed``, K and masks at segment's working resolution."""
     dets, seen, names = list(parts[0]), list(parts[1]), list(parts[2])
@@ -159,11 +161,14 @@ def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str
         if shapes[names[k]].type not in RODS:
             continue
         rods = carve_rods(dets[k].mask, depth, K, [shapes[names[k]], shapes[unnamed[0]]])
-        if len(rods) < 2 or min(int(r.sum()) for r in rods) < min_px:
-            continue
-        e = [measure_extents(r, depth, K, smoothed) for r in rods]
-        if size_cost(e[0], shapes[names[k]], True, tol) > fit or size_cost(e[1], shapes[unnamed[0]], True, tol) > fit:
-            continue
+        e = [measure_extents(r, depth, K, smoothed) for r in rods] if len(rods) == 2 and min(
+            int(r.sum()) for r in rods) >= min_px else []
+        if not e or size_cost(e[0], shapes[names[k]], True, tol) > fit or size_cost(
+                e[1], shapes[unnamed[0]], True, tol) > fit:   # the chain cut across its length instead
+            cut = cut_along(dets[k].mask, (shapes[names[k]], shapes[unnamed[0]]), depth, K, smoothed, tol, min_px, fit)
+            if cut is None:
+                continue
+            rods, e = cut
         d, label = dets[k], CLASSES.index(shapes[unnamed[0]].type)
         log.info("segment: %s's mask holds two rods: %s cut from it (%d px, seen %.3f x %.3f m)", names[k],
                  unnamed[0], int(rods[1].sum()), *e[1])
