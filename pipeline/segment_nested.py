@@ -25,7 +25,10 @@ most the caller's ``fit``) as the unsplit naming, every named part fits its shap
 moving piece is named; otherwise the parts stay as they were. The moving pieces are also tried
 cut where their depth change jumps (``segment_change.parted_pieces``: a drawer front and a door
 moving in one piece); that cut is kept where it names more moving pieces than the uncut one and
-at least as many library shapes at a size they can have.
+at least as many library shapes at a size they can have. So is a cut of the union and the named
+masks touching it into the groups of pixels that change at the same sampled frames
+(``segment_when.when_pieces``: a drawer that slides in the first frames and rests, a door that
+swings through the clip) and the still rest.
 
 Masks are (H, W) bool at segment's working resolution.
 """
