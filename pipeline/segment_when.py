@@ -2,7 +2,7 @@
 
 Pixels that move rigidly together belong to one body, and they move at the same times: over
 the sampled frames of the clip (``DepthMotion``), a drawer's pixels change while the drawer
-slides and a door's while the door swings, the carcass's never. ``when_groups`` gives each
+slides and a door's while the door swings, the carcass's never. ``group_by_signature`` gives each
 pixel of an area of frame i its *own-change signature*: the (F,) bool of sampled frames j
 where the pixel changed (``DepthMotion.changed``) without showing a nearer surface
 (``DepthMotion.beyond``): a nearer surface is something passing in front (a door swinging
@@ -13,8 +13,9 @@ whose signature differs in at most ``HAMMING`` frames; the joined groups of at l
 the parts, and where a part moves only in part of the clip (a drawer that slides in the
 first frames and rests, fewer changed frames than ``REGION_SHARE`` asks of the moving regions).
 
-``when_pieces`` turns the groups inside a union of named masks into moving pieces (each
-group with the union's own-changed pixels nearest to it, and 1 px around) and a still piece
+``when_pieces`` takes the frame's groups with at least ``min_px`` px inside a union of named
+masks as moving pieces (each group, its pixels outside the union too: the part of a door no mask
+covers, with the union's own-changed pixels nearest to it, and 1 px around) and a still piece
 (the rest, opened by 3 x 3 px, its largest 8-connected piece, with at most
 ``STILL_CHANGED`` of its pixels own-changed in ``MIN_TIMES`` frames or more), for
 ``segment_nested.split_by_motion`` to name.
@@ -84,10 +85,11 @@ def group_by_signature(own: np.ndarray, area: np.ndarray, min_px: int, min_times
 
 def when_pieces(motion: DepthMotion, i: int, union: np.ndarray, min_px: int
                 ) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """(moving pieces, still piece or None) of the (H, W) bool ``union`` in frame i: the moving
-    groups inside it (``group_by_signature``), each with the union's own-changed pixels
-    (``MIN_TIMES`` frames or more) nearer to it than to another group and 1 px around, within
-    the union; the still piece as in the module docstring. ([], None) where no group is found."""
+    """(moving pieces, still piece or None) of the (H, W) bool ``union`` in frame i: the frame's
+    moving groups (``group_by_signature``) with at least ``min_px`` px in the union, each with
+    the union's own-changed pixels (``MIN_TIMES`` frames or more) nearer to it than to another
+    group, grown by 1 px within the union; the still piece as in the module docstring. ([], None)
+    where no group is found."""
     own = own_changes(motion, i)
     if not len(own):
         return [], None
