@@ -25,7 +25,10 @@ most the caller's ``fit``) as the unsplit naming, every named part fits its shap
 moving piece is named; otherwise the parts stay as they were. The moving pieces are also tried
 cut where their depth change jumps (``segment_change.parted_pieces``: a drawer front and a door
 moving in one piece); that cut is kept where it names more moving pieces than the uncut one and
-at least as many library shapes at a size they can have.
+at least as many library shapes at a size they can have. So is a cut of the union and the named
+masks touching it into the groups of pixels that change at the same sampled frames
+(``segment_when.when_pieces``: a drawer that slides in the first frames and rests, a door that
+swings through the clip) and the still rest.
 
 Masks are (H, W) bool at segment's working resolution.
 """
@@ -44,6 +47,7 @@ from vid2sim.pipeline.segment_change import misfit, parted_pieces
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, STILL_CHANGED, split_pieces
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
+from vid2sim.pipeline.segment_when import touching, when_pieces
 
 log = logging.getLogger("vid2sim.pipeline.segment")
 
@@ -152,16 +156,21 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     # a named mask mostly inside the union is one of its parts seen apart (a door's own mask)
     mixed += [k for k, d in enumerate(dets) if k not in mixed and (d.mask & union).sum() >= NESTED * d.mask.sum()]
     moving, still = motion_pieces(union, [dets[k].mask for k in mixed], regions, freq, min_px)
-    if not moving or still is None:
+    # the named masks touching the union too, grouped by when they move (segment_when)
+    joined = mixed + touching(union, [d.mask for d in dets], mixed)
+    timed = when_pieces(motion, i, np.any([dets[k].mask for k in joined], axis=0), min_px)
+    if (not moving or still is None) and (len(timed[0]) < 2 or timed[1] is None):
         return parts
-    parents = [dets[k] for k in mixed]
-    rest = [k for k in range(len(dets)) if k not in mixed]
 
-    def trial(moving: list[np.ndarray]) -> tuple[Named, int, int] | None:
-        """(named parts, shapes named at a fitting size, moving pieces named) with the union cut
-        into ``moving`` and ``still``; None where a named part does not fit its shape's size."""
+    def trial(moving: list[np.ndarray], still: np.ndarray | None, cut: list[int]) -> tuple[Named, int, int] | None:
+        """(named parts, shapes named at a fitting size, moving pieces named) with the named masks
+        ``cut`` replaced by ``moving`` and ``still``; None where there is no such cut or a named
+        part does not fit its shape's size."""
+        if not moving or still is None:
+            return None
+        rest = [k for k in range(len(dets)) if k not in cut]
         pieces = [Detection(m, p.label, p.score, p.class_scores) for m in moving + [still]
-                  for p in [_parent(m, parents)]]
+                  for p in [_parent(m, [dets[k] for k in cut])]]
         trial_dets = [dets[k] for k in rest] + pieces
         trial_seen = [seen[k] for k in rest] + [measure_extents(p.mask, depth, K, smoothed) for p in pieces]
         apart = [bool(loose[k]) for k in rest] + [False] * len(pieces)
@@ -173,11 +182,12 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return ([d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]), \
             len(_fitting(trial_names, trial_seen, shapes, tol, fit)), movers
 
-    plain = trial(moving)
-    parted = parted_pieces(motion, i, moving, min_px)  # two parts moving in one piece (segment_change)
-    more = trial(parted) if len(parted) > len(moving) else None
-    if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
-        plain, moving = more, parted
+    plain = trial(moving, still, mixed)
+    parted = parted_pieces(motion, i, moving, min_px) if moving and still is not None else []  # two parts in one piece
+    for more, pieces in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted),
+                         (trial(*timed, joined) if len(timed[0]) > 1 else None, timed[0])):
+        if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
+            plain, moving = more, pieces
     if plain is None or plain[1] < len(_fitting(names, seen, shapes, tol, fit)) or not plain[2]:
         return parts
     log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "

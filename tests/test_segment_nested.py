@@ -40,6 +40,11 @@ class _Motion:
     def changed(self, i):
         return self._cache[i][:3]
 
+    def beyond(self, i):
+        """No change shows a farther or a nearer surface (``DepthMotion.beyond``)."""
+        changed = self._cache[i][0]
+        return np.zeros_like(changed), np.zeros_like(changed)
+
     def frame_depth(self, i):
         return self.depths[i]
 
