@@ -45,7 +45,7 @@ from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
-from vid2sim.pipeline.segment_split import GROW_SHARE, STILL_CHANGED, split_pieces
+from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
 from vid2sim.pipeline.segment_when import touching, when_pieces
 
@@ -84,15 +84,7 @@ def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarra
     grow = union & ((freq >= GROW_SHARE) | inside)
     moving = [union & (cv2.dilate((grow & (nearest == k)).astype(np.uint8), kernel) > 0)
               for k in range(1, int(core.max()) + 1)]
-    taken = np.any(moving, axis=0)
-    still = cv2.morphologyEx((union & ~taken).astype(np.uint8), cv2.MORPH_OPEN, kernel)
-    n, lab, stats, _ = cv2.connectedComponentsWithStats(still, connectivity=8)
-    if n < 2:
-        return moving, None
-    fixed = lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
-    if fixed.sum() < min_px or (freq[fixed] > 0).mean() > STILL_CHANGED:
-        return moving, None
-    return moving, fixed
+    return moving, still_rest(union, moving, freq > 0, min_px)
 
 
 def _doubtful(parts: Named, shapes: dict[str, Shape], motion: Motion, tol: float, fit: float) -> bool:

@@ -89,6 +89,22 @@ def split_pieces(det: Detection, regions: np.ndarray, freq: np.ndarray, min_px: 
     return [Detection(p, det.label, det.score, det.class_scores) for p in (moving, fixed)]
 
 
+def still_rest(union: np.ndarray, moving: list[np.ndarray], changed: np.ndarray, min_px: int) -> np.ndarray | None:
+    """The still piece of the (H, W) bool ``union`` beside its ``moving`` pieces: the rest,
+    opened by 3 x 3 px, its largest 8-connected piece; None where there is none, where it is
+    under ``min_px`` px, or where more than ``STILL_CHANGED`` of its pixels are ``changed``
+    (H, W) bool (changed in some sampled frame)."""
+    taken = np.any(moving, axis=0) if moving else np.zeros(union.shape, bool)
+    rest = cv2.morphologyEx((union & ~taken).astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    n, lab, stats, _ = cv2.connectedComponentsWithStats(rest, connectivity=8)
+    if n < 2:
+        return None
+    fixed = lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    if fixed.sum() < min_px or changed[fixed].mean() > STILL_CHANGED:
+        return None
+    return fixed
+
+
 def _components(mask: np.ndarray, min_px: int) -> list[np.ndarray]:
     """The 8-connected pieces of ``mask`` of at least ``min_px`` px, largest first."""
     k, lab, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)

@@ -33,7 +33,7 @@ from scipy import ndimage
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from vid2sim.pipeline.segment_split import STILL_CHANGED
+from vid2sim.pipeline.segment_split import still_rest
 from vid2sim.pipeline.segment_still import DepthMotion
 
 MIN_TIMES = 2  # sampled frames: a pixel own-changed in at least this many is moving (one may be noise)
@@ -105,15 +105,7 @@ def when_pieces(motion: DepthMotion, i: int, union: np.ndarray, min_px: int
     kernel = np.ones((3, 3), np.uint8)
     moving = [(union & (cv2.dilate((moved & (nearest == k)).astype(np.uint8), kernel) > 0)) | g
               for k, g in enumerate(groups, 1)]
-    taken = np.any(moving, axis=0)
-    rest = cv2.morphologyEx((union & ~taken).astype(np.uint8), cv2.MORPH_OPEN, kernel)
-    n, lab, stats, _ = cv2.connectedComponentsWithStats(rest, connectivity=8)
-    if n < 2:
-        return moving, None
-    fixed = lab == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
-    if fixed.sum() < min_px or moved[fixed].mean() > STILL_CHANGED:
-        return moving, None
-    return moving, fixed
+    return moving, still_rest(union, moving, moved, min_px)
 
 
 def touching(union: np.ndarray, masks: list[np.ndarray], taken: list[int]) -> list[int]:
