@@ -116,8 +116,8 @@ def boxes_without_flips(W: np.ndarray, valid: np.ndarray, names: list[str], symm
 
 
 def _turn(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Angle (rad) between rotations A (..., 3, 3) and B (..., 3, 3), broadcast."""
-    return np.arccos(np.clip((np.einsum("...ij,...ij->...", A, B) - 1.0) / 2.0, -1.0, 1.0))
+    """Angle (rad) between rotations A (..., 3, 3) and B (..., 3, 3), broadcast: that of A^T B."""
+    return se3.rotation_angle(np.swapaxes(A, -1, -2) @ B)
 
 
 def smoothest_turns(R: np.ndarray, skip_rad: float) -> np.ndarray:

@@ -108,8 +108,9 @@ def apart_from_mechanism(masks: list[np.ndarray], depth: np.ndarray, K: np.ndarr
     graph = nx.Graph()
     graph.add_nodes_from(have)
     trees = {j: cKDTree(pts[j]) for j in have}
+    zs = {j: float(np.median(pts[j][:, 2])) for j in have}
     for a, b in itertools.combinations(have, 2):
-        z = min(float(np.median(pts[a][:, 2])), float(np.median(pts[b][:, 2])))
+        z = min(zs[a], zs[b])
         if trees[a].query(pts[b], distance_upper_bound=CONTACT_STEPS * float(change_threshold(z, k)))[0].min() < np.inf:
             graph.add_edge(a, b)
     groups = sorted((len(g), sorted(g)) for g in nx.connected_components(graph))

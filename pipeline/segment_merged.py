@@ -13,9 +13,8 @@ mechanism gives none) and the detection touches a named part in the image; the f
 named again with those rods added. The new naming is kept only where it explains more of the library and every part fits its shape's size
 (``segment_missing.names_more``), so a cut that names nothing new changes nothing.
 
-``cut_along`` cuts a mask holding two rods end to end (two links of a chain) across its
-principal axis, for ``segment_missing.split_rods`` where carving one rod, then the other,
-leaves no two pieces of the rods' sizes (the first rod's segment taken across the joint).
+Two rods end to end in one mask that names one of them are cut across by
+``segment_missing.cut_along``.
 
 Not here: a moving region no detection covers (``segment_still.moving_proposals``).
 """
@@ -29,13 +28,12 @@ import numpy as np
 
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_missing import RODS, names_more
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
 log = logging.getLogger("vid2sim.pipeline.segment")
 
-RODS = ("capsule", "cylinder")
-CUT_SHARES = np.arange(0.2, 0.81, 0.05)  # where along a two-rod mask's axis (share of its pixels) a cut is tried
 TOUCH_PX = 2  # px: a detection this near a named part's mask in the image may hold one of its neighbours
 Parts = tuple[list[Detection], list[tuple[float, float]], list[str]]
 
@@ -75,8 +73,6 @@ def rods_from_merged(parts: Parts, found: list[Detection], wanted: list[str], sh
     Depth (m), ``smoothed``, K and masks at segment's working resolution; min_px: the fewest
     pixels of a cut rod; moves: masks -> (n,) bool, whether each moves over the clip (None: not
     looked at); a cut rod that does not move is not added."""
-    from vid2sim.pipeline.segment_missing import names_more
-
     dets, seen, names = parts
     open_rods = sum(n not in set(names) and shapes[n].type in RODS for n in wanted)
     if not open_rods or not dets:
@@ -114,33 +110,3 @@ def rods_from_merged(parts: Parts, found: list[Detection], wanted: list[str], sh
              frame, len(added), ", ".join(again[2]))
     return again
 
-
-def cut_along(mask: np.ndarray, pair: tuple[Shape, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
-              tol: float, min_px: int, fit: float
-              ) -> tuple[list[np.ndarray], list[tuple[float, float]]] | None:
-    """([mask of pair[0], mask of pair[1]] (H, W) bool, their seen extents m): ``mask`` (two rods
-    end to end, a chain's two links in one mask) cut across its principal axis in the image,
-    at one of ``CUT_SHARES`` of its pixels, each rod at either end, where both pieces have at
-    least ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``; of those
-    cuts the one of least summed cost. None where no cut does. Depth (m), ``smoothed``, K and
-    the mask at segment's working resolution."""
-    v, u = np.nonzero(mask)
-    if len(v) < 2 * min_px:
-        return None
-    pts = np.stack([u, v], 1).astype(np.float64)
-    pts -= pts.mean(0)
-    axis = np.linalg.svd(pts, full_matrices=False)[2][0]
-    t = pts @ axis
-    best = None
-    for q in np.quantile(t, CUT_SHARES):
-        lo = np.zeros(mask.shape, bool)
-        lo[v[t <= q], u[t <= q]] = True
-        hi = mask & ~lo
-        if min(int(lo.sum()), int(hi.sum())) < min_px:
-            continue
-        e_lo, e_hi = measure_extents(lo, depth, K, smoothed), measure_extents(hi, depth, K, smoothed)
-        for pieces, e in (([lo, hi], [e_lo, e_hi]), ([hi, lo], [e_hi, e_lo])):
-            cost = [size_cost(x, sh, True, tol) for x, sh in zip(e, pair)]
-            if max(cost) <= fit and (best is None or sum(cost) < best[0]):
-                best = (sum(cost), pieces, e)
-    return None if best is None else (best[1], best[2])

@@ -35,7 +35,6 @@ from vid2sim.datasets.recording import RecordingError
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_match import ROD_SIBLING
-from vid2sim.pipeline.segment_merged import cut_along
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import PROPOSAL_SCORE, carve_rods
 
@@ -84,6 +83,7 @@ def check_missing(cfg: "SegmentConfig", shapes: dict[str, Shape], names: list[st
 RODS = ("capsule", "cylinder")
 OTHER_CLASS_SHARE = 0.25  # of its score: the least class evidence ``_match_cost`` takes for another class
 CLOSE_FIT = 0.4  # size_cost: a part of a class the library lacks may take a shape its size fits this well
+CUT_SHARES = np.arange(0.2, 0.81, 0.05)  # where along a two-rod mask's axis (share of its pixels) a cut is tried
 
 
 def names_more(again: tuple[list[Detection], list[tuple[float, float]], list[str]],
@@ -142,6 +142,37 @@ def other_class(found: list[Detection], shapes: dict[str, Shape], wanted: list[s
     return out
 
 
+def cut_along(mask: np.ndarray, pair: tuple[Shape, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
+              tol: float, min_px: int, fit: float
+              ) -> tuple[list[np.ndarray], list[tuple[float, float]]] | None:
+    """([mask of pair[0], mask of pair[1]] (H, W) bool, their seen extents m): ``mask`` (two rods
+    end to end, a chain's two links in one mask) cut across its principal axis in the image,
+    at one of ``CUT_SHARES`` of its pixels, each rod at either end, where both pieces have at
+    least ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``; of those
+    cuts the one of least summed cost. None where no cut does. Depth (m), ``smoothed``, K and
+    the mask at segment's working resolution."""
+    v, u = np.nonzero(mask)
+    if len(v) < 2 * min_px:
+        return None
+    pts = np.stack([u, v], 1).astype(np.float64)
+    pts -= pts.mean(0)
+    axis = np.linalg.svd(pts, full_matrices=False)[2][0]
+    t = pts @ axis
+    best = None
+    for q in np.quantile(t, CUT_SHARES):
+        lo = np.zeros(mask.shape, bool)
+        lo[v[t <= q], u[t <= q]] = True
+        hi = mask & ~lo
+        if min(int(lo.sum()), int(hi.sum())) < min_px:
+            continue
+        e_lo, e_hi = measure_extents(lo, depth, K, smoothed), measure_extents(hi, depth, K, smoothed)
+        for pieces, e in (([lo, hi], [e_lo, e_hi]), ([hi, lo], [e_hi, e_lo])):
+            cost = [size_cost(x, sh, True, tol) for x, sh in zip(e, pair)]
+            if max(cost) <= fit and (best is None or sum(cost) < best[0]):
+                best = (sum(cost), pieces, e)
+    return None if best is None else (best[1], best[2])
+
+
 def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str]], wanted: list[str],
                shapes: dict[str, Shape], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, tol: float,
                min_px: int, fit: float) -> tuple[list[Detection], list[tuple[float, float]], list[str]]:
@@ -149,7 +180,7 @@ def split_rods(parts: tuple[list[Detection], list[tuple[float, float]], list[str
     rod shape of ``wanted`` is unnamed, with each named rod's mask that holds two rods (a far
     chain's two links in one mask) cut in two (``segment_still.carve_rods``: its own shape's
     rod, then the unnamed shape's from what is left; where that leaves no two pieces of the
-    rods' sizes, across the mask's axis, ``segment_merged.cut_along``), the second piece named
+    rods' sizes, across the mask's axis, ``cut_along``), the second piece named
     as the unnamed shape (score ``PROPOSAL_SCORE``). A cut is kept only where both pieces have at least
     ``min_px`` px and fit their shapes with a ``size_cost`` of at most ``fit``. Depth (m),
     ``smoothed``, K and masks at segment's working resolution."""

@@ -13,6 +13,8 @@ from vid2sim.pipeline.segment_merged import rods_from_merged
 from vid2sim.pipeline.segment_missing import split_rods
 from vid2sim.pipeline.segment_size import measure_extents
 
+from image_masks import rod
+
 K = np.array([[300.0, 0.0, 160.0], [0.0, 300.0, 120.0], [0.0, 0.0, 1.0]])   # at 2 m: 150 px per m
 SHAPES = {"hub": Shape("hub", "box", size=(0.12, 0.12, 0.08)),
           "arm_a": Shape("arm_a", "capsule", radius=0.02, length=0.3),
@@ -22,12 +24,7 @@ CAPSULE, BOX = CLASSES.index("capsule"), CLASSES.index("box")
 
 
 def _rod(a, b, width: float = 3.0) -> np.ndarray:
-    """(240, 320) bool: the pixels within ``width`` px of the image segment a-b."""
-    v, u = np.mgrid[:240, :320]
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    d = b - a
-    t = np.clip(((u - a[0]) * d[0] + (v - a[1]) * d[1]) / (d @ d), 0, 1)
-    return np.hypot(u - a[0] - t * d[0], v - a[1] - t * d[1]) <= width
+    return rod(a, b, width)
 
 
 def _box(u0, v0, u1, v1) -> np.ndarray:

@@ -14,6 +14,8 @@ from vid2sim.pipeline.run import StageError
 from vid2sim.pipeline.segment import SegmentConfig, _check_missing, run
 from vid2sim.pipeline.segment_missing import findable
 
+from image_masks import rod
+
 
 def test_missing_samples_must_not_be_negative():
     with pytest.raises(ValueError, match="missing_samples must be >= 0"):
@@ -60,12 +62,7 @@ LINK = Shape("link1", "capsule", radius=0.025, length=0.33)
 
 
 def _rod(a, b, width: float = 3.7) -> np.ndarray:
-    """(240, 320) bool: the pixels within ``width`` px of the image segment a-b."""
-    v, u = np.mgrid[:240, :320]
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    d = b - a
-    t = np.clip(((u - a[0]) * d[0] + (v - a[1]) * d[1]) / (d @ d), 0, 1)
-    return np.hypot(u - a[0] - t * d[0], v - a[1] - t * d[1]) <= width
+    return rod(a, b, width)
 
 
 def test_a_named_rods_mask_over_two_links_is_cut_where_a_link_is_unnamed():

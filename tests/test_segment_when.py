@@ -5,24 +5,15 @@ import numpy as np
 
 from pathlib import Path
 
-from vid2sim.datasets.shapes import Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import match_shapes
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import measure_extents
 from vid2sim.pipeline.segment_when import group_by_signature, when_pieces
 
-K = np.array([[300.0, 0.0, 160.0], [0.0, 300.0, 120.0], [0.0, 0.0, 1.0]])  # 320 x 240; 1 px = 6.7 mm at 2 m
-SHAPES = {"carcass": Shape("carcass", "box", size=(0.5, 0.4, 0.6)),
-          "drawer": Shape("drawer", "box", size=(0.4, 0.36, 0.12)),
-          "door": Shape("door", "box", size=(0.46, 0.02, 0.36))}
-BOX = np.eye(4)[0] * 0.9  # class scores: a confident box (CLASSES[0])
+from image_masks import BOX, CABINET, K, rect as _rect
 
-
-def _rect(r0, r1, c0, c1):
-    m = np.zeros((240, 320), bool)
-    m[r0:r1, c0:c1] = True
-    return m
+SHAPES = CABINET
 
 
 def _name(ds, es):
