@@ -51,7 +51,9 @@ distractor loses the cart's name to the moving cart; the still carcass keeps its
 A named mask partly still, partly moving holds nested parts (a drawer front in the carcass's
 mask): cut by motion where that names as well (``segment_nested``). A still named part apart in 3-D
 from every moving part (a look-alike a part swings in front of) is left out where the frame, named
-again without it, still explains every shape it did (``segment_contact``). Writes the overlay PNG.
+again without it, still explains every shape it did (``segment_contact``). A library name held only
+by a look-alike apart from the mechanism, or a shape left unnamed, goes to a detection no part covers
+that touches the mechanism's parts in 3-D (``segment_near``). Writes the overlay PNG.
 
 An RGB-only recording is segmented by its motion instead (``segment_motion``: the regions
 that move rigidly are the parts), unless ``motion.by_motion`` is "off".
@@ -89,6 +91,7 @@ from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, f
                                               other_class_naming, split_rods)
 from vid2sim.pipeline.segment_inside import drop_apart_repeats, sphere_inside
 from vid2sim.pipeline.segment_merged import rods_from_merged
+from vid2sim.pipeline.segment_near import near_mechanism
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, library_spheres, split_sphere
@@ -441,7 +444,9 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
     """(parts, seen extents m, library names) of candidate ``best``: ``_named`` with ``motion``,
     named again with the full motion cue where a shape of ``wanted`` is unnamed, rods cut from
     a mask over two and parts of a class the library lacks named by their size
-    (``segment_missing``), then masks partly still and partly moving split (``segment_nested``).
+    (``segment_missing``), then masks partly still and partly moving split (``segment_nested``)
+    and names held by look-alikes apart from the mechanism, or left unnamed, given to detections
+    joined to it (``segment_near``).
     full: the full cue's sampled depth, made on first use and kept."""
     i, shapes_path = best.frame, Path(rec.path) / "shapes.json"
     dets, seen, names = _named(cfg, rec, best, candidates, s, motion)
@@ -478,8 +483,14 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
         scene = (rec.shapes, best.depth, K, best.smoothed, cfg.size_tolerance, least, SURPLUS_SIZE_COST)
         # a named mask partly still, partly moving holds several parts (segment_nested)
         dets, seen, names = split_by_motion(motion, i, (dets, seen, names), rename, *scene)
+        apart = apart_from_mechanism([d.mask for d in dets], best.depth, K, motion.k)   # segment_contact
+        # a name held only by a look-alike apart from the mechanism, or a shape unnamed: a detection joined to the
+        # mechanism in 3-D that no part covers (segment_near)
+        (dets, seen, names), apart = near_mechanism((dets, seen, names), apart, best.found, wanted,
+                                                    lambda ms: motion.shares(i, ms), rename, rec.shapes, best.depth,
+                                                    K, best.smoothed, motion.k, cfg.size_tolerance, least,
+                                                    SURPLUS_SIZE_COST)
         if set(library_spheres(rec.shapes)) & set(names):  # a sphere's name on a still look-alike (segment_inside)
-            apart = apart_from_mechanism([d.mask for d in dets], best.depth, K, motion.k)   # segment_contact
             (dets, seen, names), apart = drop_apart_repeats((dets, seen, names), apart, library_spheres(rec.shapes))
             cues = DepthMotion.cues(motion, i, [d.mask for d in dets])   # the full cues: ``attached`` measured
             dets, seen, names = sphere_inside(cues, (dets, seen, names), rename, *scene, apart)
