@@ -5,20 +5,22 @@ in one frame; where the longer one is half hidden there, it gets the shorter one
 other the longer one's. Tracked, each is then followed with the other's shape: the kinematic tree
 comes out right, but with the two names exchanged, and the twin with the wrong lengths.
 
-Here, after the clip is tracked, each such pair (``rod_pairs``) is judged on up to ``FRAMES`` frames
-where neither body is lost, spread over the clip: on the same rays (``_Tracker._observe`` around
-both bodies), the frame's truncated cost (``gauss_newton_step``'s) with the shapes as named and with
-the two shapes exchanged, each settled from the tracked poses (``_settle``: the pair moved along its
-axes by the length difference, then a few Gauss-Newton steps of the pair alone). Where the exchanged
-shapes cost less in at least ``MIN_WON`` of the judged frames and by ``MIN_GAIN`` of the named cost over
-them, the names are exchanged and every frame's poses of the pair settled again with the exchanged
-shapes (``exchange``). It reads ``FRAMES`` frames per rod pair and, where names are exchanged, the
-clip once more; it does not track again, and leaves boxes alone (exchanging two boxes' names turns
-their frames, which a few steps from the tracked poses do not find).
+Here, after the clip is tracked, each such pair (``rod_pairs``) whose bodies are found in all but
+``MAX_LOST`` of the frames is judged on up to ``FRAMES`` frames where neither is lost, spread over the
+clip: on the same rays (``_Tracker._observe`` around all bodies), the frame's truncated cost
+(``gauss_newton_step``'s) with the shapes as named and with the two shapes exchanged, each settled
+from the tracked poses (``_settle``: each rod moved along its axis within half the length difference,
+then a few Gauss-Newton steps of the pair alone). Where the exchanged shapes cost less in at least
+``MIN_WON`` of the judged frames and by ``MIN_GAIN`` of the named cost over them, the names are
+exchanged and every frame's poses of the pair settled again with the exchanged shapes (``exchange``).
+It reads ``FRAMES`` frames per rod pair and, where names are exchanged, the clip once more; it does
+not track again, and leaves boxes alone (exchanging two boxes' names turns their frames, which a few
+steps from the tracked poses do not find).
 """
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 import torch
 
@@ -33,6 +35,7 @@ MIN_FRAMES = 4      # fewer judged frames than this: no verdict
 MIN_WON = 0.75      # share of the judged frames the exchanged shapes must explain better
 MIN_GAIN = 0.02     # their summed cost must be this share below the named one's
 MIN_LENGTH_DIFF = 0.01   # m: rods whose lengths differ less are alike, their names untestable
+MAX_LOST = 0.1      # a pair with a body lost in more than this share of the frames is not judged
 STEPS = 4           # Gauss-Newton steps of the pair alone, from the tracked or shifted poses
 SHIFTS = 7          # offsets along a rod's axis tried for its exchanged shape (0 among them)
 
@@ -158,12 +161,14 @@ def exchange(tracker, rec, poses: np.ndarray, lost: np.ndarray, pair: tuple[int,
 
 def check_names(tracker, rec, poses: np.ndarray, lost: np.ndarray,
                 shape_names: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Every rod pair's names judged over the track (``evidence``); the pairs whose exchange is clear,
+    """Every rod pair's names judged over the track (``evidence``), unless a body of it is lost in over
+    ``MAX_LOST`` of the frames (its fit says little about its shape); the pairs whose exchange is clear,
     most evident first and each body in one exchange at most, get their shape names exchanged and their
     poses settled again (``exchange``).
     -> (poses (T, M, 4, 4), shape names (M,))."""
     scene = tracker.scene
-    verdicts = [(pair, evidence(tracker, rec, poses, lost, pair)) for pair in rod_pairs(scene.prims)]
+    pairs = [p for p in rod_pairs(scene.prims) if lost[:, list(p)].mean(0).max() <= MAX_LOST]
+    verdicts = [(pair, evidence(tracker, rec, poses, lost, pair)) for pair in pairs]
     names = list(shape_names)
     done: set[int] = set()
     for pair, ev in sorted(verdicts, key=lambda v: -v[1]["gain"]):
