@@ -41,6 +41,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   (``track_refind.py``). A found body whose fit turns much worse than in its last frames (residual,
   pixels it is seen on) is aligned again from its last good frame's pose, motion and image
   (``track_recheck.py``: a part that landed or bounced, left where the prediction took it).
+- After the clip, two rods of one kind and different lengths whose exchanged shapes explain the tracked
+  frames' depth clearly better exchange names and are settled for their new shapes (``track_names.py``).
 - ``planar`` restricts every body to world x, z translation and rotation about world y.
 
 The settings are in ``track_config.py``, the camera, background and regions of interest in
@@ -71,6 +73,7 @@ from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
 from vid2sim.pipeline.track_fit import FLOAT, depth_cluster, fit_primitive, other_placements
 from vid2sim.pipeline.track_motion import Motion
+from vid2sim.pipeline.track_names import check_names
 from vid2sim.pipeline.track_overlay import write_overlays
 from vid2sim.pipeline.track_scene import TrackScene
 from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
@@ -591,10 +594,14 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
                 first = False
                 T_prev = T
                 bar.update(1)
+    shape_names = list(seg.shape_names)
+    if cfg.check_names:   # look-alike rods named by one frame's sizes: judged on the whole track
+        poses, shape_names = check_names(tracker, rec, poses, lost, shape_names)
+        names = body_names(shape_names)
     nlost = lost.sum(0)
     for m in range(M):
         if nlost[m]:
             log.warning("track: %s lost in %d of %d frames (held at its last good pose there)", names[m], nlost[m], Tn)
     if cfg.overlay and render_cache:
         write_overlays(rec, render_cache, lost, names, out_dir)
-    return PoseTracks(poses, names, list(seg.shape_names), residual, rec.fps, lost, float(cfg.noise.depth_noise_k))
+    return PoseTracks(poses, names, shape_names, residual, rec.fps, lost, float(cfg.noise.depth_noise_k))

@@ -144,6 +144,7 @@ class TrackConfig:
     planar: str = "auto"
     overlay: bool = True  # write the side-by-side overlay video
     max_overlay_frames: int = 600  # frames rendered into the overlay video at most
+    check_names: bool = True  # two rods of one kind, different lengths: names exchanged where the other's shape fits better (track_names.py)
     steps: TrackSteps = field(default_factory=TrackSteps)  # the Gauss-Newton steps of a frame
     gates: TrackGates = field(default_factory=TrackGates)  # which depth points and rays each body uses
     noise: TrackNoise = field(default_factory=TrackNoise)  # depth noise model, residual weights and scales
