@@ -24,6 +24,9 @@ that holds it; two look-alike rods (one type and radius) are named longer to lon
 that costs little more (``segment_match``).
 A detection lying mostly on a known actuator's pixels (the hole its tip leaves in the depth) is
 no part (``actuators.off_actuators``).
+With ``refine_boundaries`` (off by default), each final mask is last grown on the colour image onto
+its rim where the depth has no reading (``segment_refine``: GrabCut within a few pixels of the mask,
+never onto another part's pixels).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
@@ -80,10 +83,11 @@ from vid2sim.models.segmenter.model import DEFAULT_CHECKPOINT, Detection, Segmen
 from vid2sim.models.segmenter.normals import (depth_to_normal_image, downsample_depth, downsample_intrinsics,
                                               pseudo_depth_from_rgb, smooth_depth, upsample_mask)
 from vid2sim.models.segmenter.reconcile import MAX_NOISE, depth_noise
-from vid2sim.pipeline.actuators import off_actuators
+from vid2sim.pipeline.actuators import hidden_pixels, off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
+from vid2sim.pipeline.segment_refine import refine_boundaries
 from vid2sim.pipeline.segment_contact import apart_from_mechanism, drop_apart
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
@@ -161,6 +165,10 @@ class SegmentConfig:
     # (segment_fallback); 0 = the chosen frame only
     fallback: int = FALLBACK
     overlay: bool = True  # write segmentation_overlay.png
+    # each final mask grown on the colour image onto its rim without depth readings (segment_refine)
+    refine_boundaries: bool = False
+    # with refine_boundaries: pixels at the part's own depth may join too, and the mask's own may leave
+    refine_with_depth: bool = False
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
     work_width: int = 640
@@ -549,6 +557,9 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     _check_missing(cfg, rec.shapes, names, frames, shapes_path, order)
     h, w = rec.camera.height, rec.camera.width
     masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
+    if cfg.refine_boundaries and rec.has_color and rec.has_depth:   # segment_refine
+        masks = refine_boundaries(masks, names, rec.color(i), rec.depth(i), hidden_pixels(rec, i),
+                                  cfg.refine_with_depth)
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)

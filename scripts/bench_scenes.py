@@ -12,7 +12,13 @@ until one fails. Per cell it records:
 - segmentation: right body count, right shapes (sorted ``shape_names`` of
   segmentation.npz against truth.json bodies' shapes), right masks (each over a truth body
   of its shape's geometry in the segmentation frame's truth_masks: a distractor taken for
-  a leg has the right shape names and the wrong mask);
+  a leg has the right shape names and the wrong mask); per library part (``seg_parts``, by truth
+  body name) its mask IoU against its truth body's mask, strictly by name (``iou``) and with
+  parts of identical library geometry matched one-to-one by IoU (``iou_alike``: a chain of
+  identical links cannot be named from shapes.json alone), and what limits it (width in
+  pixels, the IoU of a mask one pixel off, the share of its pixels without depth);
+  ``seg_parts_ok`` / ``seg_parts_ok_alike``: every part's IoU >= ``PART_IOU`` (0.8, issue 28),
+  ``seg_parts_ok_resolvable``: every part whose one-pixel-off mask reaches 0.8 does;
 - tracking: median over matched bodies and frames of the position error of poses.npz
   against truth_poses.npz (bodies matched one-to-one by least mean distance, so the
   error does not depend on naming), divided by the camera's distance to the mechanism
@@ -41,9 +47,11 @@ so a long run resumes); recordings and runs of cells where every stage succeeded
 deleted unless ``--keep``. Progress goes to stderr; the last stdout line is JSON:
 
     {"cells": N, "segment_ok": f, "track_ok": f, "articulate_ok": f, "seg_count_ok": f,
-     "seg_shapes_ok": f, "seg_masks_ok": f, "track_err_rel_median": x, "topology_ok": f, "tracebacks": n,
-     "by_factor": {factor: {value: {"cells", "segment_ok", "seg_masks_ok", "track_ok", "topology_ok",
-                                    "tracebacks", "track_err_rel_median"}}}}
+     "seg_shapes_ok": f, "seg_masks_ok": f, "parts_ok": f, "parts_ok_alike": f, "parts_ok_resolvable": f,
+     "track_err_rel_median": x, "topology_ok": f, "tracebacks": n,
+     "by_factor": {factor: {value: {"cells", "segment_ok", "seg_masks_ok", "parts_ok", "parts_ok_alike",
+                                    "parts_ok_resolvable", "track_ok", "topology_ok", "tracebacks",
+                                    "track_err_rel_median"}}}}
 
     python scripts/bench_scenes.py --seeds 3 --mechanisms cartpole cabinet --frames 30 --out /tmp/bench_scenes
 
@@ -81,6 +89,8 @@ STILL_SHARE = 0.003  # a truth joint moving less than this share of the camera d
 # frames a clip of a pushed mechanism needs at least: its pusher meets the linkage 1.1-1.8 s in (frames 32-53
 # at 30 fps), so a 40-frame clip would show three boxes at rest; 90 frames show 1-2 s of the push
 PUSH_FRAMES = 90
+PART_IOU = 0.8  # issue 28: every library part's mask IoU against its truth body's mask at least this
+PART_KEYS = ("parts_ok", "parts_ok_alike", "parts_ok_resolvable")  # summary keys, each the share of cells
 FACTORS = ("renderer", "framing", "background", "sensor", "size", "distractors", "mechanism")
 
 
@@ -127,7 +137,77 @@ def _segmentation_scores(run: Path, truth: dict, rec: Path | None = None) -> dic
         body = truth["bodies"][top - 1]["shape"] if 0 < top <= len(truth["bodies"]) else None
         if body is None or geometry.get(body) != geometry.get(str(name)):
             wrong.append(f"{name}<-{body or {0: 'background', 254: 'distractor'}.get(top, f'id {top}')}")
-    return dict(out, seg_masks_ok=out["seg_shapes_ok"] and not wrong, seg_masks_wrong=wrong)
+    out = dict(out, seg_masks_ok=out["seg_shapes_ok"] and not wrong, seg_masks_wrong=wrong)
+    depth = cv2.imread(str(rec / "depth" / f"{int(z['frame']):06d}.png"), cv2.IMREAD_UNCHANGED)
+    return dict(out, **part_mask_scores(z["masks"], [str(n) for n in z["shape_names"]], tm, truth,
+                                        load_shapes(rec / "shapes.json"), depth))
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    u = np.count_nonzero(a | b)
+    return float(np.count_nonzero(a & b) / u) if u else 0.0
+
+
+def _resolution(truth_mask: np.ndarray, depth: np.ndarray | None) -> dict:
+    """What limits a mask of one truth body (truth_mask: (H, W) bool): width_px, its widest
+    inscribed disc's diameter in pixels (2 d - 1 for the largest distance d to a pixel outside);
+    iou_eroded_1px / iou_dilated_1px, the IoU of the truth with itself one pixel smaller / larger
+    on the whole boundary (4-neighbour erosion / dilation), what a mask one pixel off reaches;
+    no_depth, the share of its pixels whose depth is 0 (a hole) in ``depth`` (H, W)."""
+    import cv2
+
+    m = truth_mask.astype(np.uint8)
+    cross = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
+    n = max(int(m.sum()), 1)
+    d = cv2.distanceTransform(np.pad(m, 1), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    return {"pixels": int(m.sum()), "width_px": round(max(2.0 * float(d.max()) - 1.0, 0.0), 2),
+            "iou_eroded_1px": round(float(cv2.erode(m, cross).sum()) / n, 4),
+            "iou_dilated_1px": round(n / max(float(cv2.dilate(m, cross).sum()), 1.0), 4),
+            "no_depth": None if depth is None or depth.shape != m.shape
+            else round(float(np.count_nonzero(m.astype(bool) & (depth == 0))) / n, 4)}
+
+
+def part_mask_scores(masks: np.ndarray, shape_names: list[str], tm: np.ndarray, truth: dict, shapes: dict,
+                     depth: np.ndarray | None = None) -> dict:
+    """Each library part's mask IoU at the segmentation frame (issue 28: IoU >= ``PART_IOU`` for every
+    part, with the right label). masks: (K, H, W) segmentation.npz's masks, shape_names: their K
+    library names; tm: (H, W) truth_masks (truth body k is id k + 1); shapes: the library by name.
+    seg_parts: truth body name -> {iou: the run's masks named with its shape against its truth mask
+    (None for a part hidden in that frame, which the criterion then leaves out),
+    iou_alike: the same after parts of identical library geometry are matched one-to-one by IoU
+    (linear_sum_assignment; a chain of identical links cannot be named from shapes.json alone), and
+    ``_resolution``'s numbers}. seg_parts_ok / seg_parts_ok_alike: every part reaches PART_IOU;
+    seg_parts_ok_resolvable: every part whose one-pixel-off mask still reaches PART_IOU does
+    (min of iou_eroded_1px and iou_dilated_1px), by iou_alike."""
+    def geometry(name: str):
+        sh = shapes.get(name)
+        return name if sh is None or sh.type == "mesh" else (sh.type, sh.size, sh.radius, sh.length)
+
+    bodies = truth["bodies"]
+    truth_m = [tm == k + 1 for k in range(len(bodies))]
+    run_m = [np.asarray(m) > 0 for m in masks]
+    parts = {}
+    for k, b in enumerate(bodies):
+        mine = [m for m, n in zip(run_m, shape_names) if n == b["shape"]]
+        strict = (_iou(np.logical_or.reduce(mine), truth_m[k]) if mine else 0.0) if truth_m[k].any() else None
+        parts[b["name"]] = {"iou": strict and round(strict, 4), "iou_alike": strict and round(strict, 4),
+                            **_resolution(truth_m[k], depth)}
+    for g in {geometry(b["shape"]) for b in bodies}:
+        theirs = [k for k, b in enumerate(bodies) if geometry(b["shape"]) == g and truth_m[k].any()]
+        mine = [i for i, n in enumerate(shape_names) if geometry(n) == g]
+        if len(theirs) < 2 or not mine:
+            continue
+        iou = np.array([[_iou(run_m[i], truth_m[k]) for k in theirs] for i in mine])
+        for k in theirs:
+            parts[bodies[k]["name"]]["iou_alike"] = 0.0
+        for r, c in zip(*linear_sum_assignment(-iou)):
+            parts[bodies[theirs[c]]["name"]]["iou_alike"] = round(float(iou[r, c]), 4)
+    seen = {n: p for n, p in parts.items() if p["iou"] is not None}
+    return {"seg_parts": parts,
+            "seg_parts_ok": all(p["iou"] >= PART_IOU for p in seen.values()),
+            "seg_parts_ok_alike": all(p["iou_alike"] >= PART_IOU for p in seen.values()),
+            "seg_parts_ok_resolvable": all(p["iou_alike"] >= PART_IOU for p in seen.values()
+                                           if min(p["iou_eroded_1px"], p["iou_dilated_1px"]) >= PART_IOU)}
 
 
 def _tracking_scores(rec: Path, run: Path, truth: dict) -> dict:
@@ -310,6 +390,8 @@ def run_cell(mech: str, seed: int, args) -> dict:
     reused = _reused(mech, seed, args, cell, row) if args.reuse else None
     if reused is not None:
         rec, stages = reused
+        if "seg_parts" not in row and stages and stages[0] != "segment" and (run / "segmentation.npz").exists():
+            row.update(_segmentation_scores(run, json.loads((rec / "truth.json").read_text()), rec))  # kept before
     else:
         synth = _run(_cli("synth", mech, "--out", str(rec), "--scene", "random", "--seed", str(seed),
                           "--frames", str(row["clip_frames"]), "--noise", args.noise), args.timeout)
@@ -369,6 +451,7 @@ def summarise(rows: list[dict]) -> dict:
         n = max(len(rs), 1)
         return {"cells": len(rs), "segment_ok": sum(_ok(r, "segment") for r in rs) / n,
                 "seg_masks_ok": sum(bool(r.get("seg_masks_ok")) for r in rs) / n,
+                **{k: sum(bool(r.get(f"seg_{k}")) for r in rs) / n for k in PART_KEYS},
                 "track_ok": sum(_ok(r, "track") for r in rs) / n,
                 "topology_ok": sum(bool(r["topology_ok"]) for r in rs) / n,
                 "tracebacks": sum(r.get("tracebacks", 0) for r in rs),

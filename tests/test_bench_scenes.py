@@ -115,3 +115,89 @@ def test_one_part_off_in_most_frames_is_named_not_hidden_in_the_median(tmp_path)
     assert s["track_err_worst_m"] == pytest.approx(0.2501, abs=1e-9)
     assert s["track_err_worst_rel"] == pytest.approx(0.2501 / 1.24, abs=1e-9)
     assert s["bodies_missing"] == 0
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
+    spec = importlib.util.spec_from_file_location("bench_scenes", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_each_library_part_is_scored_by_its_mask_iou_by_name_and_among_look_alikes():
+    """bench_scenes' per-part mask IoU (issue 28): three identical links (9 x 61 px) and a cart
+    (41 x 81 px). link0's and link1's masks under each other's names score 0 by name and 1 once
+    identical geometry is matched either way; the cart's mask one pixel in on every side, 39 x 79
+    of 41 x 81 px: IoU 0.9277. A link's one-pixel-off masks reach 413 / 549 = 0.7523 (eroded) and
+    549 / 689 = 0.7968 (dilated), below 0.8: such a link's shrunk mask fails the criterion but not
+    its resolvable version; the cart cut to its left 40 columns fails both. A ball hidden in that
+    frame has no IoU and is left out."""
+    import cv2
+
+    from vid2sim.datasets.shapes import Shape
+
+    bench = _bench()
+    tm = np.zeros((240, 320), np.uint8)
+    for k, r in enumerate((20, 60, 100)):
+        tm[r:r + 9, 30:91] = k + 1
+    tm[150:191, 100:181] = 4
+    tm[150:191, 200:240] = 254   # a distractor
+    depth = np.full(tm.shape, 1.5, np.float32)
+    depth[100:102, 30:91] = 0.0   # link2's top two rows without depth: 122 of 549 px
+    link = dict(type="capsule", radius=0.025, length=0.33)
+    shapes = {**{f"link{k}": Shape(f"link{k}", **link) for k in range(3)},
+              "cart": Shape("cart", "box", size=(0.3, 0.1, 0.1)), "ball": Shape("ball", "sphere", radius=0.05)}
+    truth = {"bodies": [{"name": n, "shape": n} for n in ("link0", "link1", "link2", "cart", "ball")]}
+    cross = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
+    truth_m = [(tm == k + 1).astype(np.uint8) for k in range(4)]
+    cart_in = cv2.erode(truth_m[3], cross)
+    names = ["link1", "link0", "link2", "cart"]
+    s = bench.part_mask_scores(np.stack([truth_m[0], truth_m[1], truth_m[2], cart_in]), names, tm, truth,
+                               shapes, depth)
+    p = s["seg_parts"]
+    assert [p[n]["iou"] for n in ("link0", "link1", "link2")] == [0.0, 0.0, 1.0]
+    assert [p[n]["iou_alike"] for n in ("link0", "link1", "link2")] == [1.0, 1.0, 1.0]
+    assert p["cart"]["iou"] == p["cart"]["iou_alike"] == pytest.approx(3081 / 3321, abs=1e-4)
+    assert (p["link0"]["width_px"], p["cart"]["width_px"]) == (9.0, 41.0)
+    assert p["link0"]["iou_eroded_1px"] == pytest.approx(413 / 549, abs=1e-4)
+    assert p["link0"]["iou_dilated_1px"] == pytest.approx(549 / 689, abs=1e-4)
+    assert (p["link2"]["no_depth"], p["link0"]["no_depth"]) == (pytest.approx(122 / 549, abs=1e-4), 0.0)
+    assert p["ball"]["iou"] is None and p["ball"]["pixels"] == 0   # hidden in that frame: left out
+    assert (s["seg_parts_ok"], s["seg_parts_ok_alike"], s["seg_parts_ok_resolvable"]) == (False, True, True)
+    shrunk = np.stack([truth_m[0], truth_m[1], cv2.erode(truth_m[2], cross), cart_in])
+    s = bench.part_mask_scores(shrunk, names, tm, truth, shapes, depth)
+    assert s["seg_parts"]["link2"]["iou_alike"] == pytest.approx(413 / 549, abs=1e-4)
+    assert (s["seg_parts_ok_alike"], s["seg_parts_ok_resolvable"]) == (False, True)
+    half = truth_m[3].copy()
+    half[:, 140:] = 0
+    s = bench.part_mask_scores(np.stack([truth_m[0], truth_m[1], truth_m[2], half]), names, tm, truth, shapes, depth)
+    assert s["seg_parts"]["cart"]["iou"] == pytest.approx(40 / 81, abs=1e-4)
+    assert (s["seg_parts_ok_alike"], s["seg_parts_ok_resolvable"]) == (False, False)
+
+
+def test_the_summary_gives_the_share_of_cells_with_every_part_at_iou_0_8_overall_and_by_factor():
+    """bench_scenes' last-line JSON: parts_ok, parts_ok_alike and parts_ok_resolvable are the shares of
+    cells whose every part reaches 0.8 (a cell whose segment failed counts as not), overall and per
+    factor value, beside the keys it had."""
+    bench = _bench()
+
+    def row(mech, framing, ok, alike, resolvable, seg_rc=0):
+        return {"mechanism": mech, "stages": {"segment": {"rc": seg_rc}}, "topology_ok": False,
+                "track_err_rel": None, "seg_count_ok": True, "seg_shapes_ok": True, "seg_masks_ok": ok,
+                "scene": {"framing": framing, "distractors": 2},
+                **({} if seg_rc else {"seg_parts_ok": ok, "seg_parts_ok_alike": alike,
+                                      "seg_parts_ok_resolvable": resolvable})}
+
+    rows = [row("cartpole", "far", False, False, True), row("pushed", "far", False, True, True),
+            row("pushed", "mid", True, True, True), row("cabinet", "mid", False, False, False, seg_rc=2)]
+    s = bench.summarise(rows)
+    assert (s["parts_ok"], s["parts_ok_alike"], s["parts_ok_resolvable"]) == (0.25, 0.5, 0.75)
+    assert {"segment_ok", "seg_masks_ok", "topology_ok", "track_ok", "seg_shapes_ok"} <= set(s)
+    far, mid = s["by_factor"]["framing"]["far"], s["by_factor"]["framing"]["mid"]
+    assert (far["parts_ok"], far["parts_ok_alike"], far["parts_ok_resolvable"]) == (0.0, 0.5, 1.0)
+    assert (mid["parts_ok"], mid["parts_ok_alike"], mid["parts_ok_resolvable"]) == (0.5, 0.5, 0.5)
+    assert s["by_factor"]["mechanism"]["pushed"]["parts_ok_alike"] == 1.0
