@@ -163,7 +163,9 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     coarse_cfg = replace(cfg, noise=replace(cfg.noise, depth_noise_k=cfg.noise.start_noise_k))
     coarse = TrackScene(rec, scene.prims, coarse_cfg)
     coarse.set_background(d0, seg.masks, rec.color(seg.frame) if rec.has_color else None)
-    Tc = _initial_poses(coarse_cfg, coarse, d0, seg)
+    coarse_others: list = []
+    Tc = _initial_poses(coarse_cfg, coarse, d0, seg, coarse_others)
+    others = [mine + theirs for mine, theirs in zip(others, coarse_others)]   # each pass's fits are worth trying
     Tc = _Tracker(coarse_cfg, coarse, planar).frame(d0, Tc, Tc, use_prior=False, rgb=rgb)[0]
     starts = []
     for T0 in (T, Tc):  # two rounds of steps: a start far off (the carcass at 84 mm) needs more than one
