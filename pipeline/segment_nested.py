@@ -10,7 +10,8 @@ two parts or more.
 ``split_by_motion`` looks only at a doubtful naming (``_doubtful``: a library shape not named
 at a size it can have, or, while a part moves, two named parts still or one still with nothing
 moving near it: the drawer's name on a still distractor; ``segment_change.misfit``: a partly
-moving named mask the size of another library shape). It takes the union of the named masks
+moving named mask the size of another library shape; ``segment_rigid.two_bodies``: a named mask
+holding a moving piece and a still one, each of a part's size). It takes the union of the named masks
 partly still and partly moving, with every named mask mostly inside it (a door's own mask over
 part of the carcass's), and cuts it into its moving pieces (the moving regions,
 ``DepthMotion.changed``, inside it, parted where the masks' boundaries cross them, pieces of at
@@ -44,6 +45,7 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
+from vid2sim.pipeline.segment_rigid import two_bodies
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
@@ -140,7 +142,9 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return parts
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
-    if not mixed or not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol)):
+    if not mixed or not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol)
+                         or two_bodies([dets[k] for k in mixed], regions, freq, depth, K, smoothed, shapes, tol, fit,
+                                       min_px)):
         return parts
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves

@@ -1,0 +1,50 @@
+"""Segment on depth recordings: a named mask that holds two rigid bodies, one still, one moving.
+
+Pixels that move rigidly together belong to one body. Over the clip a rigid part's pixels
+either all stay where they are (a fixed part: a cabinet's carcass) or move with it; the few
+of a moving part that stay where they are lie along its turning axis and change in its widest
+swings, so they are no piece still over the whole clip (``segment_split.split_pieces`` keeps
+at most ``STILL_CHANGED`` of a still piece's pixels changed in any sampled frame). A named
+mask with a moving piece and a piece still over the whole clip therefore holds two bodies at
+least. ``two_bodies`` names the masks where both pieces, each seen on its own
+(``measure_extents``), have a size some library shape can have (``size_cost`` at most
+``fit``): a carcass's mask over the door swinging beside it, while the door's name sits on a
+strip of the carcass. A mask with a moving sliver at its rim (a drawer front's edge in the
+carcass's mask) has no moving piece of a part's size and is left alone.
+
+``segment_nested.split_by_motion`` doubts a naming with such a mask and tries its splits.
+Not here: the split and its naming (``segment_nested``); grouping the moving pixels of one
+mask into several bodies (``segment_change``, ``segment_when``). Masks are (H, W) bool,
+depth (H, W) m at segment's working resolution.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from vid2sim.datasets.shapes import CLASSES, Shape
+from vid2sim.models.segmenter.model import Detection
+from vid2sim.pipeline.segment_size import measure_extents, size_cost
+from vid2sim.pipeline.segment_split import split_pieces
+
+
+def part_sized(extents: tuple[float, float], shapes: dict[str, Shape], tol: float, fit: float) -> bool:
+    """Whether seen ``extents`` (m) fit a library shape of a class segment knows at a size it
+    can have (``size_cost`` at most ``fit``)."""
+    return any(size_cost(extents, sh, True, tol) <= fit for sh in shapes.values() if sh.type in CLASSES)
+
+
+def two_bodies(dets: list[Detection], regions: np.ndarray, freq: np.ndarray, depth: np.ndarray, K: np.ndarray,
+               smoothed: np.ndarray, shapes: dict[str, Shape], tol: float, fit: float, min_px: int) -> list[int]:
+    """The indices of ``dets`` whose mask holds a moving piece and a piece still over the clip
+    (``split_pieces`` with the frame's moving ``regions`` and per-pixel share of changed sampled
+    frames ``freq``, both (H, W)), each seen at a size a library shape can have (``part_sized``).
+    depth (m), K and ``smoothed`` as ``measure_extents`` takes them."""
+    out = []
+    for k, d in enumerate(dets):
+        pieces = split_pieces(d, regions, freq, min_px)
+        if pieces and all(part_sized(measure_extents(p.mask, depth, K, smoothed), shapes, tol, fit) for p in pieces):
+            out.append(k)
+    return out
+
+
+__all__ = ["part_sized", "two_bodies"]
