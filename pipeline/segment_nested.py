@@ -45,7 +45,7 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
-from vid2sim.pipeline.segment_rigid import two_bodies
+from vid2sim.pipeline.segment_rigid import still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
@@ -142,9 +142,11 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return parts
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
-    if not mixed or not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol)
-                         or two_bodies([dets[k] for k in mixed], regions, freq, depth, K, smoothed, shapes, tol, fit,
-                                       min_px)):
+    if not mixed:
+        return parts
+    rigid_only = not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol))
+    if rigid_only and not two_bodies([dets[k] for k in mixed], regions, freq, depth, K, smoothed, shapes, tol, fit,
+                                     min_px):
         return parts
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
@@ -185,6 +187,9 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
             plain, moving = more, pieces
     if plain is None or plain[1] < len(_fitting(names, seen, shapes, tol, fit)) or not plain[2]:
+        return parts
+    if rigid_only and still_takes_moving_name((names, cues.shares, mixed), (plain[0][2], DepthMotion.cues(
+            motion, i, [d.mask for d in plain[0][0]]).shares)):
         return parts
     log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "
              "and a still one: %s", i, len(mixed), len(moving), ", ".join(plain[0][2]))

@@ -12,7 +12,10 @@ least. ``two_bodies`` names the masks where both pieces, each seen on its own
 strip of the carcass. A mask with a moving sliver at its rim (a drawer front's edge in the
 carcass's mask) has no moving piece of a part's size and is left alone.
 
-``segment_nested.split_by_motion`` doubts a naming with such a mask and tries its splits.
+``segment_nested.split_by_motion`` doubts a naming with such a mask and tries its splits; a
+split made for this doubt alone is not kept where it gives a still piece the name of a mask that
+moved as a whole (``still_takes_moving_name``): part sizes overlap at far framing, and the
+renaming after a split is by size.
 Not here: the split and its naming (``segment_nested``); grouping the moving pixels of one
 mask into several bodies (``segment_change``, ``segment_when``). Masks are (H, W) bool,
 depth (H, W) m at segment's working resolution.
@@ -25,6 +28,7 @@ from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import split_pieces
+from vid2sim.pipeline.segment_still import MOVING_SHARE
 
 
 def part_sized(extents: tuple[float, float], shapes: dict[str, Shape], tol: float, fit: float) -> bool:
@@ -47,4 +51,16 @@ def two_bodies(dets: list[Detection], regions: np.ndarray, freq: np.ndarray, dep
     return out
 
 
-__all__ = ["part_sized", "two_bodies"]
+def still_takes_moving_name(before: tuple[list[str], np.ndarray, list[int]], after: tuple[list[str], np.ndarray]
+                            ) -> bool:
+    """Whether a split gives a still mask a library name that a mask moving as a whole held
+    before it: before = (names, (n,) ``motion_shares``, the indices of the masks partly still and
+    partly moving); after = (names, (m,) ``motion_shares``). A mask at least ``MOVING_SHARE``
+    moving and not partly still is one moving body, so its name is no still part's (a door's
+    name on its own mask at far framing, taken by the carcass's still rest)."""
+    names, shares, mixed = before
+    moved = {n for k, n in enumerate(names) if k not in mixed and shares[k] >= MOVING_SHARE}
+    return any(n in moved and sh < MOVING_SHARE for n, sh in zip(*after))
+
+
+__all__ = ["part_sized", "still_takes_moving_name", "two_bodies"]

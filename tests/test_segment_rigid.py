@@ -8,7 +8,7 @@ import numpy as np
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import match_shapes
 from vid2sim.pipeline.segment_nested import split_by_motion
-from vid2sim.pipeline.segment_rigid import two_bodies
+from vid2sim.pipeline.segment_rigid import still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents
 
 from image_masks import BOX, CABINET, K, rect
@@ -58,3 +58,14 @@ def test_the_door_in_the_carcass_mask_gets_its_own_mask_and_name():
         t = truth[n]
         assert (d.mask & t).sum() / d.mask.sum() > (0.99 if n == "carcass" else 0.85), n
         assert (d.mask & t).sum() / t.sum() > (0.75 if n == "carcass" else 0.99), n
+
+
+def test_a_split_giving_a_still_piece_the_name_of_a_wholly_moving_mask_is_refused():
+    """Cabinet s131's shares (far, 5 m): the door's name on a mask moving as a whole (0.47), the
+    carcass's on a mask partly still (0.34, split); the split by size gave the still rest door
+    and the moving mask carcass. s109's split (the carcass's name from the mask partly still to the
+    still rest, the door's from a still strip to the moving piece) is allowed."""
+    s131 = (["door", "carcass", "drawer"], np.array([0.47, 0.34, 0.095]), [1])
+    assert still_takes_moving_name(s131, (["carcass", "drawer", "door"], np.array([0.47, 0.62, 0.0])))
+    s109 = (["carcass", "drawer", "door"], np.array([0.47, 0.75, 0.12]), [0, 2])
+    assert not still_takes_moving_name(s109, (["drawer", "door", "carcass"], np.array([0.75, 0.9, 0.0])))
