@@ -45,7 +45,7 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
-from vid2sim.pipeline.segment_rigid import still_takes_moving_name, two_bodies
+from vid2sim.pipeline.segment_rigid import still_keeps_name, still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
@@ -180,16 +180,18 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return ([d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]), \
             len(_fitting(trial_names, trial_seen, shapes, tol, fit)), movers
 
-    plain = trial(moving, still, mixed)
+    plain, cut = trial(moving, still, mixed), mixed
     parted = parted_pieces(motion, i, moving, min_px) if moving and still is not None else []  # two parts in one piece
-    for more, pieces in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted),
-                         (trial(*timed, joined) if len(timed[0]) > 1 else None, timed[0])):
+    for more, pieces, rest, by in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted, still,
+                                    mixed), (trial(*timed, joined) if len(timed[0]) > 1 else None, *timed, joined)):
         if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
-            plain, moving = more, pieces
+            plain, moving, still, cut = more, pieces, rest, by
     if plain is None or plain[1] < len(_fitting(names, seen, shapes, tol, fit)) or not plain[2]:
         return parts
-    if rigid_only and still_takes_moving_name((names, cues.shares, mixed), (plain[0][2], DepthMotion.cues(
-            motion, i, [d.mask for d in plain[0][0]]).shares)):
+    if rigid_only and (not still_keeps_name(still, [(dets[k].mask, names[k]) for k in cut],
+                                            [(d.mask, n) for d, n in zip(plain[0][0], plain[0][2])])
+                       or still_takes_moving_name((names, cues.shares, mixed), (plain[0][2], DepthMotion.cues(
+                           motion, i, [d.mask for d in plain[0][0]]).shares))):
         return parts
     log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "
              "and a still one: %s", i, len(mixed), len(moving), ", ".join(plain[0][2]))

@@ -13,9 +13,10 @@ strip of the carcass. A mask with a moving sliver at its rim (a drawer front's e
 carcass's mask) has no moving piece of a part's size and is left alone.
 
 ``segment_nested.split_by_motion`` doubts a naming with such a mask and tries its splits; a
-split made for this doubt alone is not kept where it gives a still piece the name of a mask that
-moved as a whole (``still_takes_moving_name``): part sizes overlap at far framing, and the
-renaming after a split is by size.
+split made for this doubt alone is kept only where its still piece keeps the name of the mask
+it was cut from (``still_keeps_name``) and no still piece takes the name of a mask that moved as
+a whole (``still_takes_moving_name``): part sizes overlap at far framing, and the renaming after
+a split is by size.
 Not here: the split and its naming (``segment_nested``); grouping the moving pixels of one
 mask into several bodies (``segment_change``, ``segment_when``). Masks are (H, W) bool,
 depth (H, W) m at segment's working resolution.
@@ -51,6 +52,16 @@ def two_bodies(dets: list[Detection], regions: np.ndarray, freq: np.ndarray, dep
     return out
 
 
+def still_keeps_name(still: np.ndarray, cut: list[tuple[np.ndarray, str]], out: list[tuple[np.ndarray, str]]) -> bool:
+    """Whether a split gives its ``still`` piece ((H, W) bool) the name of the cut named mask it
+    overlaps most: cut, the (mask, name) pairs replaced by the split; out, the split's named
+    (mask, name) pairs. The still body is the one the mask was named for where it was seen as a
+    whole beside the moving parts (the carcass's mask over the door), and a renaming by size
+    that moves the name (part sizes overlap at far framing) is no better evidence."""
+    own = max(cut, key=lambda c: int((c[0] & still).sum()))[1]
+    return any(n == own and np.array_equal(m, still) for m, n in out)
+
+
 def still_takes_moving_name(before: tuple[list[str], np.ndarray, list[int]], after: tuple[list[str], np.ndarray]
                             ) -> bool:
     """Whether a split gives a still mask a library name that a mask moving as a whole held
@@ -63,4 +74,4 @@ def still_takes_moving_name(before: tuple[list[str], np.ndarray, list[int]], aft
     return any(n in moved and sh < MOVING_SHARE for n, sh in zip(*after))
 
 
-__all__ = ["part_sized", "still_takes_moving_name", "two_bodies"]
+__all__ = ["part_sized", "still_keeps_name", "still_takes_moving_name", "two_bodies"]

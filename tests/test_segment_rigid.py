@@ -8,7 +8,7 @@ import numpy as np
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import match_shapes
 from vid2sim.pipeline.segment_nested import split_by_motion
-from vid2sim.pipeline.segment_rigid import still_takes_moving_name, two_bodies
+from vid2sim.pipeline.segment_rigid import still_keeps_name, still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents
 
 from image_masks import BOX, CABINET, K, rect
@@ -58,6 +58,16 @@ def test_the_door_in_the_carcass_mask_gets_its_own_mask_and_name():
         t = truth[n]
         assert (d.mask & t).sum() / d.mask.sum() > (0.99 if n == "carcass" else 0.85), n
         assert (d.mask & t).sum() / t.sum() > (0.75 if n == "carcass" else 0.99), n
+
+
+def test_a_split_whose_still_piece_loses_its_masks_name_is_refused():
+    """Cabinet s131's split (far, 5 m): the carcass's mask cut into a moving piece and the still
+    rest, renamed by size, gave the rest door; s109's gave it carcass, the cut mask's name."""
+    carcass_mask, rest = FRONT & ~DRAWER, FRONT & ~DRAWER & ~DOOR
+    cut = [(carcass_mask, "carcass"), (SIDE, "door")]
+    assert not still_keeps_name(rest, cut, [(DOOR, "drawer"), (rest, "door")])
+    assert still_keeps_name(rest, cut, [(DOOR, "door"), (rest, "carcass")])
+    assert not still_keeps_name(rest, cut, [(DOOR, "door"), (SIDE, "carcass")])   # the rest unnamed
 
 
 def test_a_split_giving_a_still_piece_the_name_of_a_wholly_moving_mask_is_refused():
