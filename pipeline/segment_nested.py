@@ -10,7 +10,8 @@ two parts or more.
 ``split_by_motion`` looks only at a doubtful naming (``_doubtful``: a library shape not named
 at a size it can have, or, while a part moves, two named parts still or one still with nothing
 moving near it: the drawer's name on a still distractor; ``segment_change.misfit``: a partly
-moving named mask the size of another library shape). It takes the union of the named masks
+moving named mask the size of another library shape; ``segment_rigid.two_bodies``: a named mask
+holding a moving piece and a still one, each of a part's size). It takes the union of the named masks
 partly still and partly moving, with every named mask mostly inside it (a door's own mask over
 part of the carcass's), and cuts it into its moving pieces (the moving regions,
 ``DepthMotion.changed``, inside it, parted where the masks' boundaries cross them, pieces of at
@@ -44,6 +45,7 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
+from vid2sim.pipeline.segment_rigid import still_keeps_name, still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
 from vid2sim.pipeline.segment_still import DepthMotion, Motion
@@ -140,7 +142,11 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return parts
     freq = changed.mean(0)
     mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
-    if not mixed or not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol)):
+    if not mixed:
+        return parts
+    rigid_only = not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol))
+    if rigid_only and not two_bodies([dets[k] for k in mixed], regions, freq, depth, K, smoothed, shapes, tol, fit,
+                                     min_px):
         return parts
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
@@ -174,13 +180,18 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return ([d for d, _, _ in named], [e for _, e, _ in named], [n for _, _, n in named]), \
             len(_fitting(trial_names, trial_seen, shapes, tol, fit)), movers
 
-    plain = trial(moving, still, mixed)
+    plain, cut = trial(moving, still, mixed), mixed
     parted = parted_pieces(motion, i, moving, min_px) if moving and still is not None else []  # two parts in one piece
-    for more, pieces in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted),
-                         (trial(*timed, joined) if len(timed[0]) > 1 else None, timed[0])):
+    for more, pieces, rest, by in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted, still,
+                                    mixed), (trial(*timed, joined) if len(timed[0]) > 1 else None, *timed, joined)):
         if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):
-            plain, moving = more, pieces
+            plain, moving, still, cut = more, pieces, rest, by
     if plain is None or plain[1] < len(_fitting(names, seen, shapes, tol, fit)) or not plain[2]:
+        return parts
+    if rigid_only and (not still_keeps_name(still, [(dets[k].mask, names[k]) for k in cut],
+                                            [(d.mask, n) for d, n in zip(plain[0][0], plain[0][2])])
+                       or still_takes_moving_name((names, cues.shares, mixed), (plain[0][2], DepthMotion.cues(
+                           motion, i, [d.mask for d in plain[0][0]]).shares))):
         return parts
     log.info("segment: frame %d: %d named mask(s) partly still, partly moving, split into %d moving piece(s) "
              "and a still one: %s", i, len(mixed), len(moving), ", ".join(plain[0][2]))
