@@ -10,10 +10,9 @@ another or a few pixels across in one frame is seen whole in another.
 of them, and keeps the candidate whose naming explains the most library shapes at a size
 they can have (``size_cost`` at most the caller's ``fit``), then has the most named parts
 the segmenter classed as their shape's type (a box's name on a capsule detection is a
-look-alike's), then names the most library shapes at any size; the better ranked on a tie. It
-stops at the first that explains every shape with every named part of its shape's class. Each
-candidate tried costs one more naming with the motion cue; the sampled depth is read once for
-all of them.
+look-alike's); the better ranked on a tie. It stops at the first that explains every shape
+with every named part of its shape's class. Each candidate tried costs one more naming with
+the motion cue; the sampled depth is read once for all of them.
 """
 from __future__ import annotations
 
@@ -51,14 +50,14 @@ def fall_back(candidates: Sequence[C], best: C, parts: Parts, name: Callable[[C]
     ``wanted``; otherwise the next ``limit`` candidates by ``rank`` (larger first) are named
     with ``name`` until one does, and the one explaining most is kept (``best`` on a tie, then
     the better ranked)."""
-    score = (explained(parts, wanted, shapes, tol, fit), agreeing(parts, shapes), len(wanted & set(parts[2])))
+    score = (explained(parts, wanted, shapes, tol, fit), agreeing(parts, shapes))
     if wanted <= set(parts[2]) or limit <= 0:
         return best, parts
     first = score
     others = sorted((c for c in candidates if c is not best), key=rank, reverse=True)[:limit]
     for c in others:
         got = name(c)
-        n = (explained(got, wanted, shapes, tol, fit), agreeing(got, shapes), len(wanted & set(got[2])))
+        n = (explained(got, wanted, shapes, tol, fit), agreeing(got, shapes))
         log.info("segment: candidate frame %d named as well: %d of %d library shapes at fitting sizes, %d named "
                  "parts of their shape's class (%s)", getattr(c, "frame", -1), n[0], len(wanted), n[1],
                  ", ".join(got[2]))

@@ -33,7 +33,9 @@ UNGROUPED_TRACK = {
     # a mask's other fits tried in the whole frame at the start (issue 25)
     "start_alternatives": 4, "start_ratio": 2.0,
     # a second look at a body whose fit turned much worse than in its last frames (issue 25)
-    "recheck_ratio": 1.5, "recheck_floor": 0.5, "recheck_pixels": 0.6}
+    "recheck_ratio": 1.5, "recheck_floor": 0.5, "recheck_pixels": 0.6,
+    # look-alike rods' names judged over the whole track (track_names)
+    "check_names": True}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():

@@ -73,17 +73,6 @@ def test_a_candidate_naming_no_more_leaves_the_chosen_one():
     assert best == "a"
 
 
-def test_of_two_candidates_explaining_as_many_the_one_naming_every_shape_is_kept():
-    # "a" (chosen) names hub and ball at fitting sizes, the arm nowhere; "b" names the same two at
-    # fitting sizes and the arm on a cylinder detection at a size it cannot have (a mask over the
-    # arm and the fin): as many explained and agreeing, but "b" leaves no shape unnamed
-    long_arm = (det("cylinder"), (0.60, 0.20), "arm")
-    best, got = fall_back(["a", "b"], "a", parts(HUB, BALL), lambda c: parts(HUB, long_arm, BALL),
-                          lambda c: c == "a", WANTED, SHAPES, 1.6, 1.0)
-    assert explained(got, WANTED, SHAPES, 1.6, 1.0) == 2 and agreeing(got, SHAPES) == 2
-    assert best == "b" and got[2] == ["hub", "arm", "ball"]
-
-
 def test_fallback_must_not_be_negative():
     with pytest.raises(ValueError, match="fallback must be >= 0"):
         SegmentConfig(fallback=-1)
