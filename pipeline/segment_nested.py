@@ -141,12 +141,12 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     if cues is None or not regions.any():
         return parts
     freq = changed.mean(0)
-    mixed = [k for k, d in enumerate(dets) if split_pieces(d, regions, freq, min_px)]
+    pieces = [split_pieces(d, regions, freq, min_px) for d in dets]
+    mixed = [k for k, p in enumerate(pieces) if p]
     if not mixed:
         return parts
     rigid_only = not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol))
-    if rigid_only and not two_bodies([dets[k] for k in mixed], regions, freq, depth, K, smoothed, shapes, tol, fit,
-                                     min_px):
+    if rigid_only and not two_bodies([pieces[k] for k in mixed], depth, K, smoothed, shapes, tol, fit):
         return parts
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves

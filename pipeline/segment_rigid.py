@@ -28,7 +28,6 @@ import numpy as np
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
-from vid2sim.pipeline.segment_split import split_pieces
 from vid2sim.pipeline.segment_still import MOVING_SHARE
 
 
@@ -38,18 +37,13 @@ def part_sized(extents: tuple[float, float], shapes: dict[str, Shape], tol: floa
     return any(size_cost(extents, sh, True, tol) <= fit for sh in shapes.values() if sh.type in CLASSES)
 
 
-def two_bodies(dets: list[Detection], regions: np.ndarray, freq: np.ndarray, depth: np.ndarray, K: np.ndarray,
-               smoothed: np.ndarray, shapes: dict[str, Shape], tol: float, fit: float, min_px: int) -> list[int]:
-    """The indices of ``dets`` whose mask holds a moving piece and a piece still over the clip
-    (``split_pieces`` with the frame's moving ``regions`` and per-pixel share of changed sampled
-    frames ``freq``, both (H, W)), each seen at a size a library shape can have (``part_sized``).
-    depth (m), K and ``smoothed`` as ``measure_extents`` takes them."""
-    out = []
-    for k, d in enumerate(dets):
-        pieces = split_pieces(d, regions, freq, min_px)
-        if pieces and all(part_sized(measure_extents(p.mask, depth, K, smoothed), shapes, tol, fit) for p in pieces):
-            out.append(k)
-    return out
+def two_bodies(pieces: list[list[Detection]], depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray,
+               shapes: dict[str, Shape], tol: float, fit: float) -> list[int]:
+    """The indices of ``pieces`` (per named mask, ``split_pieces``' [moving piece, still piece] or [])
+    whose mask holds a moving piece and a piece still over the clip, each seen at a size a library
+    shape can have (``part_sized``). depth (m), K and ``smoothed`` as ``measure_extents`` takes them."""
+    return [k for k, two in enumerate(pieces)
+            if two and all(part_sized(measure_extents(p.mask, depth, K, smoothed), shapes, tol, fit) for p in two)]
 
 
 def still_keeps_name(still: np.ndarray, cut: list[tuple[np.ndarray, str]], out: list[tuple[np.ndarray, str]]) -> bool:

@@ -314,13 +314,13 @@ class _Tracker:
                 gate[m] = max(float(gate[m]) - shrink, cfg.gates.gate_final_m)
         return searching
 
-    def render(self, obs: Observation, T: torch.Tensor):
-        """``gauss_newton_step``'s render of poses T (M, 4, 4) on ``obs`` at the final gate with no
-        body stepped: its cost, assignments and visibility (a frame's last look, and a cost)."""
-        cfg = self.cfg
-        return gauss_newton_step(self.scene.prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
+    def render(self, obs: Observation, T: torch.Tensor, prims: list | None = None):
+        """``gauss_newton_step``'s render of poses T (M, 4, 4) of ``prims`` (default the scene's) on ``obs``
+        at the final gate with no body stepped: its cost, assignments and visibility (a frame's last look)."""
+        cfg, prims = self.cfg, self.scene.prims if prims is None else prims
+        return gauss_newton_step(prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
                                  freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
-                                 planar=self.planar, active=torch.zeros(len(self.scene.prims), dtype=torch.bool))
+                                 planar=self.planar, active=torch.zeros(len(prims), dtype=torch.bool))
 
     def _axis_search(self, obs: Observation, T: torch.Tensor, res):
         """Poses T (M, 4, 4) with each elongated body moved along its long axis in ``gate_final_m``

@@ -70,10 +70,7 @@ def swapped(prims: list[Primitive], pair: tuple[int, int]) -> list[Primitive]:
 
 def _cost(tracker, prims, T: torch.Tensor, obs) -> float:
     """The truncated cost of poses T (M, 4, 4) with ``prims`` on ``obs``, no body stepped."""
-    cfg = tracker.cfg
-    return float(gauss_newton_step(prims, T, obs, gate=cfg.gates.gate_final_m, scale=cfg.noise.huber_m,
-                                   freespace_tol=cfg.noise.freespace_tol_m, damping=cfg.steps.damping,
-                                   planar=tracker.planar, active=torch.zeros(len(prims), dtype=torch.bool)).cost)
+    return float(tracker.render(obs, T, prims).cost)
 
 
 def _settle(tracker, prims: list[Primitive], was: list[Primitive], T: torch.Tensor, obs,

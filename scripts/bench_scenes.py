@@ -75,9 +75,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from types import SimpleNamespace
 
+import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from vid2sim.datasets.recording import open_recording
 from vid2sim.datasets.synthetic import MECHANISMS, mechanism
 from vid2sim.datasets.shapes import load_shapes
 from vid2sim.models import geometry as se3
@@ -124,8 +126,6 @@ def _segmentation_scores(run: Path, truth: dict, rec: Path | None = None) -> dic
     out = {"seg_count_ok": len(found) == len(want), "seg_shapes_ok": found == want, "seg_shapes": found}
     if rec is None or "masks" not in z.files or "frame" not in z.files:
         return out
-    import cv2
-
     tm = cv2.imread(str(rec / "truth_masks" / f"{int(z['frame']):06d}.png"), cv2.IMREAD_UNCHANGED)
     if tm is None:
         return out
@@ -138,7 +138,7 @@ def _segmentation_scores(run: Path, truth: dict, rec: Path | None = None) -> dic
         if body is None or geometry.get(body) != geometry.get(str(name)):
             wrong.append(f"{name}<-{body or {0: 'background', 254: 'distractor'}.get(top, f'id {top}')}")
     out = dict(out, seg_masks_ok=out["seg_shapes_ok"] and not wrong, seg_masks_wrong=wrong)
-    depth = cv2.imread(str(rec / "depth" / f"{int(z['frame']):06d}.png"), cv2.IMREAD_UNCHANGED)
+    depth = open_recording(rec).depth(int(z["frame"]))
     return dict(out, **part_mask_scores(z["masks"], [str(n) for n in z["shape_names"]], tm, truth,
                                         load_shapes(rec / "shapes.json"), depth))
 
@@ -154,8 +154,6 @@ def _resolution(truth_mask: np.ndarray, depth: np.ndarray | None) -> dict:
     iou_eroded_1px / iou_dilated_1px, the IoU of the truth with itself one pixel smaller / larger
     on the whole boundary (4-neighbour erosion / dilation), what a mask one pixel off reaches;
     no_depth, the share of its pixels whose depth is 0 (a hole) in ``depth`` (H, W)."""
-    import cv2
-
     m = truth_mask.astype(np.uint8)
     cross = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
     n = max(int(m.sum()), 1)

@@ -8,6 +8,7 @@ import numpy as np
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import match_shapes
 from vid2sim.pipeline.segment_nested import split_by_motion
+from vid2sim.pipeline.segment_split import split_pieces
 from vid2sim.pipeline.segment_rigid import still_keeps_name, still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents
 
@@ -32,18 +33,22 @@ def _s109_parts():
     return dets, seen, _name(dets, seen)
 
 
+def _pieces(dets, regions, freq):
+    return [split_pieces(d, regions, freq, 20) for d in dets]
+
+
 def test_a_mask_with_a_still_and_a_moving_piece_of_part_sizes_holds_two_bodies():
     dets, _, names = _s109_parts()
     assert names == ["carcass", "drawer", "door"]
     moving = DRAWER | DOOR
     regions, freq = moving, moving.astype(float)
-    assert two_bodies(dets, regions, freq, DEPTH_SIDE, K, DEPTH_SIDE, CABINET, 1.6, 1.0, 20) == [0]
+    assert two_bodies(_pieces(dets, regions, freq), DEPTH_SIDE, K, DEPTH_SIDE, CABINET, 1.6, 1.0) == [0]
     # a moving sliver (3 px, 0.02 m) at the carcass's rim is no part: one body with a rim the mask took
     rim = rect(60, 150, 192, 195)
-    assert two_bodies(dets, rim, rim.astype(float), DEPTH_SIDE, K, DEPTH_SIDE, CABINET, 1.6, 1.0, 20) == []
+    assert two_bodies(_pieces(dets, rim, rim.astype(float)), DEPTH_SIDE, K, DEPTH_SIDE, CABINET, 1.6, 1.0) == []
     # nothing still beside the moving pixels: one body
-    assert two_bodies([Detection(DOOR, 0, 0.9, BOX)], regions, freq, DEPTH_SIDE, K, DEPTH_SIDE, CABINET, 1.6,
-                      1.0, 20) == []
+    assert two_bodies(_pieces([Detection(DOOR, 0, 0.9, BOX)], regions, freq), DEPTH_SIDE, K, DEPTH_SIDE, CABINET,
+                      1.6, 1.0) == []
 
 
 def test_the_door_in_the_carcass_mask_gets_its_own_mask_and_name():
