@@ -2,23 +2,19 @@
 per part."""
 import numpy as np
 import pytest
+from bench_scripts import load
 
 
 def test_bench_scores_masks_against_the_truth_masks(tmp_path):
     """bench_scenes' seg_masks_ok: the truth's own masks (frame 2) score right, the same masks
     under swapped names (cart over the pole) wrong, with what each wrong mask covers."""
-    import importlib.util
     import json
-    from pathlib import Path
 
     import cv2
 
     from vid2sim.datasets.synthetic import make_recording
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_scenes")
     rec = make_recording("cartpole", tmp_path / "rec", seed=2, frames=4, scene="random")
     truth = json.loads((rec / "truth.json").read_text())
     tm = cv2.imread(str(rec / "truth_masks" / "000002.png"), cv2.IMREAD_UNCHANGED)
@@ -38,15 +34,10 @@ def test_bench_scores_masks_against_the_truth_masks(tmp_path):
 def test_a_pushed_cell_is_long_enough_to_show_the_push():
     """bench_scenes' clip of the pushed linkage: 40 frames end before the pusher meets it (its
     hinges at rest), the ``clip_frames`` it makes show the hinges turning by degrees."""
-    import importlib.util
-    from pathlib import Path
 
     from vid2sim.datasets.synthetic import simulate
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_scenes")
     assert bench.clip_frames("cartpole", 40) == 40
     n = bench.clip_frames("pushed", 40)
     assert n >= 90
@@ -59,15 +50,10 @@ def test_a_pushed_cell_is_long_enough_to_show_the_push():
 def test_a_reused_recording_keeps_its_own_length(tmp_path):
     """``--reuse`` of a pushed cell kept before ``clip_frames`` existed (a 40-frame clip): the row
     says 40, not the 90 a fresh pushed cell gets, so a linkage at rest is not reported as pushed."""
-    import importlib.util
     import json
-    from pathlib import Path
     from types import SimpleNamespace
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_scenes")
     src = tmp_path / "kept"
     rec = src / "cells" / "pushed_s7" / "rec"
     (rec / "depth").mkdir(parents=True)
@@ -87,13 +73,8 @@ def test_one_part_off_in_most_frames_is_named_not_hidden_in_the_median(tmp_path)
     24 of 40 frames (as pendulum3 s96's link1 slid 133-273 mm along its axis, hidden behind a
     distractor), its track listed first. The median over parts and frames stays 0.1 mm; the worst
     part is named by the truth (link1) with its own median, 250.1 mm, 0.2017 of the 1.24 m distance."""
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_scenes")
     T = 40
     truth_W = np.tile(np.eye(4), (T, 3, 1, 1))
     truth_W[:, :, 0, 3] = [0.0, 0.3, 0.6]  # three parts 0.3 m apart along x
@@ -118,14 +99,7 @@ def test_one_part_off_in_most_frames_is_named_not_hidden_in_the_median(tmp_path)
 
 
 def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load("bench_scenes")
 
 
 def test_each_library_part_is_scored_by_its_mask_iou_by_name_and_among_look_alikes():

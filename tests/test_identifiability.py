@@ -8,6 +8,7 @@ from vid2sim.datasets.synthetic import simulate
 from vid2sim.pipeline import identify
 from vid2sim.pipeline.artifacts import Articulation, PoseTracks, Posterior
 from vid2sim.pipeline.identifiability import SCALE_NOTE, posterior_samples, scale_anchor, summarise
+from bench_scripts import load
 
 NAMES = ["cart.mass", "pole.mass", "slider.damping", "hinge.damping"]
 LIMITS = {"cart.mass": (2.3976, 2.4024), "pole.mass": (0.12, 3.7), "slider.damping": (0.0, 2.0),
@@ -107,13 +108,8 @@ def test_csvgd_intervals_hold_a_random_cartpole_truth():
     tracks + white track noise, identify at the generator's 960 Hz): each identifiable ratio's
     90 % interval holds the truth, and its width is that of the Laplace approximation at the
     best particle within a factor 3 (an independent estimate of the posterior's width)."""
-    import importlib.util
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "bench_calibration", Path(__file__).parents[1] / "scripts" / "bench_calibration.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_calibration")
     out = bench.one({"mechanism": "cartpole", "seed": 0, "frames": 45, "fps": 30.0,
                      "identify": {"inference": {"method": "csvgd", "particles": 16, "iterations": 150},
                                   "plots": False, "shooting": {"substeps": 32}, "seed": 0}})

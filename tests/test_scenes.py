@@ -18,6 +18,7 @@ from vid2sim.datasets.synthetic.scene import (BACKGROUNDS, COVERAGE, DISTRACTOR_
                                               SIZES, SWEPT_MARGIN_M, VFOV_DEG, estimate_coverage, look_from,
                                               random_scene, swept_points)
 from vid2sim.datasets.synthetic.scene_render import SceneRaycaster, TinyRenderer
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
@@ -183,14 +184,7 @@ def test_default_scene_unchanged(tmp_path, name, noise):
 
 
 def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_scenes.py"
-    spec = importlib.util.spec_from_file_location("bench_scenes", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench_scenes")
 
 
 def test_bench_scores_against_truth(tmp_path):
