@@ -79,7 +79,7 @@ from vid2sim.pipeline.track_scene import TrackScene
 from vid2sim.pipeline.track_overlap import NESTED_SHARE, inside_shares, interior_samples
 from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
 from vid2sim.pipeline.track_refind import LastSeen, colour_of, refind
-from vid2sim.pipeline.track_shift import part_shifts
+from vid2sim.pipeline.track_shift import first_step, mix, part_shifts
 from vid2sim.pipeline.track_start import mask_observation, refit_starts
 
 log = logging.getLogger(__name__)
@@ -179,53 +179,13 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     # other where that lowers the cost of the whole frame, then align once more.
     costs = [cost(Ts) for Ts in starts]
     best = int(costs[1] < costs[0])
-    T, swapped, c = _mix(cost, starts[best], starts[1 - best], range(M), costs[best])
+    T, swapped, c = mix(cost, starts[best], starts[1 - best], range(M), costs[best])
     log.info("track: start poses: cost %.0f at the measured noise, %.0f after a coarse pass; kept the %s, with %s "
              "from the other (cost %.0f)", costs[0], costs[1], ("first", "second")[best],
              [seg.shape_names[m] for m in np.flatnonzero(swapped)] or "no body", c)
     T = tracker.frame(d0, T, T, use_prior=False, rgb=rgb)[0] if swapped.any() else T
     T = other_placements(tracker, d0, rgb, T, others)
     return refit_starts(tracker, d0, rgb, T, seg.masks, list(seg.shape_names))
-
-
-def _first_step(tracker: "_Tracker", depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
-                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple:
-    """``_Tracker.frame``'s result for a frame next to the segmentation frame (no velocity yet, no
-    motion prior): aligned from the parts at rest (``T_rest`` (M, 4, 4)) and, where some part's image
-    moved (``shift`` (M, 3) m, ``track_shift.py``) by more than ``gate_final_m``, also from the parts
-    moved by it; each body keeps the start whose aligned pose explains the frame better (``_mix``)."""
-    cfg = tracker.cfg
-    rest = tracker.frame(depth, T_rest, T_hold, use_prior=False, rgb=rgb)
-    moved = np.flatnonzero((shift.norm(dim=1) > cfg.gates.gate_final_m).numpy())
-    if len(moved) == 0:
-        return rest
-    T_shift = T_rest.clone()
-    T_shift[:, :3, 3] += shift
-    went = tracker.frame(depth, T_shift, T_hold, use_prior=False, rgb=rgb)
-    cost = tracker.cost_fn(depth, rgb, [rest[0], went[0]], cfg.gates.max_rays)
-    c_rest = cost(rest[0])
-    # a body lost from the moved start (out of view, unsupported) is no better start: only found ones are tried
-    T, swapped, c = _mix(cost, rest[0], went[0], [m for m in moved if not went[1][m]], c_rest)
-    log.info("track: first step from the segmentation frame: the images moved the parts %s mm; cost %.0f at rest, "
-             "%.0f with %s moved", np.round(1000 * shift.norm(dim=1).numpy()).astype(int).tolist(), c_rest, c,
-             np.flatnonzero(swapped).tolist() or "no body")
-    if not swapped.any():
-        return rest
-    return tracker.frame(depth, T, T_hold, use_prior=False, rgb=rgb)
-
-
-def _mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[torch.Tensor, np.ndarray, float]:
-    """Greedy per-body choice between two pose sets: from ``T`` (cost ``c``), each body in
-    ``bodies`` takes its pose from ``other`` where that lowers ``cost`` of the whole frame.
-    Returns (poses, (M,) bool taken from ``other``, their cost)."""
-    taken = np.zeros(len(T), bool)
-    for m in bodies:
-        Tm = T.clone()
-        Tm[m] = other[m]
-        cm = cost(Tm)
-        if cm < c:
-            T, c, taken[m] = Tm, cm, True
-    return T, taken, c
 
 
 class _Tracker:
@@ -295,7 +255,7 @@ class _Tracker:
         if not bool(fast.any()):
             return np.zeros(len(fast), bool)
         cost = self.cost_fn(depth, rgb, [T_pred, T_prev], cfg.gates.max_rays // 8)
-        return _mix(cost, T_pred, T_prev, np.flatnonzero(fast.numpy()), cost(T_pred))[1]
+        return mix(cost, T_pred, T_prev, np.flatnonzero(fast.numpy()), cost(T_pred))[1]
 
     def _widen_gates(self, gate: torch.Tensor, res, shrink: float) -> bool:
         """Update each body's gate (M,) in place after a step: a body whose render finds few of its
@@ -500,7 +460,7 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
                  seen: LastSeen, motion: Motion, first: bool, history: FitHistory) -> tuple:
     """Frame i aligned from ``motion``'s prediction from ``T_prev`` (M, 4, 4) (fast parts that stopped
     start at rest); the frames next to the segmentation frame (no velocity yet) also from where the
-    images moved the parts (``_first_step``; ``seed``: that frame's depth and colour or None). Lost
+    images moved the parts (``track_shift.first_step``; ``seed``: that frame's depth and colour or None). Lost
     bodies fall back to their last good pose (``seen``) and, with ``lost.reacquire``, are looked for
     again from their motion and image since (``track_refind.py``); bodies whose fit is much worse than
     in their last frames (``history``) from more starts (``track_recheck.py``). Returns
@@ -518,7 +478,7 @@ def _align_frame(tracker: _Tracker, rec: Recording, seg: Segmentation, seed: tup
             motion.stop(stop)
     if abs(i - seg.frame) == 1 and cfg.prior.first_reach_m > 0:   # no velocity yet: where did the parts go?
         shift = part_shifts(scene, (seed, (depth, colour_of(rec, i, rgb))), seg.masks, cfg.prior.first_reach_m)
-        out = _first_step(tracker, depth, rgb, T0, seen.pose, shift)
+        out = first_step(tracker, depth, rgb, T0, seen.pose, shift)
     else:
         out = tracker.frame(depth, T0, seen.pose, use_prior=not first, rgb=rgb)
     if out[1].any() and cfg.lost.reacquire:

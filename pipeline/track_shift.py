@@ -12,6 +12,7 @@ keeps, body by body, whichever explains the frame better.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import cv2
@@ -20,6 +21,8 @@ import torch
 
 from vid2sim.pipeline.track_fit import FLOAT
 from vid2sim.pipeline.track_scene import TrackScene
+
+log = logging.getLogger(__name__)
 
 MIN_PAIRS = 10     # matched pixels with a depth reading in both frames that a translation needs
 
@@ -88,3 +91,43 @@ def part_shifts(scene: TrackScene, frames: tuple[tuple[np.ndarray, np.ndarray | 
         if float(shift.norm()) <= reach_m:
             out[k] = shift
     return out
+
+
+def first_step(tracker, depth: np.ndarray, rgb: np.ndarray | None, T_rest: torch.Tensor,
+                T_hold: torch.Tensor, shift: torch.Tensor) -> tuple:
+    """``track._Tracker.frame``'s result for a frame next to the segmentation frame (no velocity yet, no
+    motion prior): aligned from the parts at rest (``T_rest`` (M, 4, 4)) and, where some part's image
+    moved (``shift`` (M, 3) m, ``track_shift.py``) by more than ``gate_final_m``, also from the parts
+    moved by it; each body keeps the start whose aligned pose explains the frame better (``mix``)."""
+    cfg = tracker.cfg
+    rest = tracker.frame(depth, T_rest, T_hold, use_prior=False, rgb=rgb)
+    moved = np.flatnonzero((shift.norm(dim=1) > cfg.gates.gate_final_m).numpy())
+    if len(moved) == 0:
+        return rest
+    T_shift = T_rest.clone()
+    T_shift[:, :3, 3] += shift
+    went = tracker.frame(depth, T_shift, T_hold, use_prior=False, rgb=rgb)
+    cost = tracker.cost_fn(depth, rgb, [rest[0], went[0]], cfg.gates.max_rays)
+    c_rest = cost(rest[0])
+    # a body lost from the moved start (out of view, unsupported) is no better start: only found ones are tried
+    T, swapped, c = mix(cost, rest[0], went[0], [m for m in moved if not went[1][m]], c_rest)
+    log.info("track: first step from the segmentation frame: the images moved the parts %s mm; cost %.0f at rest, "
+             "%.0f with %s moved", np.round(1000 * shift.norm(dim=1).numpy()).astype(int).tolist(), c_rest, c,
+             np.flatnonzero(swapped).tolist() or "no body")
+    if not swapped.any():
+        return rest
+    return tracker.frame(depth, T, T_hold, use_prior=False, rgb=rgb)
+
+
+def mix(cost, T: torch.Tensor, other: torch.Tensor, bodies, c: float) -> tuple[torch.Tensor, np.ndarray, float]:
+    """Greedy per-body choice between two pose sets: from ``T`` (cost ``c``), each body in
+    ``bodies`` takes its pose from ``other`` where that lowers ``cost`` of the whole frame.
+    Returns (poses, (M,) bool taken from ``other``, their cost)."""
+    taken = np.zeros(len(T), bool)
+    for m in bodies:
+        Tm = T.clone()
+        Tm[m] = other[m]
+        cm = cost(Tm)
+        if cm < c:
+            T, c, taken[m] = Tm, cm, True
+    return T, taken, c
