@@ -142,21 +142,23 @@ def depth_cluster(depth: np.ndarray, mask: np.ndarray, size_m: float, sigma=lamb
     return mask & (depth >= z[i]) & (depth <= z[i] + extent[i])
 
 
-CONTAINED_SHARE = 0.5  # share of another mask's pixels inside a mask above which that mask is nested in it
+CONTAINED_SHARE = 0.85  # share of a mask's pixels inside a larger mask above which it is nested in that one
 
 
 def own_pixels(masks: np.ndarray, k: int, share: float = CONTAINED_SHARE) -> np.ndarray:
-    """(H, W) bool: mask k's pixels (``masks`` (M, H, W)) less those of every other mask lying mostly
-    (over ``share`` of its pixels) inside it. A mask drawn over a whole assembly (the carcass's over the
-    door and the drawer in front of it) holds the nested parts' pixels, which show those parts' surfaces,
-    not its own: fitted to them, its part is pulled towards them."""
-    own = masks[k] > 0
-    n = own.sum()
+    """(H, W) bool: mask k's pixels (``masks`` (M, H, W)) less those of every smaller mask lying nearly
+    wholly (over ``share`` of its pixels) inside it; all of them where nothing would be left.
+
+    A mask drawn over a whole assembly (the carcass's over the door and the drawer in front of it)
+    holds the nested parts' pixels, which show those parts' surfaces, not its own: fitted to them,
+    its part is pulled towards them."""
+    mine = masks[k] > 0
+    own = mine.copy()
     for j in range(len(masks)):
         other = masks[j] > 0
-        if j != k and other.any() and (other & own).sum() > share * other.sum() and other.sum() < n:
-            own = own & ~other
-    return own if own.any() else masks[k] > 0
+        if j != k and 0 < other.sum() < mine.sum() and (other & mine).sum() > share * other.sum():
+            own &= ~other
+    return own if own.any() else mine
 
 
 def other_placements(tracker, depth: np.ndarray, rgb: np.ndarray | None, T: torch.Tensor,
