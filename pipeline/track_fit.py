@@ -1,7 +1,8 @@
 """Track's start: fit one primitive to a mask's point cloud from several orientations.
 
 Used for the segmentation frame's start poses and to re-acquire a body (``track.py``); a mask's
-pixels are first cut to those at its part's depth (``depth_cluster``).
+pixels are first cut to its own (less the masks nested in it, ``own_pixels``) and to those at its
+part's depth (``depth_cluster``).
 Each orientation hypothesis (principal axes of the points; for a box also the world axes,
 every assignment of the axes to its edges), started behind the points by one or two depths
 (``start_depths``), is aligned to the points' surface (``surface_fit``:
