@@ -71,7 +71,7 @@ from vid2sim.models.render.primitives import sdf_and_grad
 from vid2sim.models.render.align import Observation, gauss_newton_step, relevant_rays
 from vid2sim.pipeline.artifacts import PoseTracks, Segmentation
 from vid2sim.pipeline.track_config import TrackConfig, TrackGates, TrackLost, TrackNoise, TrackPrior, TrackSteps  # noqa: F401
-from vid2sim.pipeline.track_fit import FLOAT, depth_cluster, fit_primitive, other_placements
+from vid2sim.pipeline.track_fit import FLOAT, depth_cluster, fit_primitive, other_placements, own_pixels
 from vid2sim.pipeline.track_motion import Motion
 from vid2sim.pipeline.track_names import check_names
 from vid2sim.pipeline.track_overlay import write_overlays
@@ -127,9 +127,11 @@ def _initial_poses(cfg: TrackConfig, scene: TrackScene, depth: np.ndarray, seg: 
     poses = []
     for k, prim in enumerate(scene.prims):
         # the mask's pixels at its part's depth: a mask that bled over the part's edge onto a wall
-        # metres behind it would drag the fit there (``depth_cluster``)
-        near = depth_cluster(depth, seg.masks[k] > 0, 2 * prim.bounding_radius, scene.sigma)
-        mask = (cv2.erode(seg.masks[k].astype(np.uint8), np.ones((3, 3), np.uint8)) > 0) & near
+        # metres behind it would drag the fit there (``depth_cluster``); a mask drawn over nested parts
+        # (the carcass's over its door) is fitted without their pixels (``own_pixels``)
+        own = own_pixels(seg.masks, k)
+        near = depth_cluster(depth, own, 2 * prim.bounding_radius, scene.sigma)
+        mask = (cv2.erode(own.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0) & near
         if mask.sum() < 10:
             mask = near
         if mask.sum() < 3:

@@ -1,7 +1,8 @@
 """Track's start: fit one primitive to a mask's point cloud from several orientations.
 
 Used for the segmentation frame's start poses and to re-acquire a body (``track.py``); a mask's
-pixels are first cut to those at its part's depth (``depth_cluster``).
+pixels are first cut to its own (less the masks nested in it, ``own_pixels``) and to those at its
+part's depth (``depth_cluster``).
 Each orientation hypothesis (principal axes of the points; for a box also the world axes,
 every assignment of the axes to its edges), started behind the points by one or two depths
 (``start_depths``), is aligned to the points' surface (``surface_fit``:
@@ -140,6 +141,25 @@ def depth_cluster(depth: np.ndarray, mask: np.ndarray, size_m: float, sigma=lamb
     count = np.searchsorted(z, z + extent, side="right") - np.arange(len(z))
     i = int(np.argmax(count))
     return mask & (depth >= z[i]) & (depth <= z[i] + extent[i])
+
+
+CONTAINED_SHARE = 0.85  # share of a mask's pixels inside a larger mask above which it is nested in that one
+
+
+def own_pixels(masks: np.ndarray, k: int, share: float = CONTAINED_SHARE) -> np.ndarray:
+    """(H, W) bool: mask k's pixels (``masks`` (M, H, W)) less those of every smaller mask lying nearly
+    wholly (over ``share`` of its pixels) inside it; all of them where nothing would be left.
+
+    A mask drawn over a whole assembly (the carcass's over the door and the drawer in front of it)
+    holds the nested parts' pixels, which show those parts' surfaces, not its own: fitted to them,
+    its part is pulled towards them."""
+    mine = masks[k] > 0
+    own = mine.copy()
+    for j in range(len(masks)):
+        other = masks[j] > 0
+        if j != k and 0 < other.sum() < mine.sum() and (other & mine).sum() > share * other.sum():
+            own &= ~other
+    return own if own.any() else mine
 
 
 def other_placements(tracker, depth: np.ndarray, rgb: np.ndarray | None, T: torch.Tensor,
