@@ -10,9 +10,13 @@ another or a few pixels across in one frame is seen whole in another.
 of them, and keeps the candidate whose naming explains the most library shapes at a size
 they can have (``size_cost`` at most the caller's ``fit``), then has the most named parts
 the segmenter classed as their shape's type (a box's name on a capsule detection is a
-look-alike's); the better ranked on a tie. It stops at the first that explains every shape
-with every named part of its shape's class. Each candidate tried costs one more naming with
-the motion cue; the sampled depth is read once for all of them.
+look-alike's), then names the most library shapes that some naming tried (this candidate's or
+another's) explains at a fitting size (``confirmed``: a name on a mask over two parts in one
+frame counts where another frame shows that part at its size; a shape no frame shows at a
+size it can have, such as one absent from the scene, does not); the better ranked on a tie.
+It stops at the first that explains every shape with every named part of its shape's class.
+Each candidate tried costs one more naming with the motion cue; the sampled depth is read once
+for all of them.
 """
 from __future__ import annotations
 
@@ -43,29 +47,42 @@ def agreeing(parts: Parts, shapes: dict[str, Shape]) -> int:
     return sum(CLASSES[d.label] == shapes[n].type for d, n in zip(parts[0], parts[2]))
 
 
+def confirmed(parts: Parts, fitting: set[str]) -> int:
+    """How many library shapes the named ``parts`` name at any size, of those in ``fitting`` (the
+    shapes some naming of the candidate frames explains at a size they can have)."""
+    return len(fitting & set(parts[2]))
+
+
 def fall_back(candidates: Sequence[C], best: C, parts: Parts, name: Callable[[C], Parts], rank: Callable[[C], tuple],
               wanted: set[str], shapes: dict[str, Shape], tol: float, fit: float,
               limit: int = FALLBACK) -> tuple[C, Parts]:
     """(candidate, its named parts): ``best`` and its ``parts`` where they name every shape of
     ``wanted``; otherwise the next ``limit`` candidates by ``rank`` (larger first) are named
-    with ``name`` until one does, and the one explaining most is kept (``best`` on a tie, then
-    the better ranked)."""
-    score = (explained(parts, wanted, shapes, tol, fit), agreeing(parts, shapes))
+    with ``name`` until one does, and the one scoring best on (``explained``, ``agreeing``,
+    ``confirmed``) is kept (``best`` on a tie, then the better ranked)."""
     if wanted <= set(parts[2]) or limit <= 0:
         return best, parts
-    first = score
+
+    def score(got: Parts) -> tuple[int, int]:
+        return explained(got, wanted, shapes, tol, fit), agreeing(got, shapes)
+
+    tried = [(best, parts)]
     others = sorted((c for c in candidates if c is not best), key=rank, reverse=True)[:limit]
     for c in others:
         got = name(c)
-        n = (explained(got, wanted, shapes, tol, fit), agreeing(got, shapes))
+        n = score(got)
         log.info("segment: candidate frame %d named as well: %d of %d library shapes at fitting sizes, %d named "
                  "parts of their shape's class (%s)", getattr(c, "frame", -1), n[0], len(wanted), n[1],
                  ", ".join(got[2]))
-        if n > score:
-            best, parts, score = c, got, n
-        if score[0] >= len(wanted) and score[1] >= len(parts[2]):
+        tried.append((c, got))
+        if n[0] >= len(wanted) and n[1] >= len(got[2]):
             break
-    if score > first:
-        log.info("segment: frame %d kept instead: it names %d of %d library shapes at fitting sizes",
-                 getattr(best, "frame", -1), score[0], len(wanted))
-    return best, parts
+    fitting = {n for _, (_, es, ns) in tried for e, n in zip(es, ns)
+               if n in wanted and size_cost(e, shapes[n], True, tol) <= fit}
+    keys = [score(p) + (confirmed(p, fitting),) for _, p in tried]
+    k = max(range(len(tried)), key=lambda j: (keys[j], -j))
+    if k > 0:
+        log.info("segment: frame %d kept instead: it names %d of %d library shapes at fitting sizes, %d seen at a "
+                 "fitting size in some candidate frame", getattr(tried[k][0], "frame", -1), keys[k][0], len(wanted),
+                 keys[k][2])
+    return tried[k]

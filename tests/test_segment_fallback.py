@@ -5,7 +5,7 @@ import pytest
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment import SegmentConfig
-from vid2sim.pipeline.segment_fallback import agreeing, explained, fall_back
+from vid2sim.pipeline.segment_fallback import agreeing, confirmed, explained, fall_back
 
 SHAPES = {"hub": Shape("hub", "box", size=(0.12, 0.12, 0.08)),
           "arm": Shape("arm", "capsule", radius=0.02, length=0.3),
@@ -71,6 +71,31 @@ def test_a_candidate_naming_no_more_leaves_the_chosen_one():
     best, _ = fall_back(["a", "b"], "a", parts(HUB, BALL), lambda c: parts(HUB, ARM, BALL), lambda c: 0,
                         WANTED, SHAPES, 1.6, 1.0, limit=0)
     assert best == "a"
+
+
+def test_a_name_on_an_oversized_mask_counts_where_another_frame_shows_that_part_at_its_size():
+    # tree5 s131's pattern: "a" (chosen) names hub and arm at fitting sizes, the ball nowhere; "b" names
+    # hub and ball at fitting sizes and the arm on a mask over the arm and a fin (0.60 x 0.20 m, size cost
+    # above 1). Explained 2 and agreeing 2 in both; "a" shows the arm at its size, so "b"'s arm is confirmed
+    # and "b" names all three shapes the frames show: "b" is kept.
+    long_arm = (det("cylinder"), (0.60, 0.20), "arm")
+    a, b = parts(HUB, ARM), parts(HUB, long_arm, BALL)
+    assert [explained(p, WANTED, SHAPES, 1.6, 1.0) for p in (a, b)] == [2, 2]
+    assert [agreeing(p, SHAPES) for p in (a, b)] == [2, 2]
+    assert confirmed(a, {"hub", "arm", "ball"}) == 2 and confirmed(b, {"hub", "arm", "ball"}) == 3
+    best, got = fall_back(["a", "b"], "a", a, lambda c: b, lambda c: c == "a", WANTED, SHAPES, 1.6, 1.0)
+    assert best == "b" and got[2] == ["hub", "arm", "ball"]
+
+
+def test_a_shape_no_frame_shows_at_its_size_does_not_win_a_tie():
+    # a library sphere absent from the scene, named in "b" on a capsule piece of the arm (0.30 x 0.04 m: cost
+    # far above 1 for a 0.09 m ball) and nowhere at its size: "b" ties "a" on every key and "a" is kept,
+    # so segment still reports the ball missing
+    ball_on_arm = (det("capsule"), (0.30, 0.04), "ball")
+    a, b = parts(HUB, ARM), parts(HUB, ARM, ball_on_arm)
+    best, got = fall_back(["a", "b"], "a", a, lambda c: b, lambda c: c == "a", WANTED, SHAPES, 1.6, 1.0)
+    assert explained(b, WANTED, SHAPES, 1.6, 1.0) == 2
+    assert best == "a" and got[2] == ["hub", "arm"]
 
 
 def test_fallback_must_not_be_negative():
