@@ -12,7 +12,10 @@ without a depth reading, in holes that do not reach the window's edge (a void be
 range is no part's rim): the depth pixels each part holds are the segmenter's. With ``with_depth``
 the mask is probable foreground (its core, one pixel in, sure foreground), and band pixels whose
 depth is within ``DEPTH_TOL_M`` of the nearest mask pixel's depth may join as well (never a nearer
-or farther surface: a distractor, the wall behind); mask pixels may then be dropped. Either way a
+or farther surface: a distractor, the wall behind); mask pixels may then be dropped, and given the
+parts' sizes and the depth noise, a mask's pixels whose depth lies off its part's depth interval (the wall
+behind it) are sure background and its pixels without depth away from that interval (a sensor shadow
+beside it) probable background. Either way a
 mask takes no pixel another part's mask holds or that lies nearer to another mask than to it (the
 rim between two touching parts is split between them), only pixels joined to the mask, and a result
 that keeps less than ``MIN_KEPT`` of the mask or grows it by more than ``MAX_GROWTH`` is dropped for

@@ -47,7 +47,7 @@ def test_a_segmentation_keeps_its_fit_masks_through_save_and_load(tmp_path):
         Segmentation.load(tmp_path / "bad.npz")
 
 
-@pytest.mark.slow  # about 30 s on the shared 2-core machine, minutes under load
+@pytest.mark.slow  # over 60 s on the shared 2-core machine (9.6 min at load 20)
 def test_track_is_the_same_whether_or_not_the_saved_masks_were_refined(tmp_path):
     """The flying box and rod (160x120, 2 frames), their masks grown by 2 px onto the wall
     behind (392 -> 543 and 178 -> 300 px), as a boundary refinement may: tracked with the true masks as fit
