@@ -62,28 +62,44 @@ def _strs(a) -> list[str]:
 
 @dataclass(frozen=True)
 class Segmentation:
-    """masks: (K, H, W) uint8 for frame ``frame``; one library shape name and score per instance."""
+    """masks: (K, H, W) uint8 for frame ``frame``; one library shape name and score per instance.
+    fit_masks: (K, H, W) uint8 or None: where segment refined the masks' boundaries on the colour
+    image (``segment_refine``), the masks as the depth segmentation drew them, which track fits its
+    start poses, background and colours to; None where ``masks`` are those."""
 
     masks: np.ndarray
     frame: int
     shape_names: list[str]
     scores: np.ndarray
+    fit_masks: np.ndarray | None = None
     FILE = "segmentation.npz"
 
     def __post_init__(self):
         k = len(self.shape_names)
         if self.masks.ndim != 3 or self.masks.shape[0] != k or len(self.scores) != k:
             raise ValueError(f"segmentation: {self.masks.shape} masks, {k} names, {len(self.scores)} scores")
+        if self.fit_masks is not None and self.fit_masks.shape != self.masks.shape:
+            raise ValueError(f"segmentation: {self.fit_masks.shape} fit masks for {self.masks.shape} masks")
+
+    def for_fits(self) -> "Segmentation":
+        """This segmentation with ``fit_masks`` as its masks (itself where there are none)."""
+        if self.fit_masks is None:
+            return self
+        return Segmentation(self.fit_masks, self.frame, self.shape_names, self.scores)
 
     def save(self, path: str | Path) -> None:
+        extra = {} if self.fit_masks is None else {"fit_masks": self.fit_masks.astype(np.uint8)}
         write_npz(path, masks=self.masks.astype(np.uint8), frame=np.int64(self.frame),
-                  shape_names=np.array(self.shape_names, dtype=str), scores=np.asarray(self.scores, np.float64))
+                  shape_names=np.array(self.shape_names, dtype=str), scores=np.asarray(self.scores, np.float64),
+                  **extra)
 
     @staticmethod
     def load(path: str | Path) -> "Segmentation":
         z = _load_npz(Path(path), ("masks", "frame", "shape_names", "scores"))
+        fit = z["fit_masks"].astype(np.uint8) if "fit_masks" in z else None
         try:
-            return Segmentation(z["masks"].astype(np.uint8), int(z["frame"]), _strs(z["shape_names"]), z["scores"])
+            return Segmentation(z["masks"].astype(np.uint8), int(z["frame"]), _strs(z["shape_names"]), z["scores"],
+                                fit)
         except ValueError as e:
             raise ArtifactError(path, str(e)) from None
 

@@ -24,9 +24,11 @@ that holds it; two look-alike rods (one type and radius) are named longer to lon
 that costs little more (``segment_match``).
 A detection lying mostly on a known actuator's pixels (the hole its tip leaves in the depth) is
 no part (``actuators.off_actuators``).
-With ``refine_boundaries`` (off by default), each final mask is last grown on the colour image onto
-its rim where the depth has no reading (``segment_refine``: GrabCut within a few pixels of the mask,
-never onto another part's pixels).
+With ``refine_boundaries`` (on by default), each final mask's boundary is last refined on the colour
+image (``segment_refine``: GrabCut within a few pixels of the mask, onto its rim where the depth has
+no reading and, with ``refine_with_depth`` (on), onto pixels at the part's own depth; never onto
+another part's pixels); the masks before it are saved beside them as the masks track fits to
+(``Segmentation.fit_masks``).
 Several early frames can be looked at; the one with the most confident parts is kept, its
 parts named by their size over every candidate frame they are seen in (``segment_evidence``).
 Noisy depth frames at least twice ``work_width`` wide are segmented with s x s pixel blocks
@@ -76,6 +78,7 @@ import cv2
 import numpy as np
 
 from vid2sim.datasets.errors import RecordingError
+from vid2sim.datasets.noise import estimate_depth_noise
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.geometric import frame_geometry
@@ -165,10 +168,11 @@ class SegmentConfig:
     # (segment_fallback); 0 = the chosen frame only
     fallback: int = FALLBACK
     overlay: bool = True  # write segmentation_overlay.png
-    # each final mask grown on the colour image onto its rim without depth readings (segment_refine)
-    refine_boundaries: bool = False
+    # each final mask's boundary refined on the colour image (segment_refine): grown onto its rim without
+    # depth readings; the masks before it are kept as the fit masks track uses (Segmentation.fit_masks)
+    refine_boundaries: bool = True
     # with refine_boundaries: pixels at the part's own depth may join too, and the mask's own may leave
-    refine_with_depth: bool = False
+    refine_with_depth: bool = True
     # px: noisy depth frames at least twice this wide are segmented at 1/s resolution, s = width // work_width
     # (s x s blocks averaged, downsample_depth; work_scale), their masks scaled back up; 0 = always full resolution
     work_width: int = 640
@@ -556,10 +560,10 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
                                           f"shape in frames {frames} (score threshold {cfg.score_threshold})")
     _check_missing(cfg, rec.shapes, names, frames, shapes_path, order)
     h, w = rec.camera.height, rec.camera.width
-    masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
-    if cfg.refine_boundaries and rec.has_color and rec.has_depth:   # segment_refine
+    masks = fit_masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
+    if cfg.refine_boundaries and rec.has_color and rec.has_depth:   # segment_refine; track fits fit_masks
         masks = refine_boundaries(masks, names, rec.color(i), rec.depth(i), hidden_pixels(rec, i),
-                                  cfg.refine_with_depth)
+                                  cfg.refine_with_depth, *_part_depths(rec, masks, names, i))
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
@@ -568,7 +572,20 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         ok, png = cv2.imencode(".png", cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
-    return Segmentation(masks, int(i), list(names), scores)
+    return Segmentation(masks, int(i), list(names), scores, None if np.array_equal(masks, fit_masks) else fit_masks)
+
+
+def _part_depths(rec: Recording, masks: np.ndarray, names: list[str], frame: int) -> tuple[list[float], float]:
+    """What ``refine_boundaries`` needs to tell a part's depths from those behind it: each named part's
+    extents' diagonal (m) and the recording's depth noise k (1/m, sigma = k z^2), measured as track
+    measures it (``estimate_depth_noise``: static pixels away from the masks (K, H, W) of ``frame``, else their
+    surfaces)."""
+    sizes = [float(np.linalg.norm(rec.shapes[n].extents())) for n in names]
+    fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
+    try:
+        return sizes, float(estimate_depth_noise(rec, exclude=fg, surface=masks, surface_frame=frame).k)
+    except ValueError:   # one frame: no noise to measure between frames; the parts' sizes alone
+        return sizes, 0.0
 
 
 def _by_motion(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":

@@ -12,7 +12,10 @@ without a depth reading, in holes that do not reach the window's edge (a void be
 range is no part's rim): the depth pixels each part holds are the segmenter's. With ``with_depth``
 the mask is probable foreground (its core, one pixel in, sure foreground), and band pixels whose
 depth is within ``DEPTH_TOL_M`` of the nearest mask pixel's depth may join as well (never a nearer
-or farther surface: a distractor, the wall behind); mask pixels may then be dropped. Either way a
+or farther surface: a distractor, the wall behind); mask pixels may then be dropped, and given the
+parts' sizes and the depth noise, a mask's pixels whose depth lies off its part's depth interval (the wall
+behind it) are sure background and its pixels without depth away from that interval (a sensor shadow
+beside it) probable background. Either way a
 mask takes no pixel another part's mask holds or that lies nearer to another mask than to it (the
 rim between two touching parts is split between them), only pixels joined to the mask, and a result
 that keeps less than ``MIN_KEPT`` of the mask or grows it by more than ``MAX_GROWTH`` is dropped for
@@ -25,6 +28,8 @@ import logging
 
 import cv2
 import numpy as np
+
+from vid2sim.pipeline.track_fit import depth_cluster
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +67,29 @@ def _rim_holes(depth: np.ndarray) -> np.ndarray:
     return (holes > 0) & ~np.isin(lab, edge[edge > 0])
 
 
+def _off_part(m: np.ndarray, d: np.ndarray, size_m: float, k: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels of mask m (h, w) bool that are not its part, by depth d (h, w) m (0 = no reading): (off, far),
+    (h, w) bool each. off: pixels whose depth lies outside the densest interval ``size_m`` + 2 ``DEPTH_TOL_M``
+    + 6 noise sigmas (k z^2, k 1/m) long of the mask's depths (``track_fit.depth_cluster``: a wall or floor
+    behind the part); far: pixels without a reading more than ``BAND_PX`` from every pixel of that interval
+    (a sensor shadow beside the part)."""
+    own = depth_cluster(d, m, size_m + 2 * DEPTH_TOL_M, lambda z: k * z ** 2)
+    if not own.any():
+        return np.zeros_like(m), np.zeros_like(m)
+    off = m & (d > 0) & ~own
+    far = m & (d == 0) & (cv2.distanceTransform((~own).astype(np.uint8), cv2.DIST_L2, 3) > BAND_PX)
+    return off, far
+
+
 def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
-                blocked: np.ndarray | None = None, with_depth: bool = False) -> np.ndarray:
+                blocked: np.ndarray | None = None, with_depth: bool = False,
+                size_m: float | None = None, noise: float = 0.0) -> np.ndarray:
     """Mask k of masks (K, H, W) with its boundary refined on color (H, W, 3) uint8 RGB and depth
     (H, W) m (0 = no reading); (H, W) bool. The others' pixels, and ``blocked`` (H, W) bool
     (a known actuator's), are never taken. with_depth False: the mask only grows, onto pixels
-    without depth; True: it may also take pixels of its surface's depth and lose its own."""
+    without depth; True: it may also take pixels of its surface's depth and lose its own, and with
+    ``size_m`` (m, the diagonal of its part's extents) its pixels of another surface are dropped and those in
+    a shadow beside it start as probable background (``_off_part``; noise: the depth noise's k, 1/m, sigma = k z^2)."""
     mask = masks[k] > 0
     n = int(mask.sum())
     if n == 0:
@@ -93,6 +115,11 @@ def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
     gc[allowed] = cv2.GC_PR_BGD
     gc[m] = cv2.GC_PR_FGD if with_depth else cv2.GC_FGD
     gc[core] = cv2.GC_FGD
+    if with_depth and size_m is not None:
+        off, far = _off_part(m, d, size_m, noise)
+        gc[far] = cv2.GC_PR_BGD
+        gc[off] = cv2.GC_BGD
+        n -= int(off.sum()) + int(far.sum())
     img = np.ascontiguousarray(color[y0:y1, x0:x1, ::-1])
     bgd, fgd = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
     cv2.setRNGSeed(RNG_SEED)   # GrabCut's k-means starts from OpenCV's global RNG: the same masks every call
@@ -104,7 +131,7 @@ def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
     _, lab = cv2.connectedComponents(fg.astype(np.uint8), connectivity=8)
     fg &= np.isin(lab, np.unique(lab[fg & m]))
     kept, added = int((fg & m).sum()), int((fg & ~m).sum())
-    if kept < MIN_KEPT * n or added > MAX_GROWTH * n:
+    if n <= 0 or kept < MIN_KEPT * n or added > MAX_GROWTH * n:
         return mask
     out = np.zeros_like(mask)
     out[y0:y1, x0:x1] = fg
@@ -113,18 +140,20 @@ def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
 
 def refine_boundaries(masks: np.ndarray, names: list[str], color: np.ndarray | None,
                       depth: np.ndarray | None, blocked: np.ndarray | None = None,
-                      with_depth: bool = False) -> np.ndarray:
+                      with_depth: bool = False, sizes_m: list[float] | None = None,
+                      noise: float = 0.0) -> np.ndarray:
     """masks (K, H, W) uint8 of one frame with each part's boundary refined (``refine_mask``)
     ``ROUNDS`` times, each mask against the others' masks of the round before; a pixel two masks
     newly take in a round goes to neither. color (H, W, 3) uint8 RGB, depth (H, W) m (0 = no
-    reading), blocked (H, W) bool: pixels no part may take; with_depth: see ``refine_mask``; without
-    colour or depth, masks as given."""
+    reading), blocked (H, W) bool: pixels no part may take; with_depth and sizes_m (K,) m, each mask's
+    part's extents' diagonal (or None), noise (1/m): see ``refine_mask``; without colour or depth, masks as given."""
     if color is None or depth is None or len(masks) == 0 or color.shape[:2] != masks.shape[1:]:
         return masks
     refined = masks > 0
     for _ in range(ROUNDS):
         was = refined
-        refined = np.stack([refine_mask(k, was, color, depth, blocked, with_depth) for k in range(len(was))])
+        refined = np.stack([refine_mask(j, was, color, depth, blocked, with_depth, sizes_m and sizes_m[j], noise)
+                            for j in range(len(was))])
         refined &= ~((refined & ~was).sum(0) > 1)   # a pixel two parts newly take: neither's
     for name, a, b in zip(names, masks, refined):
         log.info("segment: %s's boundary refined on colour and depth: %d -> %d px", name, int((a > 0).sum()),

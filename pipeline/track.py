@@ -495,6 +495,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
     from vid2sim.pipeline.actuators import explain_actuators, fill_hidden, hidden_pixels
 
     out_dir = Path(out_dir)
+    seg = seg.for_fits()   # the masks as the depth drew them, not their rims refined on colour (docs/decisions.md)
     rec = explain_actuators(rec)   # known actuators' pixels: no reading, colour undecided (scene.hidden)
     if rec.shapes is None:
         raise ValueError(f"{rec.path}: the recording has no shapes.json, so there are no shapes to track")
