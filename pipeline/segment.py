@@ -99,6 +99,7 @@ from vid2sim.pipeline.segment_missing import (check_missing as _check_missing, f
 from vid2sim.pipeline.segment_inside import drop_apart_repeats, sphere_inside
 from vid2sim.pipeline.segment_merged import rods_from_merged
 from vid2sim.pipeline.segment_near import near_mechanism
+from vid2sim.pipeline.segment_loose import loose_to_moving
 from vid2sim.pipeline.segment_nested import split_by_motion
 from vid2sim.pipeline.segment_size import size_cost, measure_extents
 from vid2sim.pipeline.segment_sphere import confirm_spheres, library_spheres, split_sphere
@@ -502,6 +503,12 @@ def _finish(cfg: SegmentConfig, rec: Recording, best: Candidate, candidates: lis
                                                     lambda ms: motion.shares(i, ms), rename, rec.shapes, best.depth,
                                                     K, best.smoothed, motion.k, cfg.size_tolerance, least,
                                                     SURPLUS_SIZE_COST)
+        # a name on a still piece joined to nothing that moves: a moving region of its size (segment_loose)
+        again = loose_to_moving(motion, i, (dets, seen, names), rename, rec.shapes, best.depth, K, best.smoothed,
+                                cfg.size_tolerance, least, SURPLUS_SIZE_COST)
+        if again[0] is not dets:
+            dets, seen, names = again
+            apart = apart_from_mechanism([d.mask for d in dets], best.depth, K, motion.k)
         if set(library_spheres(rec.shapes)) & set(names):  # a sphere's name on a still look-alike (segment_inside)
             (dets, seen, names), apart = drop_apart_repeats((dets, seen, names), apart, library_spheres(rec.shapes))
             cues = DepthMotion.cues(motion, i, [d.mask for d in dets])   # the full cues: ``attached`` measured
