@@ -78,7 +78,6 @@ import cv2
 import numpy as np
 
 from vid2sim.datasets.errors import RecordingError
-from vid2sim.datasets.noise import estimate_depth_noise
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.geometric import frame_geometry
@@ -90,7 +89,7 @@ from vid2sim.pipeline.actuators import hidden_pixels, off_actuators
 from vid2sim.pipeline.segment_overlay import overlay
 from vid2sim.pipeline.segment_assembly import assembly
 from vid2sim.pipeline.segment_pieces import complete_pieces, join_pieces
-from vid2sim.pipeline.segment_refine import refine_boundaries
+from vid2sim.pipeline.segment_refine import part_depths, refine_boundaries
 from vid2sim.pipeline.segment_contact import apart_from_mechanism, drop_apart
 from vid2sim.pipeline.segment_evidence import linked_sizes
 from vid2sim.pipeline.segment_fallback import FALLBACK, fall_back
@@ -570,7 +569,7 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
     masks = fit_masks = np.stack([upsample_mask(d.mask, s, (h, w)) for d in dets]).astype(np.uint8)
     if cfg.refine_boundaries and rec.has_color and rec.has_depth:   # segment_refine; track fits fit_masks
         masks = refine_boundaries(masks, names, rec.color(i), rec.depth(i), hidden_pixels(rec, i),
-                                  cfg.refine_with_depth, *_part_depths(rec, masks, names, i))
+                                  cfg.refine_with_depth, *part_depths(rec, masks, names, i))
     scores = np.array([d.score for d in dets], np.float64)
     for d, n, e in zip(dets, names, seen):
         log.info("segment: %s (%s, score %.2f, seen %.3f x %.3f m)", n, CLASSES[d.label], d.score, *e)
@@ -580,19 +579,6 @@ def run(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":
         if ok:
             write_bytes(Path(out_dir) / OVERLAY_FILE, png.tobytes())
     return Segmentation(masks, int(i), list(names), scores, None if np.array_equal(masks, fit_masks) else fit_masks)
-
-
-def _part_depths(rec: Recording, masks: np.ndarray, names: list[str], frame: int) -> tuple[list[float], float]:
-    """What ``refine_boundaries`` needs to tell a part's depths from those behind it: each named part's
-    extents' diagonal (m) and the recording's depth noise k (1/m, sigma = k z^2), measured as track
-    measures it (``estimate_depth_noise``: static pixels away from the masks (K, H, W) of ``frame``, else their
-    surfaces)."""
-    sizes = [float(np.linalg.norm(rec.shapes[n].extents())) for n in names]
-    fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
-    try:
-        return sizes, float(estimate_depth_noise(rec, exclude=fg, surface=masks, surface_frame=frame).k)
-    except ValueError:   # one frame: no noise to measure between frames; the parts' sizes alone
-        return sizes, 0.0
 
 
 def _by_motion(cfg: SegmentConfig, rec: Recording, out_dir: Path) -> "Segmentation":

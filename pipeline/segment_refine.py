@@ -29,6 +29,7 @@ import logging
 import cv2
 import numpy as np
 
+from vid2sim.datasets.noise import estimate_depth_noise
 from vid2sim.pipeline.track_fit import depth_cluster
 
 log = logging.getLogger(__name__)
@@ -159,3 +160,16 @@ def refine_boundaries(masks: np.ndarray, names: list[str], color: np.ndarray | N
         log.info("segment: %s's boundary refined on colour and depth: %d -> %d px", name, int((a > 0).sum()),
                  int(b.sum()))
     return refined.astype(masks.dtype)
+
+
+def part_depths(rec, masks: np.ndarray, names: list[str], frame: int) -> tuple[list[float], float]:
+    """What ``refine_boundaries`` needs to tell a part's depths from those behind it: each named part's
+    extents' diagonal (m) and the recording's depth noise k (1/m, sigma = k z^2), measured as track
+    measures it (``estimate_depth_noise``: static pixels away from the masks (K, H, W) of ``frame``, else their
+    surfaces)."""
+    sizes = [float(np.linalg.norm(rec.shapes[n].extents())) for n in names]
+    fg = cv2.dilate(masks.any(0).astype(np.uint8), np.ones((31, 31), np.uint8)) > 0
+    try:
+        return sizes, float(estimate_depth_noise(rec, exclude=fg, surface=masks, surface_frame=frame).k)
+    except ValueError:   # one frame: no noise to measure between frames; the parts' sizes alone
+        return sizes, 0.0
