@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 # Seconds without any frame before playback counts as stalled (a decoder error in
 # librealsense's reader thread stops delivery without telling the caller).
 STALL_TIMEOUT_S = 30.0
+END_GRACE_S = 0.5   # s: wait_reference waits this long after the playback stopped for a colour frame in a dispatcher
 DEPTH, COLOR = "depth", "color"
 
 
@@ -203,10 +204,17 @@ class _StreamPlayback:
                     raise RecordingError(self.path, f"playback stalled: no {self.kind} frame for {STALL_TIMEOUT_S:.0f} s (corrupt file?)")
 
     def wait_reference(self):
-        """The reference colour frame (blocks until it has arrived)."""
+        """The reference colour frame (blocks until it has arrived, or until the playback has ended
+        ``END_GRACE_S`` ago with none: a frame may still be in a dispatcher when the status says stopped)."""
         t0 = time.monotonic()
+        ended_since = None
         while self.reference is None:
-            if self._ended() or time.monotonic() - t0 > STALL_TIMEOUT_S:
+            if not self._ended():
+                ended_since = None
+            elif ended_since is None:
+                ended_since = time.monotonic()
+            now = time.monotonic()
+            if (ended_since is not None and now - ended_since > END_GRACE_S) or now - t0 > STALL_TIMEOUT_S:
                 raise RecordingError(self.path, "playback gave no colour frame to align depth to")
             time.sleep(0.001)
         return self.reference

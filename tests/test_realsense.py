@@ -182,3 +182,31 @@ def test_db3_renamed_to_bag_goes_to_ros1_reader(bag, tmp_path):
     shutil.copy(bag[0], bad)
     with pytest.raises(RecordingError, match=r"rec\.bag: cannot be read as a RealSense recording"):
         open_recording(bad)
+
+
+def test_reference_colour_frame_arriving_just_after_the_playback_stopped_is_waited_for():
+    """The playback's status says stopped while its last colour frame is still in a dispatcher thread
+    (seen once under a loaded parallel test run): wait_reference returns that frame instead of failing."""
+    import threading
+    import time
+
+    from vid2sim.datasets import realsense
+
+    pb = object.__new__(realsense._StreamPlayback)
+    pb.reference, pb.path = None, "late.db3"
+    pb._ended = lambda: True
+    frame = object()
+    threading.Timer(0.05, lambda: setattr(pb, "reference", frame)).start()
+    t0 = time.monotonic()
+    assert pb.wait_reference() is frame
+    assert time.monotonic() - t0 < realsense.END_GRACE_S + 0.2
+
+
+def test_no_reference_colour_frame_after_the_playback_stopped_is_one_error():
+    from vid2sim.datasets import realsense
+
+    pb = object.__new__(realsense._StreamPlayback)
+    pb.reference, pb.path = None, "none.db3"
+    pb._ended = lambda: True
+    with pytest.raises(RecordingError, match="no colour frame to align depth to"):
+        pb.wait_reference()
