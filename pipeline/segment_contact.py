@@ -56,7 +56,7 @@ C = TypeVar("C")
 Parts = tuple[list, list[tuple[float, float]], list[str]]  # (detections, seen extents m, library names)
 
 
-def _points(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+def sampled_points(mask: np.ndarray, depth: np.ndarray, K: np.ndarray) -> np.ndarray:
     """(N, 3) camera-frame points (m) of the mask's depth pixels, at most ``MOST_POINTS``."""
     p = mask_points(mask, depth, K)
     return p[:: max(1, len(p) // MOST_POINTS)]
@@ -71,12 +71,12 @@ def depth_gaps(masks: list[np.ndarray], shares: np.ndarray, depth: np.ndarray, K
     masks' frame."""
     m = np.nan_to_num(np.asarray(shares, float), nan=-1.0)
     gaps, zs = np.full(len(masks), np.nan), np.full(len(masks), np.nan)
-    moving = [p for p in (_points(masks[j], depth, K) for j in np.flatnonzero(m >= MOVING_SHARE)) if len(p)]
+    moving = [p for p in (sampled_points(masks[j], depth, K) for j in np.flatnonzero(m >= MOVING_SHARE)) if len(p)]
     if not moving:
         return gaps, zs
     tree = cKDTree(np.concatenate(moving))
     for j in np.flatnonzero((m >= 0) & (m < MOVING_SHARE)):
-        p = _points(masks[j], depth, K)
+        p = sampled_points(masks[j], depth, K)
         if len(p):
             gaps[j], zs[j] = float(tree.query(p)[0].min()), float(np.median(p[:, 2]))
     return gaps, zs
@@ -101,7 +101,7 @@ def apart_from_mechanism(masks: list[np.ndarray], depth: np.ndarray, K: np.ndarr
     noise); all False where two groups tie for the largest or fewer than three masks have depth.
     masks: (H, W) bool; depth (H, W) m and intrinsics K of the masks' frame."""
     out = np.zeros(len(masks), bool)
-    pts = [_points(m, depth, K) for m in masks]
+    pts = [sampled_points(m, depth, K) for m in masks]
     have = [j for j, p in enumerate(pts) if len(p)]
     if len(have) < 3:
         return out

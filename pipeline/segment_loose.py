@@ -40,15 +40,12 @@ from scipy.spatial import cKDTree
 
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
-from vid2sim.pipeline.segment_contact import _points
+from vid2sim.pipeline.segment_contact import Parts, sampled_points
 from vid2sim.pipeline.segment_near import joined
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import MOVING_SHARE, REGION_SHARE, DepthMotion, moves_away, moving_proposals
 
 log = logging.getLogger("vid2sim.pipeline.segment")
-
-Parts = tuple[list[Detection], list[tuple[float, float]], list[str]]  # (detections, seen extents m, names)
-
 
 def moving_points(motion: DepthMotion, i: int, masks: list[np.ndarray], shares: np.ndarray,
                   depth: np.ndarray, K: np.ndarray, least: int) -> np.ndarray:
@@ -58,14 +55,14 @@ def moving_points(motion: DepthMotion, i: int, masks: list[np.ndarray], shares: 
     ``MOVING_SHARE``; (0, 3) where nothing moves."""
     _, _, regions = motion.changed(i)
     n, lab, stats, _ = cv2.connectedComponentsWithStats(regions.astype(np.uint8), connectivity=8)
-    pts = [_points(lab == r, depth, K) for r in range(1, n)
+    pts = [sampled_points(lab == r, depth, K) for r in range(1, n)
            if stats[r, cv2.CC_STAT_AREA] >= least and moves_away(motion, i, lab == r)]
-    pts += [_points(m, depth, K) for m, s in zip(masks, np.nan_to_num(shares, nan=-1.0)) if s >= MOVING_SHARE]
+    pts += [sampled_points(m, depth, K) for m, s in zip(masks, np.nan_to_num(shares, nan=-1.0)) if s >= MOVING_SHARE]
     pts = [p for p in pts if len(p)]
     return np.concatenate(pts) if pts else np.zeros((0, 3))
 
 
-def own_pixels(motion: DepthMotion, i: int, dets: list[Detection], seen: list[tuple[float, float]],
+def own_surface(motion: DepthMotion, i: int, dets: list[Detection], seen: list[tuple[float, float]],
                depth: np.ndarray, K: np.ndarray, smoothed: np.ndarray, least: int
                ) -> tuple[list[Detection], list[tuple[float, float]]]:
     """(detections, seen extents m): each of ``dets`` (moving regions proposed as parts) cut to
@@ -106,7 +103,7 @@ def loose_parts(motion: DepthMotion, i: int, masks: list[np.ndarray], depth: np.
         return out
     tree = cKDTree(pts)
     for j in still:
-        out[j] = len(_points(masks[j], depth, K)) > 0 and not joined(masks[j], tree, depth, K, motion.k)
+        out[j] = len(sampled_points(masks[j], depth, K)) > 0 and not joined(masks[j], tree, depth, K, motion.k)
     return out
 
 
@@ -125,7 +122,7 @@ def loose_to_moving(motion: DepthMotion, i: int, parts: Parts,
         return parts
     stay = [j for j in range(len(dets)) if not loose[j]]
     kept = ([dets[j] for j in stay], [seen[j] for j in stay], [names[j] for j in stay])
-    new, new_seen = own_pixels(motion, i, *moving_proposals(motion, i, kept[0], kept[2], shapes, depth, K, smoothed,
+    new, new_seen = own_surface(motion, i, *moving_proposals(motion, i, kept[0], kept[2], shapes, depth, K, smoothed,
                                                             tol, least), depth, K, smoothed, least)
     if not new:
         return parts

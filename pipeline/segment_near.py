@@ -39,7 +39,7 @@ from scipy.spatial import cKDTree
 
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
-from vid2sim.pipeline.segment_contact import CONTACT_STEPS, ON_APART, _points
+from vid2sim.pipeline.segment_contact import CONTACT_STEPS, ON_APART, sampled_points
 from vid2sim.pipeline.segment_missing import CLOSE_FIT, other_class
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_still import MOVING_SHARE, change_threshold
@@ -53,7 +53,7 @@ def joined(region: np.ndarray, tree: cKDTree, depth: np.ndarray, K: np.ndarray, 
     """Whether the depth points of ``region`` (H, W) bool come within ``CONTACT_STEPS`` change
     thresholds (``change_threshold`` at their median depth, k 1/m the recording's noise) of
     the points in ``tree`` (camera frame, m)."""
-    p = _points(region, depth, K)
+    p = sampled_points(region, depth, K)
     if not len(p):
         return False
     reach = CONTACT_STEPS * float(change_threshold(np.median(p[:, 2]), k))
@@ -108,7 +108,7 @@ def near_mechanism(parts: Parts, apart: np.ndarray, found: list[Detection], want
     missing = set(wanted) - set(names)
     if not (held or missing) or apart.all() or not dets:
         return parts, apart
-    pts = [p for p in (_points(dets[j].mask, depth, K) for j in np.flatnonzero(~apart)) if len(p)]
+    pts = [p for p in (sampled_points(dets[j].mask, depth, K) for j in np.flatnonzero(~apart)) if len(p)]
     if not pts:
         return parts, apart
     new, new_seen = _candidates(found, np.any([d.mask for d in dets], axis=0), cKDTree(np.concatenate(pts)), held,
