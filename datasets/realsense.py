@@ -66,7 +66,26 @@ log = logging.getLogger(__name__)
 # librealsense's reader thread stops delivery without telling the caller).
 STALL_TIMEOUT_S = 30.0
 END_GRACE_S = 0.5   # s: wait_reference waits this long after the playback stopped for a colour frame in a dispatcher
+FRAME_GRACE_S = 0.1  # s: next() waits this long after the playback stopped for a frame still in a dispatcher
 DEPTH, COLOR = "depth", "color"
+
+
+class _EndWatch:
+    """How long a playback has been seen ended: ``over(grace)`` is True once ``ended()`` has held
+    without a break for more than ``grace`` seconds (a frame may still be in a dispatcher when the
+    status first says stopped)."""
+
+    def __init__(self, ended):
+        self.ended, self.since = ended, None
+
+    def over(self, grace: float) -> bool:
+        if not self.ended():
+            self.since = None
+            return False
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return now - self.since > grace
 
 
 def _rs():
@@ -184,7 +203,7 @@ class _StreamPlayback:
     def next(self):
         """The next rs.frame (a timestamp in ms in the counting pass), or None at the end."""
         t0 = time.monotonic()
-        ended_since = None
+        end = _EndWatch(self._ended)
         while True:
             try:
                 item, slot = self._queue.get(timeout=0.02)
@@ -194,11 +213,7 @@ class _StreamPlayback:
                     self._delivered += 1
                 return item
             except queue.Empty:
-                if not self._ended():
-                    ended_since = None
-                elif ended_since is None:
-                    ended_since = time.monotonic()
-                elif time.monotonic() - ended_since > 0.1:  # grace for a frame still in a dispatcher
+                if end.over(FRAME_GRACE_S):
                     return None
                 if time.monotonic() - t0 > STALL_TIMEOUT_S:
                     raise RecordingError(self.path, f"playback stalled: no {self.kind} frame for {STALL_TIMEOUT_S:.0f} s (corrupt file?)")
@@ -207,14 +222,9 @@ class _StreamPlayback:
         """The reference colour frame (blocks until it has arrived, or until the playback has ended
         ``END_GRACE_S`` ago with none: a frame may still be in a dispatcher when the status says stopped)."""
         t0 = time.monotonic()
-        ended_since = None
+        end = _EndWatch(self._ended)
         while self.reference is None:
-            if not self._ended():
-                ended_since = None
-            elif ended_since is None:
-                ended_since = time.monotonic()
-            now = time.monotonic()
-            if (ended_since is not None and now - ended_since > END_GRACE_S) or now - t0 > STALL_TIMEOUT_S:
+            if end.over(END_GRACE_S) or time.monotonic() - t0 > STALL_TIMEOUT_S:
                 raise RecordingError(self.path, "playback gave no colour frame to align depth to")
             time.sleep(0.001)
         return self.reference

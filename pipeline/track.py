@@ -170,15 +170,14 @@ def _start_poses(tracker: "_Tracker", rec: Recording, seg: Segmentation) -> torc
     others = [mine + theirs for mine, theirs in zip(others, coarse_others)]   # each pass's fits are worth trying
     Tc = _Tracker(coarse_cfg, coarse, planar).frame(d0, Tc, Tc, use_prior=False, rgb=rgb)[0]
     starts = []
-    for T0 in (T, Tc):  # two rounds of steps: a start far off (the carcass at 84 mm) needs more than one
+    for T0 in (T, Tc):  # two rounds of steps: a start some centimetres off needs more than one
         for _ in range(2):
             T0 = tracker.frame(d0, T0, T0, use_prior=False, rgb=rgb)[0]
         starts.append(T0)
     cost = tracker.cost_fn(d0, rgb, starts, cfg.gates.max_rays)
     M = len(scene.prims)
-    # Each start can be right for some bodies only (the cabinet: the fine start's carcass 84 mm
-    # off, the coarse start's drawer 7 mm): from the better start, take each body's pose from the
-    # other where that lowers the cost of the whole frame, then align once more.
+    # Each start can be right for some bodies only: from the better start, take each body's pose
+    # from the other where that lowers the cost of the whole frame, then align once more.
     costs = [cost(Ts) for Ts in starts]
     best = int(costs[1] < costs[0])
     T, swapped, c = mix(cost, starts[best], starts[1 - best], range(M), costs[best])
