@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
 
 log = logging.getLogger(__name__)
+FAR_STEPS = 3  # motion_step multiples before and after the chosen frame at which grouped regions must still agree
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,43 @@ def _agree(a: tuple, b: tuple, region: np.ndarray, tol: float) -> bool:
     return bool(np.abs(da - db).max() < tol / min(a[3], b[3]))
 
 
+def _far_motions(rec: Recording, f0: int, labels: np.ndarray, moving: list[tuple], s: float, cfg: SegmentMotion,
+                 window: tuple[int, int]) -> list[dict[int, np.ndarray]]:
+    """Per ``moving`` region (``_moving_regions`` entries), its similarity (2, 3), working-resolution
+    px, from f0 to f0 + o, keyed by o, for o = -+``FAR_STEPS`` x ``motion_step`` frames and the
+    offsets to ``window``'s first and last frame (those within it, at least a step away): the
+    identity where the region's grey levels do not change, else the rigid motion that explains it
+    (the test of ``_moving_regions``); an offset is missing where none does."""
+    g0 = _grey(rec, f0, s)
+    out: list[dict[int, np.ndarray]] = [{} for _ in moving]
+    step = cfg.motion_step
+    for o in sorted({-FAR_STEPS * step, FAR_STEPS * step, window[0] - f0, window[1] - f0}):
+        if not window[0] <= f0 + o <= window[1] or abs(o) < step:
+            continue
+        g1 = _grey(rec, f0 + o, s)
+        flow = _flow(g0, g1)
+        for k, m in enumerate(moving):
+            M, speed, still, moved = _region_motion(labels == m[0], flow, g0, g1, cfg, s)
+            if M is None and still < 2.0:
+                out[k][o] = np.eye(2, 3)
+            elif M is not None and still - moved > 2.0 and moved < 0.7 * still:
+                out[k][o] = M
+    return out
+
+
+def _agree_far(a: dict[int, np.ndarray], b: dict[int, np.ndarray], region: np.ndarray, tol: float,
+               step: int) -> bool:
+    """Whether two regions' ``_far_motions`` move the corners of ``region``'s bounding box alike,
+    within ``tol`` px per ``step`` frames, at every offset where both have one."""
+    ys, xs = np.nonzero(region)
+    c = np.array([[xs.min(), ys.min()], [xs.max(), ys.min()], [xs.min(), ys.max()], [xs.max(), ys.max()]], float)
+    for o in a.keys() & b.keys():
+        d = (c @ a[o][:, :2].T + a[o][:, 2]) - (c @ b[o][:, :2].T + b[o][:, 2])
+        if np.abs(d).max() >= tol * abs(o) / step:
+            return False
+    return True
+
+
 def _pairs(frames: list[int], step: int, most: int) -> list[tuple[int, int]]:
     """Up to ``most`` evenly spaced pairs (f, f + step) within ``frames[0]..frames[-1]``."""
     starts = [f for f in frames if f + step <= frames[-1]]
@@ -256,6 +294,8 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
     _, area, f0, labels, moving, flow = best
     if area < min_px:
         raise ValueError(nothing)
+    far = _far_motions(rec, f0, labels, moving, s, cfg, (a, b))
+    tol = 2 * cfg.rigid_px * s
     parent = list(range(len(moving)))
 
     def root(i: int) -> int:
@@ -267,7 +307,9 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
         near = cv2.dilate((labels == moving[i][0]).astype(np.uint8), np.ones((11, 11), np.uint8)) > 0
         for j in range(i + 1, len(moving)):
             rj = labels == moving[j][0]
-            if (near & rj).any() and _agree(moving[i], moving[j], rj | (labels == moving[i][0]), 2 * cfg.rigid_px * s):
+            both = rj | (labels == moving[i][0])
+            if ((near & rj).any() and _agree(moving[i], moving[j], both, tol)
+                    and _agree_far(far[i], far[j], both, tol, cfg.motion_step)):
                 parent[root(j)] = root(i)
     groups, transforms, speeds = [], [], []
     for g in sorted({root(i) for i in range(len(moving))}):
