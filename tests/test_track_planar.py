@@ -178,6 +178,32 @@ def test_motion_tells_the_part_from_the_hand_moving_it(tmp_path):
     assert seg.shape_names == ["slider"] and iou >= 0.85 and hand_in < 0.1, (seg.frame, iou, hand_in)
 
 
+ARM = (26, 57)  # px: an "arm" reaching in from the top border, of the plate's proportions and larger
+
+
+def _pulled_and_pushed_back(i):
+    """The plate rests 6 frames, slides right 1.5 px/frame for 8 frames and back for 8 (where it
+    started); the arm hangs from the top border beside it, moving right 1 px/frame throughout."""
+    x = 50 + 1.5 * (min(max(i - 5, 0), 8) - min(max(i - 13, 0), 8))
+    plate = _similarity((x, 80), 0.0, np.array(PLATE) / 2)
+    arm = _similarity((110 + 1.0 * i, ARM[1] / 2 - 0.5), 0.0, np.array(ARM) / 2)
+    return [plate, arm]
+
+
+def test_a_part_pushed_back_is_named_not_the_arm_reaching_in(tmp_path):
+    """The part ends where it started (nothing differs between the first and the last frame but
+    the arm), and the arm is larger with the part's proportions: the part is the group that left
+    its place in the still scene, not the one reaching in from the image border."""
+    frames, masks = _draw(_pulled_and_pushed_back, sizes=[PLATE, ARM])
+    path = _write(tmp_path / "rec", frames, {"drawer": {"type": "box", "size": [0.24, 0.11, 0.02]}})
+    seg = segment_by_motion(SegmentMotion(motion_last=N - 1), open_recording(path), 100, "error")
+    plate = masks[seg.frame, 0]
+    m = seg.masks[0] > 0
+    iou = (m & plate).sum() / (m | plate).sum()
+    # measured: before, frame 3, the arm named (IoU 0 with the plate); after, frame 9, IoU 0.89
+    assert seg.shape_names == ["drawer"] and iou >= 0.8, (seg.frame, iou)
+
+
 def test_nothing_moves_is_one_line_exit_2(tmp_path):
     frames, _ = _draw(lambda i: [_slide_and_turn(0)[0]], n=8)
     path = _write(tmp_path / "still", frames, {"slider": {"type": "box", "size": [0.24, 0.11, 0.02]}})
