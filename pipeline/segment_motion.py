@@ -14,15 +14,21 @@ difference (the mean grey residual over it drops by more than 2 levels, to under
 a region that does not is tried again over 3 x ``motion_step`` frames (a slow part). What
 never moves relative to the camera is background. Moving regions that touch, or lie a thin
 occluder apart (5 px), and move alike per frame (within 2 x ``rigid_px``) are one rigid
-group; a group drops its connected pieces under a quarter of ``min_pixels``.
+group, if they also move alike (within 2 x ``rigid_px`` per step) from f0 to ``FAR_STEPS``
+steps before and after it and to the window's ends, wherever both are explained there (a
+hand that came down onto a part and then moves with it is not the part); a group drops its
+connected pieces under a quarter of ``min_pixels``.
 
 The start frame kept is the one whose moving regions overlap most what differs between
 the first and the last frame looked at (a part moved for good, a closed lid, not a hand
-that came and went), then the one where most moves. Its groups are the parts, named after
+that came and went) or between the start frame and the window's still scene (the per-pixel
+median of ``STILL_FRAMES`` frames: a drawer pulled out and pushed back), then the one where
+most moves. Its groups are the parts, named after
 the library shapes (one group per shape, Hungarian) by proportions alone (an RGB-only
 recording has no metric size: the long-to-short ratio of the group's rotated bounding
 rectangle against a shape's face proportions), preferring large groups and groups inside
-that difference; groups left over (a hand, an arm) are clutter, logged.
+that difference and groups that do not touch the image border (an arm reaches in from
+outside the view); groups left over (a hand, an arm) are clutter, logged.
 
 A recording where no region of ``min_pixels`` px moves is an error saying so.
 """
@@ -45,6 +51,9 @@ if TYPE_CHECKING:
     from vid2sim.pipeline.artifacts import Segmentation
 
 log = logging.getLogger(__name__)
+STILL_FRAMES = 31  # frames whose per-pixel median is the window's still scene
+BORDER_COST = 1.0  # naming cost of a group touching the image border (an arm reaching into the view)
+FAR_STEPS = 3  # motion_step multiples before and after the chosen frame at which grouped regions must still agree
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,8 @@ class MotionCue:
     flow: np.ndarray
     frame: int
     frames: tuple[int, int]
-    displaced: np.ndarray  # (H, W) bool: looks different at the last frame than at the first (all True: nowhere)
+    displaced: np.ndarray  # (H, W) bool: looks different at the last frame than at the first, or at ``frame``
+    # than the window's still scene (all True: nowhere)
 
 
 def _grey(rec: Recording, i: int, scale: float) -> np.ndarray:
@@ -191,6 +201,51 @@ def _agree(a: tuple, b: tuple, region: np.ndarray, tol: float) -> bool:
     return bool(np.abs(da - db).max() < tol / min(a[3], b[3]))
 
 
+def _far_motions(rec: Recording, f0: int, labels: np.ndarray, moving: list[tuple], s: float, cfg: SegmentMotion,
+                 window: tuple[int, int]) -> list[dict[int, np.ndarray]]:
+    """Per ``moving`` region (``_moving_regions`` entries), its similarity (2, 3), working-resolution
+    px, from f0 to f0 + o, keyed by o, for o = -+``FAR_STEPS`` x ``motion_step`` frames and the
+    offsets to ``window``'s first and last frame (those within it, at least a step away): the
+    identity where the region's grey levels do not change, else the rigid motion that explains it
+    (the test of ``_moving_regions``); an offset is missing where none does."""
+    g0 = _grey(rec, f0, s)
+    out: list[dict[int, np.ndarray]] = [{} for _ in moving]
+    step = cfg.motion_step
+    for o in sorted({-FAR_STEPS * step, FAR_STEPS * step, window[0] - f0, window[1] - f0}):
+        if not window[0] <= f0 + o <= window[1] or abs(o) < step:
+            continue
+        g1 = _grey(rec, f0 + o, s)
+        flow = _flow(g0, g1)
+        for k, m in enumerate(moving):
+            M, speed, still, moved = _region_motion(labels == m[0], flow, g0, g1, cfg, s)
+            if M is None and still < 2.0:
+                out[k][o] = np.eye(2, 3)
+            elif M is not None and still - moved > 2.0 and moved < 0.7 * still:
+                out[k][o] = M
+    return out
+
+
+def _agree_far(a: dict[int, np.ndarray], b: dict[int, np.ndarray], region: np.ndarray, tol: float,
+               step: int) -> bool:
+    """Whether two regions' ``_far_motions`` move the corners of ``region``'s bounding box alike,
+    within ``tol`` px per ``step`` frames, at every offset where both have one."""
+    ys, xs = np.nonzero(region)
+    c = np.array([[xs.min(), ys.min()], [xs.max(), ys.min()], [xs.min(), ys.max()], [xs.max(), ys.max()]], float)
+    for o in a.keys() & b.keys():
+        d = (c @ a[o][:, :2].T + a[o][:, 2]) - (c @ b[o][:, :2].T + b[o][:, 2])
+        if np.abs(d).max() >= tol * abs(o) / step:
+            return False
+    return True
+
+
+def _still_scene(rec: Recording, frames: list[int], s: float) -> np.ndarray:
+    """(h, w) int16: the per-pixel median of up to ``STILL_FRAMES`` evenly spaced normalised grey
+    images (``_grey``, working resolution) of ``frames``: the scene as it looks most of the time,
+    without what passes through it."""
+    pick = [frames[int(round(i))] for i in np.linspace(0, len(frames) - 1, min(len(frames), STILL_FRAMES))]
+    return np.median(np.stack([_grey(rec, i, s) for i in pick]), 0).astype(np.int16)
+
+
 def _pairs(frames: list[int], step: int, most: int) -> list[tuple[int, int]]:
     """Up to ``most`` evenly spaced pairs (f, f + step) within ``frames[0]..frames[-1]``."""
     starts = [f for f in frames if f + step <= frames[-1]]
@@ -241,21 +296,26 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
                f"{cfg.min_motion_px:g} px between frames {cfg.motion_step} apart)")
     if len(frames) < 2 or frames[-1] - frames[0] < cfg.motion_step:
         raise ValueError(nothing)
-    # what looks different at the end than at the start: a part moved for good (a closed lid),
-    # not a hand that came and went
-    displaced = _clean(np.abs(_grey(rec, a, s).astype(np.int16) - _grey(rec, b, s)) > 25, k)
-    if displaced.sum() < min_px:
-        displaced[:] = True
-    best = (0, 0, frames[0], None, [], None)
+    # what looks different at the end than at the start (a part moved for good, a closed lid, not a
+    # hand that came and went), or at the start frame than the window's still scene (a drawer
+    # pulled out and pushed back again)
+    ends = _clean(np.abs(_grey(rec, a, s).astype(np.int16) - _grey(rec, b, s)) > 25, k)
+    still = _still_scene(rec, frames, s)
+    best = (0, 0, frames[0], None, [], None, ends)
     for f0, _ in _pairs(frames, cfg.motion_step, cfg.pairs):
         steps = [st for st in (cfg.motion_step, 3 * cfg.motion_step) if f0 + st <= frames[-1]]
         labels, moving, flow = _moving_regions(rec, f0, steps, s, cfg, min_px, seed)
+        displaced = ends | _clean(np.abs(_grey(rec, f0, s).astype(np.int16) - still) > 25, k)
+        if displaced.sum() < min_px:
+            displaced[:] = True
         region = np.isin(labels, [m[0] for m in moving]) if moving else np.zeros_like(displaced)
         if (int((region & displaced).sum()), int(region.sum())) > best[:2]:
-            best = (int((region & displaced).sum()), int(region.sum()), f0, labels, moving, flow)
-    _, area, f0, labels, moving, flow = best
+            best = (int((region & displaced).sum()), int(region.sum()), f0, labels, moving, flow, displaced)
+    _, area, f0, labels, moving, flow, displaced = best
     if area < min_px:
         raise ValueError(nothing)
+    far = _far_motions(rec, f0, labels, moving, s, cfg, (a, b))
+    tol = 2 * cfg.rigid_px * s
     parent = list(range(len(moving)))
 
     def root(i: int) -> int:
@@ -267,7 +327,9 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
         near = cv2.dilate((labels == moving[i][0]).astype(np.uint8), np.ones((11, 11), np.uint8)) > 0
         for j in range(i + 1, len(moving)):
             rj = labels == moving[j][0]
-            if (near & rj).any() and _agree(moving[i], moving[j], rj | (labels == moving[i][0]), 2 * cfg.rigid_px * s):
+            both = rj | (labels == moving[i][0])
+            if ((near & rj).any() and _agree(moving[i], moving[j], both, tol)
+                    and _agree_far(far[i], far[j], both, tol, cfg.motion_step)):
                 parent[root(j)] = root(i)
     groups, transforms, speeds = [], [], []
     for g in sorted({root(i) for i in range(len(moving))}):
@@ -311,16 +373,24 @@ def group_ratio(mask: np.ndarray) -> float:
     return max(w, h) / max(min(w, h), 1.0)
 
 
+def _touches_border(g: np.ndarray) -> bool:
+    """Whether mask ``g`` (H, W) has a pixel in the image's outermost rows or columns."""
+    return bool(g[0].any() or g[-1].any() or g[:, 0].any() or g[:, -1].any())
+
+
 def name_groups(cue: MotionCue, shapes: dict[str, Shape]) -> list[str | None]:
     """Library shape name of each rigid group (one group per shape), None = clutter. Cost: the
     log-ratio of the group's proportions to the nearest of the shape's, plus a quarter of the
     log-ratio of the largest group's area to the group's (small groups are more often slivers),
-    plus the share of the group outside ``cue.displaced`` (a hand comes and goes; a part stays moved)."""
+    plus the share of the group outside ``cue.displaced`` (a hand comes and goes; a part stays moved),
+    plus ``BORDER_COST`` for a group touching the image border (the arm moving a part reaches in
+    from outside the view)."""
     names = [n for n, s in shapes.items() if shape_ratios(s)]
     largest = max(int(g.sum()) for g in cue.groups)
     cost = np.array([[min(abs(math.log(group_ratio(g) / r)) for r in shape_ratios(shapes[n]))
                       + 0.25 * math.log(largest / max(int(g.sum()), 1))
-                      + 1.0 - float((g & cue.displaced).sum()) / max(int(g.sum()), 1) for n in names]
+                      + 1.0 - float((g & cue.displaced).sum()) / max(int(g.sum()), 1)
+                      + BORDER_COST * _touches_border(g) for n in names]
                      for g in cue.groups]).reshape(len(cue.groups), len(names))
     out: list[str | None] = [None] * len(cue.groups)
     if cost.size:
