@@ -53,6 +53,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 from tqdm import tqdm
 
+from vid2sim.datasets.errors import RecordingError
 from vid2sim.datasets.recording import Recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.pipeline import export, forecast_band
@@ -447,12 +448,18 @@ def mask_iou(pred: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
 
 
-def _not_validated(rec: Recording, cfg: ForecastConfig, frames: int, why: str) -> Forecast:
-    log.warning("forecast: nothing held back to predict (%s); the twin is not validated", why)
+HOLDOUT_REMEDY = "Set forecast.holdout (e.g. 0.25) on a longer clip."
+DEPTH_REMEDY = "Record with a depth camera to validate the twin on held-back frames."
+
+
+def _not_validated(rec: Recording, cfg: ForecastConfig, frames: int, why: str, remedy: str = HOLDOUT_REMEDY) -> Forecast:
+    """A forecast that scores nothing: ``why`` the twin (fitted on frames 0 to ``frames`` - 1) is
+    not validated, and ``remedy``, what the user can change, both in its info for the report."""
+    log.warning("forecast: the twin is not validated: %s", why)
     empty = np.zeros((0, rec.camera.height, rec.camera.width), np.float32)
     return Forecast(np.zeros(0, np.int64), empty, None, None, {},
-                    {"config": asdict(cfg), "validated": False, "why": why, "fitted": [0, frames - 1], "predicted": None,
-                     "renderer": RENDERER, "simulator": SIMULATOR})
+                    {"config": asdict(cfg), "validated": False, "why": why, "remedy": remedy,
+                     "fitted": [0, frames - 1], "predicted": None, "renderer": RENDERER, "simulator": SIMULATOR})
 
 
 def _validation_twin(cfg: ForecastConfig, rec: Recording, art: Articulation, jp: JointPositions, fitted: PoseTracks,
@@ -485,14 +492,15 @@ def run(cfg: ForecastConfig, rec: Recording, poses: PoseTracks, art: Articulatio
     None: ``post``). The validation twin's joint limits and start state come from the
     fitted frames only; the held-back frames' tracks serve only as the silhouette reference."""
     out_dir = Path(out_dir)
-    if not rec.has_depth:
-        raise ValueError(f"{rec.path}: forecast scores depth frames and this recording has none")
     if rec.shapes is None:
-        raise ValueError(f"{rec.path}: forecast renders the library shapes and shapes.json is missing")
+        raise RecordingError(rec.path, "forecast renders the library shapes and shapes.json is missing")
     T = min(rec.num_frames, poses.num_frames, jp.q.shape[0])
+    if not rec.has_depth:
+        return _not_validated(rec, cfg, T, "the recording has no depth frames to score a prediction against",
+                              DEPTH_REMEDY)
     n_fit = fit_frames(T, cfg.holdout)
     if n_fit >= T:
-        return _not_validated(rec, cfg, T, f"forecast.holdout={cfg.holdout} on {T} frames")
+        return _not_validated(rec, cfg, T, f"nothing held back to predict (forecast.holdout={cfg.holdout} on {T} frames)")
     at = n_fit - 1  # last fitted frame: the restart
     start = max(0, at - cfg.observe + 1)
     steps = min(cfg.horizon, T - 1 - at) if cfg.horizon else T - 1 - at

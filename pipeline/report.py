@@ -329,7 +329,7 @@ def forecast_section(rec: Recording, run: Path, cfg: ReportConfig) -> str:
     if not fc.info.get("validated", True) or len(fc.frames) == 0:
         return _section("Validation: predicting held-back frames",
                         f"<p><b>Not validated</b>: {html.escape(str(fc.info.get('why', 'no held-back frames')))}. "
-                        "Set <code>forecast.holdout</code> (e.g. 0.25) on a longer clip.</p>")
+                        f"{html.escape(str(fc.info.get('remedy', 'Set forecast.holdout (e.g. 0.25) on a longer clip.')))}</p>")
     lo, hi = fc.info.get("depth_range_m", [0.0, 1.0])
     tiles = []
     for k in np.linspace(0, len(fc.frames) - 1, min(cfg.forecast_frames, len(fc.frames))).round().astype(int):

@@ -323,3 +323,20 @@ def test_scale_is_read_as_motion_along_the_optical_axis(tmp_path):
     assert np.abs(scale / truth - 1).max() < 0.01, scale / truth
     z = tracks.world_from_body[:, 0, 2, 3]  # camera = world here: depth along the optical axis
     np.testing.assert_allclose(z, 1.0 / scale, rtol=1e-5)  # track_planar.json keeps 6 decimals
+
+
+def test_forecast_of_an_rgb_only_recording_is_not_validated(clip, tmp_path):
+    """An RGB-only recording has no depth to score a prediction against: forecast reports the twin
+    as not validated with why and what to change (formerly a ValueError ending `vid2sim run`)."""
+    from vid2sim.pipeline.forecast import DEPTH_REMEDY, ForecastConfig
+    from vid2sim.pipeline.forecast import run as forecast
+
+    class _Frames:
+        num_frames = N
+        q = np.zeros((N, 1))
+
+    rec = open_recording(clip[0])
+    fc = forecast(ForecastConfig(), rec, _Frames(), None, _Frames(), None, tmp_path)
+    assert fc.info["validated"] is False and fc.info["fitted"] == [0, N - 1]
+    assert "no depth" in fc.info["why"] and fc.info["remedy"] == DEPTH_REMEDY
+    assert len(fc.frames) == 0 and fc.predicted.shape == (0, H, W)
