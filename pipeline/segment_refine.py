@@ -15,7 +15,7 @@ depth is within ``DEPTH_TOL_M`` of the nearest mask pixel's depth may join as we
 or farther surface: a distractor, the wall behind); mask pixels may then be dropped, and given the
 parts' sizes and the depth noise, a mask's pixels whose depth lies off its part's depth interval (the wall
 behind it) are sure background and its pixels without depth away from that interval (a sensor shadow
-beside it) probable background. Either way a
+beside it) or in a hole reaching the window's edge (a void behind it) probable background. Either way a
 mask takes no pixel another part's mask holds or that lies nearer to another mask than to it (the
 rim between two touching parts is split between them), only pixels joined to the mask, and a result
 that keeps less than ``MIN_KEPT`` of the mask or grows it by more than ``MAX_GROWTH`` is dropped for
@@ -73,12 +73,14 @@ def _off_part(m: np.ndarray, d: np.ndarray, size_m: float, k: float) -> tuple[np
     (h, w) bool each. off: pixels whose depth lies outside the densest interval ``size_m`` + 2 ``DEPTH_TOL_M``
     + 6 noise sigmas (k z^2, k 1/m) long of the mask's depths (``track_fit.depth_cluster``: a wall or floor
     behind the part); far: pixels without a reading more than ``BAND_PX`` from every pixel of that interval
-    (a sensor shadow beside the part)."""
+    (a sensor shadow beside the part), and those in a hole that reaches the window's edge, however near
+    (a void beyond the sensor's range behind the part, ``_rim_holes``)."""
     own = depth_cluster(d, m, size_m + 2 * DEPTH_TOL_M, lambda z: k * z ** 2)
     if not own.any():
         return np.zeros_like(m), np.zeros_like(m)
     off = m & (d > 0) & ~own
-    far = m & (d == 0) & (cv2.distanceTransform((~own).astype(np.uint8), cv2.DIST_L2, 3) > BAND_PX)
+    far = m & (d == 0) & ((cv2.distanceTransform((~own).astype(np.uint8), cv2.DIST_L2, 3) > BAND_PX)
+                          | ~_rim_holes(d))
     return off, far
 
 
@@ -90,7 +92,7 @@ def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
     (a known actuator's), are never taken. with_depth False: the mask only grows, onto pixels
     without depth; True: it may also take pixels of its surface's depth and lose its own, and with
     ``size_m`` (m, the diagonal of its part's extents) its pixels of another surface are dropped and those in
-    a shadow beside it start as probable background (``_off_part``; noise: the depth noise's k, 1/m, sigma = k z^2)."""
+    a shadow beside it or in a void behind it start as probable background, in its core too (``_off_part``; noise: the depth noise's k, 1/m, sigma = k z^2)."""
     mask = masks[k] > 0
     n = int(mask.sum())
     if n == 0:
