@@ -19,7 +19,9 @@ beside it) or in a hole reaching the window's edge (a void behind it) probable b
 mask takes no pixel another part's mask holds or that lies nearer to another mask than to it (the
 rim between two touching parts is split between them), only pixels joined to the mask, and a result
 that keeps less than ``MIN_KEPT`` of the mask or grows it by more than ``MAX_GROWTH`` is dropped for
-the mask as it was. ``ROUNDS`` such refinements run in turn. It does not move masks, name parts or
+the mask as it was. Given its part's least extent and largest projected area in pixels, a mask narrower than
+its part (the depth segmenter's half of a near cylinder, or its ring) gets a band as wide as it falls short
+and may grow to that area. ``ROUNDS`` such refinements run in turn. It does not move masks, name parts or
 find parts the segmenter missed.
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ MIN_KEPT = 0.85  # share of a mask's pixels the refined mask must keep
 MAX_GROWTH = 1.0  # the refined mask may add at most this share of the mask's pixels
 ITERATIONS = 4  # GrabCut's iterations (colour models re-estimated, graph cut again)
 NARROW = 0.8  # a mask whose mean width is under this share of its part's least extent (px) is narrow
-ROUNDS = 2  # refinements in turn, each from the last one's masks: a boundary moves at most ROUNDS * BAND_PX
+ROUNDS = 2  # refinements in turn, each from the last one's masks: a boundary moves at most ROUNDS bands
 MARGIN_PX = 12  # px: the window around a mask, beyond the band: GrabCut's background colour samples
 RNG_SEED = 0  # OpenCV's RNG seed for GrabCut's colour models (k-means++ starts)
 
@@ -102,13 +104,15 @@ def _band(mask: np.ndarray, part_px: tuple[float, float] | None) -> tuple[int, f
 
 def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
                 blocked: np.ndarray | None = None, with_depth: bool = False,
-                size_m: float | None = None, noise: float = 0.0, part_px: tuple[float, float] | None = None) -> np.ndarray:
+                size_m: float | None = None, noise: float = 0.0,
+                part_px: tuple[float, float] | None = None) -> np.ndarray:
     """Mask k of masks (K, H, W) with its boundary refined on color (H, W, 3) uint8 RGB and depth
     (H, W) m (0 = no reading); (H, W) bool. The others' pixels, and ``blocked`` (H, W) bool
     (a known actuator's), are never taken. with_depth False: the mask only grows, onto pixels
     without depth; True: it may also take pixels of its surface's depth and lose its own, and with
     ``size_m`` (m, the diagonal of its part's extents) its pixels of another surface are dropped and those in
-    a shadow beside it or in a void behind it start as probable background, in its core too (``_off_part``; noise: the depth noise's k, 1/m, sigma = k z^2).
+    a shadow beside it or in a void behind it start as probable background, in its core too (``_off_part``;
+    noise: the depth noise's k, 1/m, sigma = k z^2).
     With ``part_px`` ((least extent, largest projected area) of its part seen at its depth, px), a mask
     narrower than its part has a wider band and may grow up to that area (``_band``)."""
     mask = masks[k] > 0
@@ -163,12 +167,14 @@ def refine_mask(k: int, masks: np.ndarray, color: np.ndarray, depth: np.ndarray,
 def refine_boundaries(masks: np.ndarray, names: list[str], color: np.ndarray | None,
                       depth: np.ndarray | None, blocked: np.ndarray | None = None,
                       with_depth: bool = False, sizes_m: list[float] | None = None,
-                      noise: float = 0.0, parts_px: list[tuple[float, float] | None] | None = None) -> np.ndarray:
+                      noise: float = 0.0,
+                      parts_px: list[tuple[float, float] | None] | None = None) -> np.ndarray:
     """masks (K, H, W) uint8 of one frame with each part's boundary refined (``refine_mask``)
     ``ROUNDS`` times, each mask against the others' masks of the round before; a pixel two masks
     newly take in a round goes to neither. color (H, W, 3) uint8 RGB, depth (H, W) m (0 = no
     reading), blocked (H, W) bool: pixels no part may take; with_depth and sizes_m (K,) m, each mask's
-    part's extents' diagonal (or None), noise (1/m), parts_px (K,) (px, px^2): see ``refine_mask``; without colour or depth, masks as given."""
+    part's extents' diagonal (or None), noise (1/m), parts_px (K,) (px, px^2): see ``refine_mask``; without
+    colour or depth, masks as given."""
     if color is None or depth is None or len(masks) == 0 or color.shape[:2] != masks.shape[1:]:
         return masks
     refined = masks > 0
