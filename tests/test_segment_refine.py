@@ -123,3 +123,74 @@ def test_with_the_parts_size_a_mask_spilled_onto_the_wall_and_a_shadow_behind_it
     out = refine_boundaries(masks, ["rod", "other"], color, depth, with_depth=True, sizes_m=[0.15, 0.15]) > 0
     assert _iou(out[0], part) >= 0.99
     assert (out[0] & spill).sum() == 0
+
+
+def _before_a_void():
+    """A green rod 11 px wide at 1.5 m across a dark void (no depth: beyond the sensor's range, the top
+    160 rows, reaching the image's edges) and a grey wall at 2.0 m below; every rod pixel has its depth
+    (a clean sensor). Its mask spilled 3 px onto the void on every side, as the segmenter draws a thin
+    part before a void; returns color, depth, the rod and that mask."""
+    rng = np.random.default_rng(1)
+    color = np.clip(rng.normal(128, 6, (240, 320, 3)), 0, 255).astype(np.uint8)
+    depth = np.full((240, 320), 2.0, np.float32)
+    void = np.zeros((240, 320), bool)
+    void[:160] = True
+    color[void] = np.clip(rng.normal(34, 3, (int(void.sum()), 3)), 0, 255).astype(np.uint8)
+    depth[void] = 0.0
+    part = rod((80, 20), (200, 130), 5.0)
+    color[part] = np.clip(rng.normal((40, 200, 120), 6, (int(part.sum()), 3)), 0, 255).astype(np.uint8)
+    depth[part] = 1.5
+    mask = cv2.dilate(part.astype(np.uint8), cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (7, 7))) > 0
+    return color, depth, part, mask
+
+
+def test_a_mask_spilled_onto_a_void_beyond_the_sensors_range_is_cut_back_to_the_part():
+    """The rod's mask spilled 3 px onto the void (measured IoU 0.621, the spill's pixels all without
+    depth, joined to the void at the window's edge). Refined with depth and the rod's size, the void's
+    pixels are probable background and take the void's colour: IoU >= 0.97 (measured 1.0), at most 20 of the
+    void's pixels kept. Before, the void's pixels within 3 px of the rod's depth pixels were probable
+    foreground, and those in the mask's core sure foreground, so the dark colour was the part's too:
+    594 of the 1044 spilled pixels stayed (IoU 0.742)."""
+    color, depth, part, mask = _before_a_void()
+    spill = mask & ~part
+    assert _iou(mask, part) == pytest.approx(0.621, abs=0.001)
+    assert (depth[spill] == 0).all() and (depth[part] > 0).all()
+    out = refine_boundaries(mask[None].astype(np.uint8), ["rod"], color, depth, with_depth=True, sizes_m=[0.3]) > 0
+    assert _iou(out[0], part) >= 0.97
+    assert (out[0] & spill).sum() <= 20
+    assert (out[0] & part).sum() >= 0.98 * part.sum()
+
+
+def _half_a_wide_rod():
+    """A capsule 31 px wide (radius 15 px) at 1.0 m on a grey wall at 2.0 m, green, shaded across its axis
+    from bright on one side to 60 % on the other; as the depth segmenter splits a near cylinder along its
+    axis, the mask is the lit half only. Returns color, depth, the rod and that mask."""
+    rng = np.random.default_rng(2)
+    color = np.clip(rng.normal(128, 6, (240, 320, 3)), 0, 255).astype(np.uint8)
+    depth = np.full((240, 320), 2.0, np.float32)
+    a, b = np.array([60.0, 60.0]), np.array([250.0, 150.0])
+    part = rod(a, b, 15.0)
+    v, u = np.mgrid[:240, :320]
+    d = b - a
+    side = ((u - a[0]) * d[1] - (v - a[1]) * d[0]) / np.linalg.norm(d)   # px from the axis, signed
+    lit = part & (side <= 0)
+    bright = (1.0 - 0.4 * (np.clip(side, -15, 15) + 15) / 30)[part][:, None]
+    color[part] = np.clip(rng.normal(0, 4, (int(part.sum()), 3)) + bright * (40, 200, 120), 0, 255).astype(np.uint8)
+    depth[part] = 1.0
+    return color, depth, part, lit
+
+
+def test_a_mask_half_as_wide_as_its_part_grows_across_it_given_the_parts_width():
+    """The lit half of a 31 px wide capsule (IoU 0.5 with it, mean width 15 px). Refined with depth and its
+    part's least extent (31 px) and largest projected area (1.3 times its pixels), the band widens to the
+    shortfall and the mask covers the rod at IoU >= 0.95 (measured 1.0) without taking the wall; with the
+    3 px band alone (no part size in pixels, as before) it grows 6 px in two rounds: IoU 0.632."""
+    color, depth, part, lit = _half_a_wide_rod()
+    assert _iou(lit, part) == pytest.approx(0.5, abs=0.01)
+    mask = lit[None].astype(np.uint8)
+    plain = refine_boundaries(mask, ["rod"], color, depth, with_depth=True, sizes_m=[0.7]) > 0
+    assert _iou(plain[0], part) <= 0.65
+    out = refine_boundaries(mask, ["rod"], color, depth, with_depth=True, sizes_m=[0.7],
+                            parts_px=[(31.0, 1.3 * float(part.sum()))]) > 0
+    assert _iou(out[0], part) >= 0.95
+    assert (out[0] & ~part).sum() <= 0.01 * part.sum()
