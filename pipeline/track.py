@@ -539,7 +539,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             if not frames:
                 continue
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
-            motion = Motion(prims, planar, cfg.prior.velocity_smoothing, cfg.prior.acceleration)
+            motion = Motion.of(prims, planar, cfg.prior)
             seen = LastSeen(T_prev, seg.frame, seg.masks)
             was_lost = torch.zeros(M, dtype=torch.bool)
             first, history = True, FitHistory(T_prev, seg.frame)
