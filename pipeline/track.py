@@ -26,7 +26,8 @@ depth noise (sigma = k z^2, k measured from the recording's static pixels unless
   on less than half its mask's pixels is fitted again to parts of its mask (``track_start.py``).
 - The static background is the segmentation frame's depth away from the parts and, where they hid it, the
   frames' once they have gone (``TrackScene.reveal_background``: the floor a part uncovers does not pull it back).
-- Later frames start from a constant-acceleration prediction (``track_motion.py``) that is
+- Later frames start from a constant-acceleration prediction (``track_motion.py``; constant velocity for a part
+  moving under ``prior.stop_check_*`` a frame, where the acceleration would make a barely seen turn swing) that is
   also a weak prior (``prior.prior_m``, ``prior.prior_rad``), forward from the segmentation frame,
   then backward to frame 0. The frames next to it (no velocity yet) start from the parts at rest
   and from each part moved as its image moved (``track_shift.py``), per body whichever aligns to
@@ -538,7 +539,7 @@ def run(cfg: TrackConfig, rec: Recording, seg: Segmentation, out_dir: Path) -> P
             if not frames:
                 continue
             T_prev = T_init if frames[0] == seg.frame else torch.as_tensor(poses[seg.frame])
-            motion = Motion(prims, planar, cfg.prior.velocity_smoothing, cfg.prior.acceleration)
+            motion = Motion.of(prims, planar, cfg.prior)
             seen = LastSeen(T_prev, seg.frame, seg.masks)
             was_lost = torch.zeros(M, dtype=torch.bool)
             first, history = True, FitHistory(T_prev, seg.frame)

@@ -80,7 +80,8 @@ class TrackPrior:
     prior_m: float = 0.03
     prior_rad: float = 0.03  # rad: the same for the rotation (a pendulum at 27 rad/s^2, 30 fps: 0.03)
     # m per frame: a body predicted to move faster than this is also tried at rest, and kept there if
-    # that explains the frame better (a part landing and stopping within a frame or two); 0: off
+    # that explains the frame better (a part landing and stopping within a frame or two); 0: off. A body
+    # moving no faster than this and stop_check_rad starts from constant velocity (track_motion.py)
     stop_check_m: float = 0.01
     stop_check_rad: float = 0.1  # rad per frame: the same test for rotation; 0: off
     # m: the frames next to the segmentation frame (no velocity yet) also start from each part moved as its
