@@ -155,8 +155,9 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
     if not mixed:
         return parts
     rigid_only = not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol))
-    if rigid_only and not two_bodies([pieces[k] for k in mixed], depth, K, smoothed, shapes, tol, fit):
-        return parts
+    if rigid_only and (quiet is not None or not two_bodies([pieces[k] for k in mixed], depth, K, smoothed, shapes,
+                                                          tol, fit)):
+        return parts  # an inlaid split is tried only for a doubtful naming
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
     union = np.any([dets[k].mask for k in mixed], axis=0)
