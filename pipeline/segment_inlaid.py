@@ -23,7 +23,8 @@ where the depth change does not part it (``segment_change.part_by_change``: at R
 noise the door's ramp of change joins the drawer's uniform one).
 
 Used by ``segment_nested.split_by_motion`` only where ``split_pieces`` finds no named mask
-partly still and partly moving. Not here: the naming of the pieces. Masks are (H, W) bool
+partly still and partly moving and the naming is doubtful (a split of a right naming replaces
+the network's masks by cruder motion pieces). Not here: the naming of the pieces. Masks are (H, W) bool
 at segment's working resolution; depth (H, W) m.
 """
 from __future__ import annotations
