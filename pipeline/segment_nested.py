@@ -11,7 +11,10 @@ two parts or more.
 at a size it can have, or, while a part moves, two named parts still or one still with nothing
 moving near it: the drawer's name on a still distractor; ``segment_change.misfit``: a partly
 moving named mask the size of another library shape; ``segment_rigid.two_bodies``: a named mask
-holding a moving piece and a still one, each of a part's size). It takes the union of the named masks
+holding a moving piece and a still one, each of a part's size). Where no named mask is so
+(``split_pieces``), a mask with a moving part inlaid in it under a tenth of its size is tried
+by ``segment_inlaid``'s scale-free tests, and its moving pieces are parted by when they change
+where their depth change does not part them (``parted_by_when``). It takes the union of the named masks
 partly still and partly moving, with every named mask mostly inside it (a door's own mask over
 part of the carcass's), and cuts it into its moving pieces (the moving regions,
 ``DepthMotion.changed``, inside it, parted where the masks' boundaries cross them, pieces of at
@@ -45,6 +48,7 @@ from scipy import ndimage
 from vid2sim.datasets.shapes import CLASSES, Shape
 from vid2sim.models.segmenter.model import Detection
 from vid2sim.pipeline.segment_change import misfit, parted_pieces
+from vid2sim.pipeline.segment_inlaid import inlaid_pieces, moved, parted_by_when
 from vid2sim.pipeline.segment_rigid import still_keeps_name, still_takes_moving_name, two_bodies
 from vid2sim.pipeline.segment_size import measure_extents, size_cost
 from vid2sim.pipeline.segment_split import GROW_SHARE, split_pieces, still_rest
@@ -58,7 +62,7 @@ Named = tuple[list[Detection], list[tuple[float, float]], list[str]]
 
 
 def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarray, freq: np.ndarray,
-                  min_px: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+                  min_px: int, quiet: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray | None]:
     """(moving pieces, still piece or None) of the (H, W) bool ``union`` of ``masks``: the moving
     regions inside it (``union & regions``) cut where the masks' boundaries cross them (a pixel's
     piece is one of the pixels covered by the same masks: a door's own mask over part of a
@@ -67,7 +71,8 @@ def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarra
     ``GROW_SHARE`` of the sampled frames (``freq``) and the smaller moving pieces that are
     nearer to it than to any other piece, and by 1 px. The still piece is the rest, opened by
     3 x 3 px, its largest 8-connected piece; None where under ``min_px`` px or where more than
-    ``STILL_CHANGED`` of its pixels changed in any sampled frame."""
+    ``STILL_CHANGED`` of its pixels changed in any sampled frame (or are ``quiet`` (H, W) bool's
+    changed pixels where given: ``segment_inlaid.moved``)."""
     kernel = np.ones((3, 3), np.uint8)
     inside = union & regions
     cover = np.zeros(union.shape, np.int64)
@@ -86,7 +91,7 @@ def motion_pieces(union: np.ndarray, masks: list[np.ndarray], regions: np.ndarra
     grow = union & ((freq >= GROW_SHARE) | inside)
     moving = [union & (cv2.dilate((grow & (nearest == k)).astype(np.uint8), kernel) > 0)
               for k in range(1, int(core.max()) + 1)]
-    return moving, still_rest(union, moving, freq > 0, min_px)
+    return moving, still_rest(union, moving, freq > 0 if quiet is None else quiet, min_px)
 
 
 def _doubtful(parts: Named, shapes: dict[str, Shape], motion: Motion, tol: float, fit: float) -> bool:
@@ -142,18 +147,23 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
         return parts
     freq = changed.mean(0)
     pieces = [split_pieces(d, regions, freq, min_px) for d in dets]
+    quiet = None  # the still test's changed pixels where only parts inlaid in a larger mask split (segment_inlaid)
+    if not any(pieces):
+        quiet = moved(motion, i)
+        pieces = inlaid_pieces(dets, regions, freq, quiet, min_px, (depth, K, smoothed, shapes, tol, fit))
     mixed = [k for k, p in enumerate(pieces) if p]
     if not mixed:
         return parts
     rigid_only = not (_doubtful(parts, shapes, cues, tol, fit) or misfit(seen, names, mixed, shapes, tol))
-    if rigid_only and not two_bodies([pieces[k] for k in mixed], depth, K, smoothed, shapes, tol, fit):
-        return parts
+    if rigid_only and (quiet is not None or not two_bodies([pieces[k] for k in mixed], depth, K, smoothed, shapes,
+                                                          tol, fit)):
+        return parts  # an inlaid split is tried only for a doubtful naming
     loose = cues.loose()
     loose = np.zeros(len(dets), bool) if loose is None else loose  # None: no named part moves
     union = np.any([dets[k].mask for k in mixed], axis=0)
     # a named mask mostly inside the union is one of its parts seen apart (a door's own mask)
     mixed += [k for k, d in enumerate(dets) if k not in mixed and (d.mask & union).sum() >= NESTED * d.mask.sum()]
-    moving, still = motion_pieces(union, [dets[k].mask for k in mixed], regions, freq, min_px)
+    moving, still = motion_pieces(union, [dets[k].mask for k in mixed], regions, freq, min_px, quiet)
     # the named masks touching the union too, grouped by when they move (segment_when)
     joined = mixed + touching(union, [d.mask for d in dets], mixed)
     timed = when_pieces(motion, i, np.any([dets[k].mask for k in joined], axis=0), min_px)
@@ -181,7 +191,8 @@ def split_by_motion(motion: DepthMotion, i: int, parts: Named, name: Callable[[l
             len(_fitting(trial_names, trial_seen, shapes, tol, fit)), movers
 
     plain, cut = trial(moving, still, mixed), mixed
-    parted = parted_pieces(motion, i, moving, min_px) if moving and still is not None else []  # two parts in one piece
+    part = parted_pieces if quiet is None else parted_by_when
+    parted = part(motion, i, moving, min_px) if moving and still is not None else []  # two parts in one piece
     for more, pieces, rest, by in ((trial(parted, still, mixed) if len(parted) > len(moving) else None, parted, still,
                                     mixed), (trial(*timed, joined) if len(timed[0]) > 1 else None, *timed, joined)):
         if more is not None and more[2] > (plain[2] if plain is not None else 0) and (plain is None or more[1] >= plain[1]):

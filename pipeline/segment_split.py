@@ -51,16 +51,19 @@ MAX_SPLIT = 4  # the most confident partly moving detections of a frame whose sp
 N = TypeVar("N")  # the caller's naming of a list of detections
 
 
-def split_pieces(det: Detection, regions: np.ndarray, freq: np.ndarray, min_px: int) -> list[Detection]:
+def split_pieces(det: Detection, regions: np.ndarray, freq: np.ndarray, min_px: int, min_share: float = MIN_SHARE,
+                 changed: np.ndarray | None = None) -> list[Detection]:
     """[moving piece, still piece] of ``det`` (its moving part's connected pieces of at least
     ``min_px`` px as one mask, its largest still piece of at least ``min_px``), or [] where the
     mask is not partly moving (its moving or its still pixels under ``MIN_SHARE`` of it or
     ``min_px``) or the still piece is not still over the clip (``STILL_CHANGED``). regions:
     (H, W) bool, the frame's moving regions; freq: (H, W) the share of sampled frames in which
-    each pixel changed (both ``DepthMotion.changed``)."""
+    each pixel changed (both ``DepthMotion.changed``); min_share: ``MIN_SHARE`` unless the
+    caller tests the pieces' sizes itself (``segment_inlaid``); changed: (H, W) bool, the pixels
+    the still test counts as changed (default: changed in any sampled frame, ``freq > 0``)."""
     m = det.mask.astype(bool)
     n = int(m.sum())
-    least = max(min_px, MIN_SHARE * n)
+    least = max(min_px, min_share * n)
     kernel = np.ones((3, 3), np.uint8)
     core = m & regions
     if core.sum() < least:
@@ -81,7 +84,7 @@ def split_pieces(det: Detection, regions: np.ndarray, freq: np.ndarray, min_px: 
     if not pieces or not rest:
         return []
     fixed = max(rest, key=lambda p: int(p.sum()))
-    if (freq[fixed] > 0).mean() > STILL_CHANGED:
+    if ((freq > 0) if changed is None else changed)[fixed].mean() > STILL_CHANGED:
         return []  # pixels near a rotating part's axis: they change in a frame or two
     # the moving pieces stay one part: a swinging door's pixels can fall apart into pieces
     # that each fit a smaller library part
