@@ -81,6 +81,7 @@ from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
 from vid2sim.pipeline.track_refind import LastSeen, colour_of, refind
 from vid2sim.pipeline.track_shift import first_step, mix, part_shifts
 from vid2sim.pipeline.track_start import mask_observation, refit_starts
+from vid2sim.pipeline.track_support import supporting
 
 log = logging.getLogger(__name__)
 
@@ -367,8 +368,7 @@ class _Tracker:
         for m in range(M):
             visible = int(res.seen(m).sum())
             pixels[m] = visible * area
-            mine = res.assigned == m
-            support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
+            support = int(supporting(cfg, obs, res.assigned, res.point_res, m).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
             supported[m] = support / max(visible, 1)
         inside = self.inside(T, supported)
@@ -420,8 +420,8 @@ class _Tracker:
         obs.foreground = seen
         res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
         visible = int(res.seen(0).sum())
-        supporting = (res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)
-        support, own = int(supporting.sum()), int((supporting & fg).sum())   # own: among the points it was fitted to
+        ok = supporting(cfg, obs, res.assigned, res.point_res, 0)
+        support, own = int(ok.sum()), int((ok & fg).sum())   # own: among the points it was fitted to
         if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible \
                 or own < cfg.lost.lost_min_pixels:
             return None
