@@ -1,5 +1,5 @@
 """The tracker's "lost" test at far range (track_support.py): a depth point supports its body within
-``lost.inlier_m`` or ``lost.inlier_sigmas`` depth noise sigmas (k z^2), whichever is farther, so a
+``lost.inlier_m`` or ``lost.inlier_sigmas`` depth noise sigmas (k z^2 at the body's depth), whichever is farther, so a
 correct fit of a far body under RealSense-like noise is not flagged lost."""
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import torch
 from vid2sim.datasets.recording import Camera, RecordingWriter, open_recording
 from vid2sim.datasets.shapes import Shape
 from vid2sim.models.render import make_renderer
-from vid2sim.models.render.align import Observation
 from vid2sim.pipeline import track
-from vid2sim.pipeline.track_support import inlier_tolerance
+from vid2sim.pipeline.track_support import inlier_tolerances
 
 CART = Shape("cart", "box", size=(0.3, 0.16, 0.1))
 K_REALSENSE = 0.0045   # 1/m: the depth noise k z^2 measured on the RealSense-like cartpole s140
@@ -47,22 +46,31 @@ def _lost_at_truth(path: Path, inlier_sigmas: float) -> tuple[bool, float, float
     masks = (np.abs(rec.depth(0) - Z_FAR) < 0.3)[None].astype(np.uint8)
     scene.set_background(rec.depth(0), masks, None)
     T = torch.as_tensor(truth[None])
-    T_fit, lost, residual, _, _ = track._Tracker(cfg, scene, False).frame(rec.depth(1), T, T)
+    tracker = track._Tracker(cfg, scene, False)
+    tracker.inlier_tol = inlier_tolerances(cfg, scene, T)
+    T_fit, lost, residual, _, _ = tracker.frame(rec.depth(1), T, T)
     return bool(lost[0]), float(residual[0]), float(np.linalg.norm(T_fit[0, :3, 3].numpy() - truth[:3, 3]))
 
 
-def test_inlier_tolerance_is_the_fixed_distance_near_and_two_noise_sigmas_far():
-    """Clean (sigma at its 1 mm floor) or near RealSense (k 0.0045 at 1 m: 4.5 mm): inlier_m, 10 mm, as before.
-    At 3.5 m (sigma 55 mm): 2 sigmas, 110 mm; ``inlier_sigmas`` 0 keeps 10 mm everywhere."""
-    z = torch.tensor([0.5, 1.0, Z_FAR], dtype=torch.float64)
-    sigma = (K_REALSENSE * z ** 2).clamp(min=0.001)
-    obs = Observation(torch.zeros(3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64), z,
-                      torch.ones(3, dtype=torch.bool), sigma=sigma)
-    tol = inlier_tolerance(track.TrackConfig(), obs)
-    assert np.allclose(tol.numpy(), [0.01, 0.01, 2 * K_REALSENSE * Z_FAR ** 2])
-    off = track.TrackConfig(lost=track.TrackLost(inlier_sigmas=0.0))
-    assert inlier_tolerance(off, obs) == 0.01
-    assert inlier_tolerance(track.TrackConfig(), Observation(obs.origin, obs.dirs, z, obs.foreground)) == 0.01
+def test_inlier_tolerance_is_the_fixed_distance_near_and_two_noise_sigmas_far(tmp_path):
+    """A body at 0.5 or 1 m (RealSense-like k 0.0045: sigma 1.1 and 4.5 mm) keeps inlier_m, 10 mm, as before; at
+    3.5 m (sigma 55 mm) 2 sigmas, 110 mm; on clean depth (sigma at its 1 mm floor) 10 mm everywhere, as with
+    ``inlier_sigmas`` 0, the default."""
+    _far_cart(tmp_path / "rec", K_REALSENSE, Z_FAR, frames=1)
+    rec = open_recording(tmp_path / "rec")
+    prims = [track.Primitive.from_shape(CART)]
+
+    def tol(cfg, z):
+        pose = np.eye(4)
+        pose[2, 3] = z
+        return float(inlier_tolerances(cfg, track.TrackScene(rec, prims, cfg), pose[None])[0])
+
+    noisy = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=K_REALSENSE), lost=track.TrackLost(inlier_sigmas=2.0))
+    assert np.allclose([tol(noisy, z) for z in (0.5, 1.0, Z_FAR)], [0.01, 0.01, 2 * K_REALSENSE * Z_FAR ** 2])
+    clean = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=0.0), lost=track.TrackLost(inlier_sigmas=2.0))
+    assert [tol(clean, z) for z in (0.5, 1.0, Z_FAR)] == [0.01] * 3
+    off = track.TrackConfig(noise=track.TrackNoise(depth_noise_k=K_REALSENSE))
+    assert tol(off, Z_FAR) == 0.01
 
 
 def test_a_far_cart_under_realsense_noise_fitted_at_its_true_pose_is_not_lost(tmp_path):
