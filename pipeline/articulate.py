@@ -478,7 +478,7 @@ def noise_model(cfg: ArticulateConfig, W: np.ndarray, valid: np.ndarray, poses: 
     names = list(poses.body_names)
     unseen_axes = unseen_rotations(poses, shapes)
     rods = [n for n, u in unseen_axes.items() if u == (False, False, True)]
-    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m)
+    poor = poorly_fit_frames(poses.residual, cfg.poor_fit_ratio, cfg.poor_fit_margin_m, seen=valid.any(1))
     W = rods_without_flips(W, valid, names, rods, trusted=~poor)  # a poorly fit frame is no rod's reference
     W = rods_without_spin_jumps(W, valid, names, rods, trusted=~poor)
     W = boxes_without_flips(W, valid, names, box_symmetries(poses, shapes))

@@ -28,20 +28,23 @@ GLITCH_MAX_SHARE = 0.25  # at most this share of a body's frames are set aside a
 
 
 def poorly_fit_frames(residual: np.ndarray, ratio: float, margin_m: float,
-                      max_share: float = POOR_FIT_MAX_SHARE) -> np.ndarray:
+                      max_share: float = POOR_FIT_MAX_SHARE, seen: np.ndarray | None = None) -> np.ndarray:
     """(T,) bool: frames whose tracking residual (T,) (m: rms distance of the bodies' depth
     points to their fitted shapes, ``PoseTracks.residual``) exceeds both ``ratio`` times and
     ``margin_m`` more than its usual level, the 25th percentile over the frames. That level is
     set by the depth noise; a frame well above it has a body fitted off its points (far, noisy
     depth: the tracker slips for a few frames, by 2-25 cm, then recovers), and its poses are
     not evidence for a joint. At most ``max_share`` of the frames, the worst, are flagged;
-    ratio <= 0 flags none."""
+    ratio <= 0 flags none. ``seen`` (T,) bool: frames where some body was found (default all);
+    the usual level and the share are taken over those only and no other frame is flagged (a
+    frame where every body is lost holds no fit, and its residual is the tracker's stand-in)."""
     r = np.asarray(residual, float)
-    if ratio <= 0 or len(r) == 0:
+    seen = np.ones(len(r), bool) if seen is None else np.asarray(seen, bool)
+    if ratio <= 0 or not seen.any():
         return np.zeros(len(r), bool)
-    usual = np.percentile(r, 25)
-    poor = (r > ratio * usual) & (r > usual + margin_m)
-    cap = int(max_share * len(r))
+    usual = np.percentile(r[seen], 25)
+    poor = seen & (r > ratio * usual) & (r > usual + margin_m)
+    cap = int(max_share * seen.sum())
     if poor.sum() > cap:
         keep = np.argsort(-np.where(poor, r, -np.inf), kind="stable")[:cap]
         poor = np.zeros(len(r), bool)

@@ -82,6 +82,7 @@ from vid2sim.pipeline.track_recheck import FitHistory, recheck, relative
 from vid2sim.pipeline.track_refind import LastSeen, colour_of, refind
 from vid2sim.pipeline.track_shift import first_step, mix, part_shifts
 from vid2sim.pipeline.track_start import mask_observation, refit_starts
+from vid2sim.pipeline.track_support import inlier_tolerances
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +196,13 @@ class _Tracker:
         self.cfg, self.scene, self.planar = cfg, scene, planar
         self.samples = [interior_samples(p) for p in scene.prims]
         self.nested: np.ndarray | None = None   # (M, M) bool pairs that overlap at the start: not judged (``inside``)
+        self.inlier_tol = np.full(len(scene.prims), cfg.lost.inlier_m)   # (M,) m: support tolerance (track_support.py)
 
     def judge_overlaps(self, T_start: torch.Tensor) -> None:
         """From now on, a body mostly inside another (``lost.inside_max``) is lost, except for pairs
-        already sharing some volume at the start poses T_start (M, 4, 4): a drawer in its carcass."""
+        already sharing some volume at the start poses T_start (M, 4, 4): a drawer in its carcass. The
+        lost test's support tolerance is set at the start depths too (``track_support.py``)."""
+        self.inlier_tol = inlier_tolerances(self.cfg, self.scene, T_start)
         share = inside_shares(self.scene.prims, T_start, self.samples)
         self.nested = (share > NESTED_SHARE) | (share.T > NESTED_SHARE)
 
@@ -367,8 +371,7 @@ class _Tracker:
         for m in range(M):
             visible = int(res.seen(m).sum())
             pixels[m] = visible * area
-            mine = res.assigned == m
-            support = int((mine & (res.point_res < cfg.lost.inlier_m)).sum())
+            support = int(((res.assigned == m) & (res.point_res < self.inlier_tol[m])).sum())
             lost[m] = visible < cfg.lost.lost_min_pixels or support < cfg.lost.lost_min_support * visible
             supported[m] = support / max(visible, 1)
         inside = self.inside(T, supported)
@@ -420,8 +423,8 @@ class _Tracker:
         obs.foreground = seen
         res = gauss_newton_step([prim], T_new[None], obs, gate=cfg.gates.gate_final_m, active=torch.zeros(1, dtype=torch.bool))
         visible = int(res.seen(0).sum())
-        supporting = (res.assigned == 0) & (res.point_res < cfg.lost.inlier_m)
-        support, own = int(supporting.sum()), int((supporting & fg).sum())   # own: among the points it was fitted to
+        ok = (res.assigned == 0) & (res.point_res < self.inlier_tol[m])
+        support, own = int(ok.sum()), int((ok & fg).sum())   # own: among the points it was fitted to
         if visible * 4 < cfg.lost.lost_min_pixels or support < max(cfg.lost.lost_min_support, 0.5) * visible \
                 or own < cfg.lost.lost_min_pixels:
             return None

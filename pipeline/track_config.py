@@ -94,6 +94,8 @@ class TrackLost:
     """When a body counts as lost, and how it is found again."""
 
     inlier_m: float = 0.01  # m: a depth point this close to its body supports it
+    # >= 0: ... or this many depth noise sigmas (k z^2 at the body's start depth), where that is farther; 0: inlier_m only
+    inlier_sigmas: float = 0.0
     lost_min_pixels: int = 20  # a body with fewer visible rendered pixels than this is lost
     lost_min_support: float = 0.3  # a body whose supporting points are fewer than this fraction of its pixels is lost
     reacquire: bool = True  # look for a lost body among unexplained depth points near its last pose
