@@ -35,7 +35,9 @@ UNGROUPED_TRACK = {
     # a second look at a body whose fit turned much worse than in its last frames (issue 25)
     "recheck_ratio": 1.5, "recheck_floor": 0.5, "recheck_pixels": 0.6,
     # look-alike rods' names judged over the whole track (track_names)
-    "check_names": True}
+    "check_names": True,
+    # a depth point's support tolerance in noise sigmas at the body's depth (track_support; 0: inlier_m alone)
+    "inlier_sigmas": 0.0}
 
 
 def test_cache_key_settings_are_the_ungrouped_ones():
