@@ -208,13 +208,14 @@ def _far_motions(rec: Recording, f0: int, labels: np.ndarray, moving: list[tuple
     offsets to ``window``'s first and last frame (those within it, at least a step away): the
     identity where the region's grey levels do not change, else the rigid motion that explains it
     (the test of ``_moving_regions``); an offset is missing where none does."""
-    g0 = _grey(rec, f0, s)
     out: list[dict[int, np.ndarray]] = [{} for _ in moving]
     step = cfg.motion_step
-    for o in sorted({-FAR_STEPS * step, FAR_STEPS * step, window[0] - f0, window[1] - f0}):
-        if not window[0] <= f0 + o <= window[1] or abs(o) < step:
-            continue
-        g1 = _grey(rec, f0 + o, s)
+    offsets = [o for o in sorted({-FAR_STEPS * step, FAR_STEPS * step, window[0] - f0, window[1] - f0})
+               if window[0] <= f0 + o <= window[1] and abs(o) >= step]
+    grey = {f: _grey(rec, f, s) for f in sorted({f0} | {f0 + o for o in offsets})}   # in frame order: a video decodes forward
+    g0 = grey[f0]
+    for o in offsets:
+        g1 = grey[f0 + o]
         flow = _flow(g0, g1)
         for k, m in enumerate(moving):
             M, speed, still, moved = _region_motion(labels == m[0], flow, g0, g1, cfg, s)
@@ -304,8 +305,9 @@ def motion_cue(rec: Recording, cfg: SegmentMotion, min_pixels: int, seed: int = 
     best = (0, 0, frames[0], None, [], None, ends)
     for f0, _ in _pairs(frames, cfg.motion_step, cfg.pairs):
         steps = [st for st in (cfg.motion_step, 3 * cfg.motion_step) if f0 + st <= frames[-1]]
-        labels, moving, flow = _moving_regions(rec, f0, steps, s, cfg, min_px, seed)
+        # f0 read before the frames after it: a video decodes forward only
         displaced = ends | _clean(np.abs(_grey(rec, f0, s).astype(np.int16) - still) > 25, k)
+        labels, moving, flow = _moving_regions(rec, f0, steps, s, cfg, min_px, seed)
         if displaced.sum() < min_px:
             displaced[:] = True
         region = np.isin(labels, [m[0] for m in moving]) if moving else np.zeros_like(displaced)
